@@ -1,0 +1,43 @@
+"""crasp_compiler: C-RASP programs to exact transformer weights.
+
+The Python API::
+
+    from crasp_compiler import parse_program, interpret, accepts
+    program = parse_program('C_open = # "("\\nC_close = # ")"\\n...')
+    accepts(program, ["(", ")"])          # True
+    trace = interpret(program, ["(", ")"])
+    trace.values["C_open"]                 # counts at the empty prefix and each position
+"""
+
+from crasp_compiler.errors import CraspError, Diagnostic, Span
+from crasp_compiler.ir import (
+    Program,
+    Sort,
+    Trace,
+    accepts,
+    check_tokens,
+    format_expr,
+    format_program,
+    interpret,
+)
+from crasp_compiler.program import load_program, parse_program, tokenize, with_alphabet
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CraspError",
+    "Diagnostic",
+    "Program",
+    "Sort",
+    "Span",
+    "Trace",
+    "accepts",
+    "check_tokens",
+    "format_expr",
+    "format_program",
+    "interpret",
+    "load_program",
+    "parse_program",
+    "tokenize",
+    "with_alphabet",
+]

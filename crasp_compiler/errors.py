@@ -1,0 +1,69 @@
+"""The project's one error type, with source locations.
+
+Every user-facing failure (syntax, sort, undefined name, bad input, bad model file)
+is a :class:`CraspError`. Its text names ``file:line:col``, shows the source line with
+a caret under the offending span, and says what was expected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Span:
+    """A source range: 1-based line and column; ``end_column`` is exclusive."""
+
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One problem: what is wrong, where, and (optionally) what was expected."""
+
+    message: str
+    span: Span | None = None
+    hint: str | None = None
+
+    def format(self, source: str | None, filename: str) -> str:
+        if self.span is None:
+            head = f"{filename}: error: {self.message}"
+            return head + (f"\n  {self.hint}" if self.hint else "")
+        span = self.span
+        lines = [f"{filename}:{span.line}:{span.column}: error: {self.message}"]
+        source_lines = source.splitlines() if source is not None else []
+        if 0 < span.line <= len(source_lines):
+            text = source_lines[span.line - 1].expandtabs(1)
+            end = span.end_column if span.end_line == span.line else len(text) + 1
+            width = max(1, end - span.column)
+            lines.append(f"    {text}")
+            lines.append("    " + " " * (span.column - 1) + "^" * width)
+        if self.hint:
+            lines.append(f"  {self.hint}")
+        return "\n".join(lines)
+
+
+class CraspError(Exception):
+    """A user error: bad program text, bad input string, or bad model file."""
+
+    def __init__(
+        self,
+        diagnostics: list[Diagnostic] | str,
+        source: str | None = None,
+        filename: str = "<input>",
+    ) -> None:
+        if isinstance(diagnostics, str):
+            diagnostics = [Diagnostic(diagnostics)]
+        self.diagnostics = list(diagnostics)
+        self.source = source
+        self.filename = filename
+        super().__init__(self.format())
+
+    def format(self) -> str:
+        parts = [d.format(self.source, self.filename) for d in self.diagnostics]
+        if len(parts) > 1:
+            parts.append(f"{len(parts)} errors")
+        return "\n".join(parts)

@@ -1,0 +1,160 @@
+"""The reference interpreter: the semantics every compiled model is tested against.
+
+Values are computed for all positions at once with numpy. Arrays are indexed by the
+transformer position ``t = i + 1``: entry 0 is the empty prefix (BOS, position -1),
+entry ``t`` is token position ``t - 1``. At the empty prefix token tests are false and
+counts are 0; counts only ever range over token positions ``0 <= j <= i``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from crasp_compiler.errors import CraspError
+from crasp_compiler.ir.nodes import (
+    Add,
+    And,
+    BoolConst,
+    BoolRef,
+    Compare,
+    Cond,
+    Count,
+    CountConst,
+    CountRef,
+    Max,
+    Min,
+    Node,
+    Not,
+    Or,
+    Periodic,
+    Program,
+    Scale,
+    Sort,
+    Sub,
+    TokenIs,
+)
+
+_COMPARE = {
+    "<=": np.less_equal,
+    "<": np.less,
+    "==": np.equal,
+    "!=": np.not_equal,
+    ">=": np.greater_equal,
+    ">": np.greater,
+}
+
+
+def check_tokens(program: Program, tokens: Sequence[str]) -> None:
+    """Raise :class:`CraspError` naming the first token outside the alphabet."""
+    alphabet = set(program.alphabet)
+    for position, token in enumerate(tokens):
+        if token not in alphabet:
+            shown = ", ".join(repr(s) for s in program.alphabet)
+            raise CraspError(
+                f"token {token!r} at position {position} is not in the alphabet {{{shown}}}",
+                filename="input",
+            )
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Every definition's value at every position of one input.
+
+    ``values[name][t]`` is the value after the first ``t`` tokens (``t = 0``: empty
+    prefix). Booleans are ``bool`` arrays, counts ``int64`` arrays, each of length n + 1.
+    """
+
+    program: Program
+    tokens: tuple[str, ...]
+    values: dict[str, np.ndarray]
+
+    def at(self, name: str, position: int) -> bool | int:
+        """The value of ``name`` at token position ``position`` (``-1``: empty prefix)."""
+        value = self.values[name][position + 1]
+        return bool(value) if value.dtype == bool else int(value)
+
+    def output(self, name: str) -> np.ndarray:
+        return self.values[name]
+
+    @property
+    def accepted(self) -> bool:
+        """Whether the acceptance output holds at the last position (the empty prefix
+        for the empty string)."""
+        if self.program.accept is None:
+            raise CraspError("the program has no acceptance output; it only has named outputs")
+        return bool(self.values[self.program.accept][-1])
+
+
+class _Evaluator:
+    def __init__(self, program: Program, tokens: Sequence[str]) -> None:
+        self.program = program
+        index = {s: k for k, s in enumerate(program.alphabet)}
+        self.ids = np.array([-1] + [index[s] for s in tokens], dtype=np.int64)
+        self.index = index
+        self.positions = np.arange(-1, len(tokens), dtype=np.int64)
+        self.values: dict[str, np.ndarray] = {}
+
+    def eval(self, node: Node) -> np.ndarray:
+        size = len(self.ids)
+        match node:
+            case TokenIs(symbol):
+                return self.ids == self.index[symbol]
+            case BoolConst(value):
+                return np.full(size, value, dtype=bool)
+            case Periodic(modulus, residues):
+                return np.isin(self.positions % modulus, list(residues))
+            case Not(arg):
+                return ~self.eval(arg)
+            case And(a, b):
+                return self.eval(a) & self.eval(b)
+            case Or(a, b):
+                return self.eval(a) | self.eval(b)
+            case Compare(op, a, b):
+                return _COMPARE[op](self.eval(a), self.eval(b))
+            case BoolRef(name) | CountRef(name):
+                return self.values[name]
+            case Count(arg, offsets):
+                held = self.eval(arg).astype(np.int64)
+                held[0] = 0  # the empty prefix is not a token position
+                if offsets is None:
+                    return np.cumsum(held)
+                out = np.zeros(size, dtype=np.int64)
+                for d in offsets:
+                    if d < size - 1:
+                        out[d + 1 :] += held[1 : size - d]
+                return out
+            case CountConst(value):
+                return np.full(size, value, dtype=np.int64)
+            case Add(a, b):
+                return self.eval(a) + self.eval(b)
+            case Sub(a, b):
+                return self.eval(a) - self.eval(b)
+            case Scale(factor, arg):
+                return factor * self.eval(arg)
+            case Min(a, b):
+                return np.minimum(self.eval(a), self.eval(b))
+            case Max(a, b):
+                return np.maximum(self.eval(a), self.eval(b))
+            case Cond(c, a, b):
+                return np.where(self.eval(c), self.eval(a), self.eval(b))
+        raise TypeError(f"not an IR node: {node!r}")  # pragma: no cover
+
+
+def interpret(program: Program, tokens: Sequence[str]) -> Trace:
+    """Evaluate every definition at every position of ``tokens``."""
+    tokens = tuple(tokens)
+    check_tokens(program, tokens)
+    evaluator = _Evaluator(program, tokens)
+    for definition in program.definitions:
+        value = evaluator.eval(definition.expr)
+        dtype = bool if definition.sort == Sort.BOOL else np.int64
+        evaluator.values[definition.name] = np.asarray(value, dtype=dtype)
+    return Trace(program, tokens, evaluator.values)
+
+
+def accepts(program: Program, tokens: Sequence[str]) -> bool:
+    """Whether the program accepts the string: its acceptance output at the last position."""
+    return interpret(program, tokens).accepted
