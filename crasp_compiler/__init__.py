@@ -19,6 +19,7 @@ from crasp_compiler.ir import (
     format_expr,
     format_program,
     interpret,
+    interpret_batch,
 )
 from crasp_compiler.program import load_program, parse_program, tokenize, with_alphabet
 
@@ -36,6 +37,7 @@ __all__ = [
     "format_expr",
     "format_program",
     "interpret",
+    "interpret_batch",
     "load_program",
     "parse_program",
     "tokenize",

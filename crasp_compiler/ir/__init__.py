@@ -1,7 +1,7 @@
 """Typed IR of C-RASP programs, its checker, printer and reference interpreter."""
 
 from crasp_compiler.ir.build import build_program
-from crasp_compiler.ir.interpret import Trace, accepts, check_tokens, interpret
+from crasp_compiler.ir.interpret import Trace, accepts, check_tokens, interpret, interpret_batch
 from crasp_compiler.ir.nodes import Program, Sort
 from crasp_compiler.ir.printer import format_expr, format_program
 
@@ -15,4 +15,5 @@ __all__ = [
     "format_expr",
     "format_program",
     "interpret",
+    "interpret_batch",
 ]

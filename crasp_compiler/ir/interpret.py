@@ -89,23 +89,29 @@ class Trace:
 
 
 class _Evaluator:
-    def __init__(self, program: Program, tokens: Sequence[str]) -> None:
-        self.program = program
+    """Evaluates expressions on a batch of equal-length inputs: arrays of shape (B, n + 1)."""
+
+    def __init__(self, program: Program, batch: Sequence[Sequence[str]], length: int) -> None:
         index = {s: k for k, s in enumerate(program.alphabet)}
-        self.ids = np.array([-1] + [index[s] for s in tokens], dtype=np.int64)
+        ids = np.full((len(batch), length + 1), -1, dtype=np.int64)
+        for row, tokens in enumerate(batch):
+            ids[row, 1:] = [index[s] for s in tokens]
+        self.ids = ids
         self.index = index
-        self.positions = np.arange(-1, len(tokens), dtype=np.int64)
+        self.positions = np.arange(-1, length, dtype=np.int64)
         self.values: dict[str, np.ndarray] = {}
 
     def eval(self, node: Node) -> np.ndarray:
-        size = len(self.ids)
+        shape = self.ids.shape
+        size = shape[1]
         match node:
             case TokenIs(symbol):
                 return self.ids == self.index[symbol]
             case BoolConst(value):
-                return np.full(size, value, dtype=bool)
+                return np.full(shape, value, dtype=bool)
             case Periodic(modulus, residues):
-                return np.isin(self.positions % modulus, list(residues))
+                row = np.isin(self.positions % modulus, list(residues))
+                return np.broadcast_to(row, shape)
             case Not(arg):
                 return ~self.eval(arg)
             case And(a, b):
@@ -118,16 +124,16 @@ class _Evaluator:
                 return self.values[name]
             case Count(arg, offsets):
                 held = self.eval(arg).astype(np.int64)
-                held[0] = 0  # the empty prefix is not a token position
+                held[:, 0] = 0  # the empty prefix is not a token position
                 if offsets is None:
-                    return np.cumsum(held)
-                out = np.zeros(size, dtype=np.int64)
+                    return np.cumsum(held, axis=1)
+                out = np.zeros(shape, dtype=np.int64)
                 for d in offsets:
                     if d < size - 1:
-                        out[d + 1 :] += held[1 : size - d]
+                        out[:, d + 1 :] += held[:, 1 : size - d]
                 return out
             case CountConst(value):
-                return np.full(size, value, dtype=np.int64)
+                return np.full(shape, value, dtype=np.int64)
             case Add(a, b):
                 return self.eval(a) + self.eval(b)
             case Sub(a, b):
@@ -143,16 +149,30 @@ class _Evaluator:
         raise TypeError(f"not an IR node: {node!r}")  # pragma: no cover
 
 
-def interpret(program: Program, tokens: Sequence[str]) -> Trace:
-    """Evaluate every definition at every position of ``tokens``."""
-    tokens = tuple(tokens)
-    check_tokens(program, tokens)
-    evaluator = _Evaluator(program, tokens)
+def interpret_batch(program: Program, batch: Sequence[Sequence[str]]) -> dict[str, np.ndarray]:
+    """Evaluate every definition on a batch of inputs of one length n.
+
+    Returns, per definition, an array of shape (len(batch), n + 1) indexed like
+    :attr:`Trace.values`.
+    """
+    lengths = {len(tokens) for tokens in batch}
+    if len(lengths) > 1:
+        raise ValueError("interpret_batch needs inputs of one length")
+    for tokens in batch:
+        check_tokens(program, tokens)
+    evaluator = _Evaluator(program, batch, lengths.pop() if lengths else 0)
     for definition in program.definitions:
         value = evaluator.eval(definition.expr)
         dtype = bool if definition.sort == Sort.BOOL else np.int64
-        evaluator.values[definition.name] = np.asarray(value, dtype=dtype)
-    return Trace(program, tokens, evaluator.values)
+        evaluator.values[definition.name] = np.array(value, dtype=dtype)
+    return evaluator.values
+
+
+def interpret(program: Program, tokens: Sequence[str]) -> Trace:
+    """Evaluate every definition at every position of ``tokens``."""
+    tokens = tuple(tokens)
+    values = interpret_batch(program, [tokens])
+    return Trace(program, tokens, {name: value[0] for name, value in values.items()})
 
 
 def accepts(program: Program, tokens: Sequence[str]) -> bool:
