@@ -9,12 +9,16 @@ import sys
 from collections.abc import Iterator
 
 import click
+import numpy as np
 
+from crasp_compiler.compiler import compile_program
 from crasp_compiler.display import value_table
 from crasp_compiler.errors import CraspError
 from crasp_compiler.ir import format_expr, interpret
 from crasp_compiler.ir.nodes import Program, Sort
+from crasp_compiler.model import load_model, save_model
 from crasp_compiler.program import load_program, tokenize
+from crasp_compiler.runtime import run
 
 
 class _Command(click.Group):
@@ -121,6 +125,112 @@ def check_command(program: str, alphabet: str | None) -> None:
     width = max(len(d.name) for d in prog.definitions)
     for d in prog.definitions:
         click.echo(f"  {d.name.ljust(width)}  {d.sort.value:<5}  {format_expr(d.expr)}")
+
+
+@main.command("compile")
+@click.argument("program", type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "-o", "--output", required=True, type=click.Path(dir_okay=False), help="Model file (.npz)."
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["heaviside", "relu"]),
+    default="heaviside",
+    show_default=True,
+    help="heaviside: exact at every length; relu: plain ReLU MLPs, exact up to --max-len.",
+)
+@click.option(
+    "--max-len", type=click.IntRange(min=0), help="Longest input a relu model must be exact for."
+)
+@_alphabet_option
+def compile_command(
+    program: str, output: str, mode: str, max_len: int | None, alphabet: str | None
+) -> None:
+    """Compile PROGRAM into transformer weights written to OUTPUT."""
+    if mode == "relu" and max_len is None:
+        raise click.UsageError("--mode relu needs --max-len N")
+    prog = _load(program, alphabet)
+    model = compile_program(prog, mode=mode, max_len=max_len if mode == "relu" else None)
+    save_model(model, output)
+    click.echo(
+        f"{output}: {len(model.layers)} layers (dependency bound "
+        f"{model.info['dependency_bound']}), width {model.width}, "
+        f"{model.parameter_count()} parameters; {model.guarantee.text}"
+    )
+
+
+@main.command("run")
+@click.argument("model_file", metavar="MODEL", type=click.Path(exists=True, dir_okay=False))
+@click.argument("input", required=False)
+@click.option("--outputs", is_flag=True, help="Print every named output at every position.")
+@click.option("--trace", is_flag=True, help="Print the residual stream after every sublayer.")
+@click.option("--float32", is_flag=True, help="Compute in float32 instead of float64.")
+@click.option(
+    "--beyond-guarantee",
+    type=click.Choice(["error", "warn"]),
+    default="error",
+    show_default=True,
+    help="What to do with inputs longer than the model's guarantee.",
+)
+def run_command(
+    model_file: str,
+    input: str | None,
+    outputs: bool,
+    trace: bool,
+    float32: bool,
+    beyond_guarantee: str,
+) -> None:
+    """Run a compiled MODEL on INPUT (or one input per stdin line), like `crasp interpret`."""
+    model = load_model(model_file)
+    if model.accept is None and not (trace or outputs):
+        raise CraspError(
+            "the model has no acceptance output; use --outputs or --trace", filename=model_file
+        )
+    dtype = np.float32 if float32 else np.float64
+    for number, tokens in input_lines(input):
+        try:
+            result = run(
+                model, [tokens], dtype=dtype, residuals=trace, on_overlength=beyond_guarantee
+            )
+        except CraspError as err:
+            raise _located(err, number) from None
+        if trace:
+            assert result.residuals is not None
+            for label, x in result.residuals:
+                click.echo(f"== {label}")
+                rows = [(name, x[0, :, k]) for k, name in enumerate(model.residual)]
+                click.echo(value_table(tokens, rows))
+        if outputs:
+            rows = [(name, result.values[name][0]) for name in (o.name for o in model.outputs)]
+            click.echo(value_table(tokens, rows))
+        if model.accept is not None:
+            click.echo(str(bool(result.final(model.accept)[0])))
+
+
+@main.command("info")
+@click.argument("model_file", metavar="MODEL", type=click.Path(exists=True, dir_okay=False))
+def info_command(model_file: str) -> None:
+    """Describe a compiled MODEL: layers, heads, widths, parameters, guarantee, layout."""
+    model = load_model(model_file)
+    info = model.info
+    click.echo(f"{model_file}")
+    click.echo(f"  source:      {info.get('language', '?')} {info.get('class', '')}")
+    click.echo(
+        f"  layers:      {len(model.layers)} (dependency bound {info.get('dependency_bound', '?')})"
+    )
+    click.echo(f"  heads:       {[len(layer.heads) for layer in model.layers]} per layer")
+    click.echo(f"  width:       {model.width}")
+    click.echo(f"  mlp width:   {model.mlp_width}")
+    click.echo(f"  parameters:  {model.parameter_count()}")
+    click.echo(f"  vocabulary:  {' '.join(model.vocab)}")
+    click.echo(f"  positional:  {', '.join(model.features) or '(none)'}")
+    click.echo(f"  outputs:     {', '.join(f'{o.name} ({o.rule})' for o in model.outputs)}")
+    click.echo(f"  accept:      {model.accept or '-'}")
+    click.echo(f"  guarantee:   {model.guarantee.text}")
+    click.echo(f"  options:     {model.options}")
+    click.echo("  residual layout:")
+    for k, label in enumerate(model.residual):
+        click.echo(f"    {k:>4}  {label}")
 
 
 if __name__ == "__main__":  # pragma: no cover

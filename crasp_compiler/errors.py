@@ -10,6 +10,29 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def source_lines(source: str) -> list[str]:
+    """The lines of ``source`` as the parser counts them: split at ``\\n`` only.
+
+    (``str.splitlines`` also splits at ``\\r``, form feeds, ``\\x85``, ``\\u2028`` and
+    others, which the parser treats as ordinary characters; using it would show the
+    wrong source line.)
+    """
+    return source.split("\n")
+
+
+def display_line(line: str) -> str:
+    """A source line made safe to print, one character per column so a caret lines up:
+    whitespace (tabs included) becomes a space, other unprintable characters ``?``."""
+    return "".join(
+        ch if ch.isprintable() else " " if ch.isspace() else "?" for ch in line.rstrip("\r\n")
+    )
+
+
+def escape(text: str) -> str:
+    """``text`` with unprintable characters (line separators, controls) escaped."""
+    return "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in text)
+
+
 @dataclass(frozen=True)
 class Span:
     """A source range: 1-based line and column; ``end_column`` is exclusive."""
@@ -29,20 +52,22 @@ class Diagnostic:
     hint: str | None = None
 
     def format(self, source: str | None, filename: str) -> str:
+        message, hint = escape(self.message), self.hint and escape(self.hint)
         if self.span is None:
-            head = f"{filename}: error: {self.message}"
-            return head + (f"\n  {self.hint}" if self.hint else "")
+            head = f"{filename}: error: {message}"
+            return head + (f"\n  {hint}" if hint else "")
         span = self.span
-        lines = [f"{filename}:{span.line}:{span.column}: error: {self.message}"]
-        source_lines = source.splitlines() if source is not None else []
-        if 0 < span.line <= len(source_lines):
-            text = source_lines[span.line - 1].expandtabs(1)
+        lines = [f"{filename}:{span.line}:{span.column}: error: {message}"]
+        all_lines = source_lines(source) if source is not None else []
+        if 0 < span.line <= len(all_lines):
+            text = display_line(all_lines[span.line - 1])
             end = span.end_column if span.end_line == span.line else len(text) + 1
+            end = min(end, len(text) + 1)
             width = max(1, end - span.column)
             lines.append(f"    {text}")
             lines.append("    " + " " * (span.column - 1) + "^" * width)
-        if self.hint:
-            lines.append(f"  {self.hint}")
+        if hint:
+            lines.append(f"  {hint}")
         return "\n".join(lines)
 
 

@@ -515,7 +515,11 @@ class _Builder:
                 f"the first branch is a {then.sort.value}, the second a {orelse.sort.value}",
             )
         if then.sort == Sort.BOOL:
-            return Or(And(cond, then), And(Not(cond), orelse))
+            # Fold periodic parts as `!`, `&&` and `||` do, so the IR stays canonical.
+            negated = fold_periodic("not", [cond]) or Not(cond)
+            left = fold_periodic("and", [cond, then]) or And(cond, then)
+            right = fold_periodic("and", [negated, orelse]) or And(negated, orelse)
+            return fold_periodic("or", [left, right]) or Or(left, right)
         return Cond(cond, then, orelse)
 
     def e_if_else(self, t: Tree, scope: _Scope) -> Expr:

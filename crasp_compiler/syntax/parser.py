@@ -7,6 +7,7 @@ in a file is reported at once (up to ``MAX_ERRORS``).
 
 from __future__ import annotations
 
+from copy import copy
 from functools import cache
 from importlib import resources
 
@@ -30,6 +31,7 @@ _TERMINAL_NAMES = {
     "HASH": "'#'",
     "EXISTS": "'∃←'",
     "IMPORT": "'#import'",
+    "_DEFINE": "'=', ':='",
     "_NL": "end of line",
     "$END": "end of input",
 }
@@ -64,11 +66,51 @@ def _parser() -> Lark:
     )
 
 
+_PAIRS = {"LPAR": "RPAR", "LSQB": "RSQB", "LBRACE": "RBRACE"}
+_ENDS = {"RPAR": ")", "RSQB": "]", "COMMA": ",", "COLON": ":", "ELSE": "else"}
+_SHOWN_TOKEN = 24  # longest token text quoted in full in a message
+
+
+def _accepted(state) -> set[str] | None:
+    """The terminals that really let the parser advance from ``state``.
+
+    Lark's own ``expected`` set is unreliable here: when the contextual lexer rejects a
+    token it reports the lexer's terminals, which leave out keywords (lexed as NAME) and
+    include ``_NL`` (always accepted for the post-lexer). So ask the parse table, and keep
+    only the terminals that survive the reductions they trigger.
+    """
+    try:
+        choices = state.parse_conf.states[state.position]
+        conf = copy(state.parse_conf)
+    except (AttributeError, KeyError, IndexError, TypeError):
+        return None
+    conf.callbacks = {}
+    accepted = set()
+    for name in choices:
+        if not name.isupper():  # a rule, not a terminal
+            continue
+        trial = state.copy(deepcopy_values=False)
+        trial.parse_conf = conf
+        try:
+            trial.feed_token(Token(name, ""), is_end=name == "$END")
+        except (UnexpectedToken, AssertionError, KeyError, IndexError):
+            continue
+        accepted.add(name)
+    return accepted or None
+
+
 def _describe_expected(expected: set[str], parser: Lark) -> str:
     if {"NAME", "INT", "STRING"} <= expected:
         return 'expected an expression: a name, a token literal such as "a", an integer, `#`, `!` or `(`'
-    if expected & {"_NL", "$END"} and len(expected) > 4:
-        return "expected an operator or the end of the statement"
+    if {"NAME", "IMPORT"} <= expected:
+        return (
+            'expected a statement: a definition such as `C = # "a"` or `C(i) := ...`, '
+            "or `alphabet`, `accept`, `output`, `predicate`, `#import`"
+        )
+    if len(expected) > 6 and expected & {"PLUS", "STAR", "__ANON_11", "AND", "IF", "QMARK"}:
+        ends = ["the end of the statement"] if expected & {"_NL", "$END"} else []
+        ends += [repr(c) for name, c in _ENDS.items() if name in expected]
+        return "expected an operator or " + " or ".join(ends) if ends else "expected an operator"
     names = []
     for name in sorted(expected):
         if name in _TERMINAL_NAMES:
@@ -83,36 +125,79 @@ def _describe_expected(expected: set[str], parser: Lark) -> str:
             names.append(repr(pattern.value))
         else:
             names.append(name.lower())
-    unique = list(dict.fromkeys(names))
+    unique = list(dict.fromkeys(part for name in names for part in name.split(", ")))
     if len(unique) > 8:
         unique = [*unique[:8], "..."]
-    return "expected " + ", ".join(unique)
+    if len(unique) > 1:
+        return "expected " + ", ".join(unique[:-1]) + " or " + unique[-1]
+    return "expected " + "".join(unique)
 
 
-def _diagnostic(err: UnexpectedInput, parser: Lark) -> Diagnostic:
+def _shown(text: str) -> str:
+    if len(text) > _SHOWN_TOKEN:
+        text = text[: _SHOWN_TOKEN - 1] + "…"
+    return repr(text)
+
+
+def _unclosed(text: str, line: int, column: int, parser: Lark) -> Token | None:
+    """The innermost bracket still open before ``line:column``, if it opened on an earlier line.
+
+    Newlines inside brackets continue a statement, so a missing `)` shows up only on a
+    later line; pointing back at the bracket makes that error findable.
+    """
+    stack: list[Token] = []
+    try:
+        for token in parser.lex(text):
+            if (token.line, token.column) >= (line, column):
+                break
+            if token.type in _PAIRS:
+                stack.append(token)
+            elif token.type in _CLOSE and stack:
+                stack.pop()
+    except UnexpectedInput:
+        pass
+    if stack and stack[-1].line < line:
+        return stack[-1]
+    return None
+
+
+def _diagnostic(err: UnexpectedInput, parser: Lark, text: str) -> Diagnostic:
     line, column = max(err.line, 1), max(err.column, 1)
+    expected = _accepted(getattr(err, "state", None))
     if isinstance(err, UnexpectedToken):
         token = err.token
         if token.type == "$END":
+            # Lark places the end of input on the last token; point just after it.
             what = "unexpected end of input"
+            line = max(getattr(token, "end_line", None) or line, 1)
+            column = max(getattr(token, "end_column", None) or column, 1)
         elif token.type == "_NL":
             what = "unexpected end of line"
         else:
-            what = f"unexpected {str(token)!r}"
+            what = f"unexpected {_shown(str(token))}"
         width = max(1, len(str(token))) if token.type not in ("$END", "_NL") else 1
         span = Span(line, column, line, column + width)
-        return Diagnostic(what, span, _describe_expected(set(err.expected), parser))
-    if isinstance(err, UnexpectedCharacters):
+        hint = _describe_expected(expected or set(err.expected), parser)
+    elif isinstance(err, UnexpectedCharacters):
         char = err.char
+        if char in "\"'":
+            what = f"unterminated token literal: no closing {char} on this line"
+        else:
+            what = f"unexpected character {char!r}"
         span = Span(line, column, line, column + 1)
-        return Diagnostic(
-            f"unexpected character {char!r}",
-            span,
-            _describe_expected(set(err.allowed or ()), parser),
-        )
-    if isinstance(err, UnexpectedEOF):
+        hint = _describe_expected(expected or set(err.allowed or ()), parser)
+    elif isinstance(err, UnexpectedEOF):
         return Diagnostic("unexpected end of input", Span(line, column, line, column + 1))
-    return Diagnostic(str(err).splitlines()[0], Span(line, column, line, column + 1))
+    else:
+        return Diagnostic(str(err).splitlines()[0], Span(line, column, line, column + 1))
+    opened = _unclosed(text, line, column, parser)
+    if opened is not None:
+        closer = {"LPAR": ")", "LSQB": "]", "LBRACE": "}"}[opened.type]
+        hint += (
+            f"; note the {str(opened)!r} at line {opened.line}, column {opened.column}"
+            f" is still open: is a {closer!r} missing?"
+        )
+    return Diagnostic(what, span, hint)
 
 
 def _blank_line(text: str, line: int) -> str:
@@ -131,7 +216,7 @@ def parse_tree(text: str, filename: str = "<string>") -> Tree[Token]:
         try:
             tree = parser.parse(current)
         except UnexpectedInput as err:
-            diag = _diagnostic(err, parser)
+            diag = _diagnostic(err, parser, current)
             if diag in diagnostics or len(diagnostics) >= MAX_ERRORS:
                 break
             diagnostics.append(diag)

@@ -1,0 +1,102 @@
+"""Assemble a circuit into a :class:`Model`: schedule, allocate, lift to global matrices.
+
+Scheduling is as-soon-as-possible on sublayer slots: attention of layer L is slot
+2L − 1, its MLP slot 2L. A block goes in the first slot of its kind after every slot
+that writes a variable it reads, so independent blocks share a layer (parallel heads,
+concatenated hidden units) and the depth is the circuit's longest path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from crasp_compiler.cookbook.blocks import Block, FFNBlock, Form, HeadBlock
+from crasp_compiler.model.model import MLP, Head, Layer
+
+
+def schedule(blocks: list[Block], inputs: set[str]) -> list[int]:
+    """The slot of every block (1-based; odd = attention, even = MLP)."""
+    ready: dict[str, int] = dict.fromkeys(inputs, 0)
+    slots = []
+    for block in blocks:
+        earliest = max((ready[var] for var in block.reads), default=0) + 1
+        want_attention = isinstance(block, HeadBlock)
+        if (earliest % 2 == 1) != want_attention:
+            earliest += 1
+        slots.append(earliest)
+        for var in _writes(block):
+            ready[var] = earliest
+    return slots
+
+
+def _writes(block: Block) -> list[str]:
+    return [block.output] if isinstance(block, HeadBlock) else list(block.outputs)
+
+
+def _row(form: Form, index: dict[str, int], width: int) -> np.ndarray:
+    row = np.zeros(width)
+    for var, coef in form.items():
+        row[index[var]] += coef
+    return row
+
+
+def assemble_layers(
+    blocks: list[Block], residual: list[str], inputs: set[str]
+) -> tuple[list[Layer], list[int]]:
+    """Global layers for ``blocks`` over the residual layout ``residual`` (labels)."""
+    index = {var: k for k, var in enumerate(residual)}
+    width = len(residual)
+    slots = schedule(blocks, inputs)
+    depth = (max(slots, default=0) + 1) // 2
+    layers = [Layer([], None) for _ in range(depth)]
+    mlp_parts: list[list[FFNBlock]] = [[] for _ in range(depth)]
+    for block, slot in zip(blocks, slots, strict=True):
+        layer = (slot - 1) // 2
+        if isinstance(block, HeadBlock):
+            layers[layer].heads.append(_head(block, index, width))
+        else:
+            mlp_parts[layer].append(block)
+    for layer, parts in zip(layers, mlp_parts, strict=True):
+        if parts:
+            layer.mlp = _mlp(parts, index, width)
+    return layers, slots
+
+
+def _head(block: HeadBlock, index: dict[str, int], width: int) -> Head:
+    def stack(forms: list[Form]) -> np.ndarray:
+        if not forms:
+            return np.zeros((1, width))
+        return np.stack([_row(f, index, width) for f in forms])
+
+    w_o = np.zeros((width, 1))
+    w_o[index[block.output], 0] = 1.0
+    return Head(
+        w_q=stack(block.query),
+        w_k=stack(block.key),
+        w_v=_row(block.value, index, width)[None, :],
+        w_o=w_o,
+        scale=block.scale,
+        bias=dict(block.bias),
+        weighting=block.weighting,
+        mask=block.mask,
+        label=block.label,
+    )
+
+
+def _mlp(parts: list[FFNBlock], index: dict[str, int], width: int) -> MLP:
+    units = [unit for part in parts for unit in part.units]
+    w1 = np.stack([_row(unit.form, index, width) for unit in units])
+    b1 = np.array([unit.bias for unit in units])
+    w2 = np.zeros((width, len(units)))
+    b2 = np.zeros(width)
+    labels = []
+    start = 0
+    for part in parts:
+        for var, coefs in part.outputs.items():
+            for unit, coef in coefs.items():
+                w2[index[var], start + unit] += coef
+        for var, value in part.constants.items():
+            b2[index[var]] += value
+        labels += [part.label] * len(part.units)
+        start += len(part.units)
+    return MLP(w1, b1, w2, b2, [unit.activation for unit in units], labels)

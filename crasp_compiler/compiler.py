@@ -1,0 +1,182 @@
+"""Compile a checked C-RASP program to a :class:`Model`: lower, assemble, add the readout."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from crasp_compiler.assemble import assemble_layers
+from crasp_compiler.ir.interpret import interpret
+from crasp_compiler.ir.nodes import (
+    And,
+    BoolRef,
+    Compare,
+    Cond,
+    Count,
+    CountConst,
+    CountRef,
+    Max,
+    Min,
+    Node,
+    Not,
+    Or,
+    Program,
+    Sort,
+    children,
+)
+from crasp_compiler.lower.crasp import BOS as BOS_VAR
+from crasp_compiler.lower.crasp import NONBOS, lower_program, token_var
+from crasp_compiler.model.model import BOS, Guarantee, Model, Output
+from crasp_compiler.runtime.numpy_exec import run
+
+
+def dependency_bound(program: Program) -> int:
+    """The fewest layers the program's dependencies allow, when every ``#`` needs an
+    attention sublayer after its argument, and every comparison, maximal Boolean
+    formula, min, max, conditional and local-count gating needs an MLP sublayer.
+    Constants need ``ONE``, an attention output (slot 1)."""
+    defs = {d.name: d.expr for d in program.definitions}
+    memo: dict[Node, int] = {}
+
+    def next_slot(after: int, attention: bool) -> int:
+        slot = after + 1
+        return slot if (slot % 2 == 1) == attention else slot + 1
+
+    def formula_leaves(node: Node) -> list[Node]:
+        match node:
+            case Not(a):
+                return formula_leaves(a)
+            case And(a, b) | Or(a, b):
+                return formula_leaves(a) + formula_leaves(b)
+            case BoolRef(name) if isinstance(defs[name], (Not, And, Or)):
+                return formula_leaves(defs[name])
+        return [node]
+
+    def slot(node: Node) -> int:
+        if node in memo:
+            return memo[node]
+        match node:
+            case BoolRef(name) | CountRef(name):
+                value = slot(defs[name])
+            case CountConst(value=v):
+                value = 1 if v else 0
+            case Count(arg, offsets):
+                value = next_slot(slot(arg), attention=True)
+                if offsets is not None:
+                    value = next_slot(value, attention=False)
+            case Compare(_, a, b):
+                value = next_slot(max(slot(a), slot(b), 1), attention=False)
+            case And() | Or():
+                value = next_slot(max(slot(leaf) for leaf in formula_leaves(node)), attention=False)
+            case Min(a, b) | Max(a, b):
+                value = next_slot(max(slot(a), slot(b)), attention=False)
+            case Cond(c, a, b):
+                value = next_slot(max(slot(c), slot(a), slot(b)), attention=False)
+            case _:
+                value = max((slot(child) for child in children(node)), default=0)
+        memo[node] = value
+        return value
+
+    deepest = max((slot(defs[name]) for name in program.outputs), default=0)
+    return (deepest + 1) // 2
+
+
+def compile_program(program: Program, mode: str = "heaviside", max_len: int | None = None) -> Model:
+    """Compile ``program`` to a transformer whose outputs equal the interpreter's.
+
+    ``mode="heaviside"`` thresholds comparisons with Heaviside units: exact at every
+    length in real arithmetic. ``mode="relu"`` uses ReLU ramps: exact for inputs of
+    length ≤ ``max_len``. Local relations use average-hard attention in both modes.
+    """
+    circuit = lower_program(program, mode, max_len)
+    written = [var for block in circuit.blocks for var in _written(block)]
+    residual_vars = circuit.inputs + circuit.features + written
+    index = {var: k for k, var in enumerate(residual_vars)}
+    width = len(residual_vars)
+
+    vocab = [BOS, *program.alphabet]
+    w_e = np.zeros((len(vocab), width))
+    w_e[0, index[BOS_VAR]] = 1.0
+    for row, symbol in enumerate(program.alphabet, start=1):
+        w_e[row, index[NONBOS]] = 1.0
+        w_e[row, index[token_var(symbol)]] = 1.0
+    w_p = np.zeros((width, len(circuit.features)))
+    for column, name in enumerate(circuit.features):
+        w_p[index[name], column] = 1.0
+
+    layers, _ = assemble_layers(
+        circuit.blocks, residual_vars, set(circuit.inputs + circuit.features)
+    )
+
+    outputs = []
+    for name in program.outputs:
+        weights = np.zeros(width)
+        for var, coef in circuit.forms[name].items():
+            weights[index[var]] += coef
+        rule = "bool" if program[name].sort == Sort.BOOL else "count"
+        outputs.append(Output(name, weights, rule))
+
+    labels = _labels(program, circuit.forms, residual_vars)
+    if mode == "heaviside":
+        guarantee = Guarantee(None, "exact at every length in real arithmetic")
+    else:
+        guarantee = Guarantee(max_len, f"exact for inputs of length <= {max_len}")
+    model = Model(
+        vocab=vocab,
+        w_e=w_e,
+        features=list(circuit.features),
+        w_p=w_p,
+        layers=layers,
+        outputs=outputs,
+        residual=labels,
+        guarantee=guarantee,
+        accept=program.accept,
+        options={"mode": mode, "max_len": max_len},
+        source=program.source or "",
+        info={
+            "language": "C-RASP",
+            "class": program.relation_class,
+            "dependency_bound": dependency_bound(program),
+            "exactness": sorted({block.exact for block in circuit.blocks}),
+            "definitions": {
+                d.name: _label_form(circuit.forms[d.name], residual_vars, labels)
+                for d in program.definitions
+            },
+        },
+    )
+    _fix_empty_prefix(model, program, index[BOS_VAR])
+    return model
+
+
+def _written(block) -> list[str]:
+    return [block.output] if hasattr(block, "output") else list(block.outputs)
+
+
+def _labels(program: Program, forms: dict, residual_vars: list[str]) -> list[str]:
+    """Residual labels: a variable that *is* a definition takes the definition's name."""
+    names = {}
+    for definition in program.definitions:
+        form = forms[definition.name]
+        if len(form) == 1:
+            ((var, coef),) = form.items()
+            if coef == 1.0 and var not in names and "#" in var:
+                names[var] = definition.name
+    return [names.get(var, var) for var in residual_vars]
+
+
+def _label_form(form: dict, residual_vars: list[str], labels: list[str]) -> dict[str, float]:
+    rename = dict(zip(residual_vars, labels, strict=True))
+    return {rename[var]: coef for var, coef in form.items()}
+
+
+def _fix_empty_prefix(model: Model, program: Program, bos_dim: int) -> None:
+    """Make each output equal the program's empty-prefix value at BOS.
+
+    The BOS position's residual is input-independent (it attends only to itself), so
+    ``w·x_BOS`` is a constant; adding ``(e − w·x_BOS)`` on the BOS dimension, which is
+    1 at BOS and 0 at every token, fixes BOS without touching any other position.
+    """
+    empty = interpret(program, [])
+    bos_outputs = run(model, [[]]).outputs
+    for out in model.outputs:
+        wanted = float(empty.values[out.name][0])
+        out.weights[bos_dim] += wanted - float(bos_outputs[out.name][0, 0])

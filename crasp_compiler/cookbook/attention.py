@@ -1,0 +1,36 @@
+"""Attention constructions (Transformer Cookbook §5): uniform averages and offset lookup."""
+
+from __future__ import annotations
+
+from crasp_compiler.cookbook.blocks import Form, HeadBlock
+
+
+def causal_average(value: Form, out: str, label: str = "") -> HeadBlock:
+    """Uniform causal attention: ``out_t = (1/(t+1)) Σ_{s ≤ t} value_s`` (Q = K = 0).
+
+    With BOS at s = 0 and a value that is 0 there, a {0,1} value gives ``count/(t+1)``;
+    the BOS indicator as value gives ``1/(t+1)``. Exact at every length.
+    """
+    return HeadBlock([], [], value, out, "exact at every length", label=label)
+
+
+def offset_lookup(
+    value: Form, offset: int, out: str, one: Form, bos: str, label: str = ""
+) -> HeadBlock:
+    """Read ``value`` at position ``t − offset`` with average-hard attention.
+
+    Scores: ``bias(t − s) = 2·[t − s = offset]`` plus ``1`` on the BOS key (query form
+    ``one`` is 1 everywhere). If ``t ≥ offset`` the key ``t − offset`` wins alone;
+    otherwise BOS wins, so the head reads BOS's value (0 for Booleans). Exact at every
+    length.
+    """
+    return HeadBlock(
+        [one],
+        [{bos: 1.0}],
+        value,
+        out,
+        "exact at every length (average-hard attention)",
+        bias={offset: 2.0},
+        weighting="hard",
+        label=label,
+    )

@@ -1,0 +1,309 @@
+"""Lower a checked C-RASP program to a circuit of cookbook blocks.
+
+Representation (numerical conventions of DESIGN.md):
+
+- A Boolean is a form with value in {0, 1} that is 0 at BOS. Token tests, ``true``
+  (``nonbos``), periodic predicates (positional features) and ``not`` (``nonbos − x``)
+  are linear; each maximal ``and``/``or``/``not`` formula becomes one truth-table FFN.
+- A count c at position t is a form with value ``c/(t+1)``: a sum of attention outputs
+  (``#``), gated offset lookups (local ``#``), FFN outputs (min, max, conditional) and
+  ``k · ONE`` for constants, where ``ONE = 1/(t+1)`` averages the BOS indicator.
+- ``C1 op C2`` thresholds ``d = form(C1) − form(C2)``: ``(t+1)·d`` is an integer, so
+  ``D ≤ 0`` iff ``−d + ONE/2 ≥ 0``, with margin ``ONE/2 ≥ 1/(2(n+1))``.
+
+Every form carries a bound on its absolute value at every position (BOS included),
+used for big-M gating and BOS guards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from crasp_compiler.cookbook import attention, ffn
+from crasp_compiler.cookbook.blocks import Block, Form, form_add
+from crasp_compiler.ir.nodes import (
+    Add,
+    And,
+    BoolConst,
+    BoolRef,
+    Compare,
+    Cond,
+    Count,
+    CountConst,
+    CountRef,
+    Max,
+    Min,
+    Node,
+    Not,
+    Or,
+    Periodic,
+    Program,
+    Scale,
+    Sub,
+    TokenIs,
+)
+from crasp_compiler.model.features import periodic as periodic_feature
+
+BOS, NONBOS, ONE = "BOS", "nonbos", "ONE"
+MODES = ("heaviside", "relu")
+# A truth-table FFN with more rows than this is split into smaller formulas.
+MAX_TABLE_UNITS = 256
+
+
+def token_var(symbol: str) -> str:
+    return f"token:{symbol}"
+
+
+@dataclass
+class Circuit:
+    """Blocks over named variables plus the forms of every definition and output."""
+
+    inputs: list[str]
+    features: list[str]
+    blocks: list[Block] = field(default_factory=list)
+    forms: dict[str, Form] = field(default_factory=dict)
+    bounds: dict[str, float] = field(default_factory=dict)
+
+
+class _Lowerer:
+    def __init__(self, program: Program, mode: str, max_len: int | None) -> None:
+        self.program = program
+        self.mode = mode
+        self.max_len = max_len
+        self.circuit = Circuit(
+            inputs=[BOS, NONBOS] + [token_var(s) for s in program.alphabet], features=[]
+        )
+        self.var_bounds: dict[str, float] = {BOS: 1, NONBOS: 1}
+        self.memo: dict[Node, Form] = {}
+        self.defs = {d.name: d.expr for d in program.definitions}
+        self.counter = 0
+        self.one_made = False
+
+    # -------------------------------------------------------------- helpers
+
+    def fresh(self, kind: str) -> str:
+        self.counter += 1
+        return f"{kind}#{self.counter}"
+
+    def add(self, block: Block, outputs: dict[str, float]) -> None:
+        self.circuit.blocks.append(block)
+        self.var_bounds.update(outputs)
+
+    def bound(self, form: Form) -> float:
+        return sum(abs(c) * self.var_bounds[v] for v, c in form.items())
+
+    def one(self) -> Form:
+        if not self.one_made:
+            self.add(attention.causal_average({BOS: 1.0}, ONE, label="ONE = 1/(t+1)"), {ONE: 1})
+            self.one_made = True
+        return {ONE: 1.0}
+
+    # -------------------------------------------------------------- Booleans
+
+    def boolean(self, node: Node) -> Form:
+        if node in self.memo:
+            return self.memo[node]
+        match node:
+            case TokenIs(symbol):
+                form = {token_var(symbol): 1.0}
+            case BoolConst(value):
+                form = {NONBOS: 1.0} if value else {}
+            case Periodic(modulus, residues):
+                form = {}
+                for r in sorted(residues):
+                    name = periodic_feature(modulus, r)
+                    if name not in self.circuit.features:
+                        self.circuit.features.append(name)
+                        self.var_bounds[name] = 1
+                    form[name] = 1.0
+            case Not(arg):
+                form = form_add((1, {NONBOS: 1.0}), (-1, self.boolean(arg)))
+            case BoolRef(name):
+                form = self.boolean(self.defs[name])
+            case Compare():
+                form = self.compare(node)
+            case And() | Or():
+                form = self.formula(node)
+            case _:  # pragma: no cover - the checker admits no other Boolean nodes
+                raise TypeError(node)
+        self.memo[node] = form
+        return form
+
+    def _leaves(self, node: Node, leaves: list[Node]) -> None:
+        """Collect the leaves of the maximal and/or/not formula at ``node``."""
+        match node:
+            case Not(arg):
+                self._leaves(arg, leaves)
+            case And(a, b) | Or(a, b):
+                self._leaves(a, leaves)
+                self._leaves(b, leaves)
+            case BoolRef(name) if isinstance(self.defs[name], (Not, And, Or)):
+                self._leaves(self.defs[name], leaves)
+            case _:
+                if node not in leaves:
+                    leaves.append(node)
+
+    def _evaluate(self, node: Node, env: dict[Node, bool]) -> bool:
+        if node in env:
+            return env[node]
+        match node:
+            case Not(arg):
+                return not self._evaluate(arg, env)
+            case And(a, b):
+                return self._evaluate(a, env) and self._evaluate(b, env)
+            case Or(a, b):
+                return self._evaluate(a, env) or self._evaluate(b, env)
+            case BoolRef(name) if isinstance(self.defs[name], (Not, And, Or)):
+                return self._evaluate(self.defs[name], env)
+        raise KeyError(node)  # pragma: no cover - every leaf is in env
+
+    def formula(self, node: Node) -> Form:
+        leaves: list[Node] = []
+        self._leaves(node, leaves)
+        rows = 2 ** len(leaves)
+        if rows // 2 > MAX_TABLE_UNITS:
+            # Too wide for one table: materialise the operands first, then combine them.
+            a, b = node.left, node.right  # type: ignore[attr-defined]
+            fa, fb = self.boolean_materialised(a), self.boolean_materialised(b)
+            leaves = [a, b]
+            forms = [fa, fb]
+        else:
+            forms = [self.boolean(leaf) for leaf in leaves]
+        out = self.fresh("bool")
+
+        def table(bits: tuple[bool, ...]) -> bool:
+            return self._evaluate(node, dict(zip(leaves, bits, strict=True)))
+
+        block = ffn.boolean_function(forms, table, out, NONBOS, label=f"formula -> {out}")
+        self.add(block, {out: 1})
+        return {out: 1.0}
+
+    def boolean_materialised(self, node: Node) -> Form:
+        form = self.boolean(node)
+        self.memo[node] = form
+        return form
+
+    def compare(self, node: Compare) -> Form:
+        one = self.one()
+        d = form_add((1, self.count(node.left)), (-1, self.count(node.right)))
+        half = {v: c / 2 for v, c in one.items()}
+        le = form_add((-1, d), (1, half))  # D <= 0
+        ge = form_add((1, d), (1, half))  # D >= 0
+        lt = form_add((-1, d), (-1, half))  # D <= -1
+        gt = form_add((1, d), (-1, half))  # D >= 1
+        match node.op:
+            case "<=":
+                return self.step(le)
+            case ">=":
+                return self.step(ge)
+            case "<":
+                return self.step(lt)
+            case ">":
+                return self.step(gt)
+        both = form_add((1, self.step(le)), (1, self.step(ge)))
+        eq = form_add((1, both), (-1, {NONBOS: 1.0}))
+        return eq if node.op == "==" else form_add((1, {NONBOS: 1.0}), (-1, eq))
+
+    def step(self, z: Form) -> Form:
+        """A Boolean variable holding ``1[z ≥ 0]`` at tokens and 0 at BOS."""
+        out = self.fresh("cmp")
+        bound = self.bound(z)
+        if self.mode == "heaviside":
+            block = ffn.threshold(z, out, bound, BOS, label=f"threshold -> {out}")
+        else:
+            assert self.max_len is not None
+            margin = 1 / (2 * (self.max_len + 1))
+            block = ffn.ramp(z, out, margin, bound, BOS, label=f"ramp -> {out}")
+        self.add(block, {out: 1})
+        return {out: 1.0}
+
+    # -------------------------------------------------------------- counts
+
+    def count(self, node: Node) -> Form:
+        if node in self.memo:
+            return self.memo[node]
+        match node:
+            case Count(arg, None):
+                out = self.fresh("count")
+                self.add(
+                    attention.causal_average(self.boolean(arg), out, label=f"# -> {out}"), {out: 1}
+                )
+                form = {out: 1.0}
+            case Count(arg, offsets):
+                form = self.local_count(self.boolean(arg), sorted(offsets))
+            case CountConst(value):
+                form = {v: value * c for v, c in self.one().items()} if value else {}
+            case CountRef(name):
+                form = self.count(self.defs[name])
+            case Add(a, b):
+                form = form_add((1, self.count(a)), (1, self.count(b)))
+            case Sub(a, b):
+                form = form_add((1, self.count(a)), (-1, self.count(b)))
+            case Scale(factor, arg):
+                form = form_add((factor, self.count(arg)))
+            case Min(a, b) | Max(a, b):
+                x, y = self.count(a), self.count(b)
+                sign = -1 if isinstance(node, Min) else 1
+                out = self.fresh("min" if sign < 0 else "max")
+                # min(x, y) = y − ReLU(y − x);  max(x, y) = y + ReLU(x − y)
+                z = form_add((sign, x), (-sign, y))
+                self.add(
+                    ffn.relu_of(z, out, label=f"{type(node).__name__.lower()} -> {out}"),
+                    {out: self.bound(z)},
+                )
+                form = form_add((1, y), (sign, {out: 1.0}))
+            case Cond(c, a, b):
+                # c ? x : y  =  y + c·(x − y), by big-M gating
+                x, y, bit = self.count(a), self.count(b), self.boolean(c)
+                diff = form_add((1, x), (-1, y))
+                out = self.fresh("cond")
+                bound = self.bound(diff)
+                self.add(
+                    ffn.gate(bit, diff, bound, out, label=f"conditional -> {out}"), {out: bound}
+                )
+                form = form_add((1, y), (1, {out: 1.0}))
+            case _:  # pragma: no cover
+                raise TypeError(node)
+        self.memo[node] = form
+        return form
+
+    def local_count(self, arg: Form, offsets: list[int]) -> Form:
+        """``#[j <= i, i − j ∈ offsets] P(j)`` = Σ_c ONE · P(i − c), by offset lookups."""
+        one = self.one()
+        constant = {BOS: 1.0, NONBOS: 1.0}  # 1 at every position
+        form: Form = {}
+        for offset in offsets:
+            bit = self.fresh(f"prev{offset}")
+            self.add(
+                attention.offset_lookup(
+                    arg, offset, bit, constant, BOS, label=f"P(i-{offset}) -> {bit}"
+                ),
+                {bit: 1},
+            )
+            out = self.fresh("local")
+            self.add(
+                ffn.gate({bit: 1.0}, one, 1.0, out, label=f"ONE·P(i-{offset}) -> {out}"), {out: 1}
+            )
+            form = form_add((1, form), (1, {out: 1.0}))
+        return form
+
+    # -------------------------------------------------------------- program
+
+    def lower(self) -> Circuit:
+        for definition in self.program.definitions:
+            if definition.sort.value == "bool":
+                form = self.boolean(definition.expr)
+            else:
+                form = self.count(definition.expr)
+            self.circuit.forms[definition.name] = form
+        self.circuit.bounds = self.var_bounds
+        return self.circuit
+
+
+def lower_program(program: Program, mode: str = "heaviside", max_len: int | None = None) -> Circuit:
+    """Lower ``program`` to blocks; ``mode`` picks how comparisons threshold."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    if mode == "relu" and (max_len is None or max_len < 0):
+        raise ValueError("relu mode needs max_len, the longest input it must be exact for")
+    return _Lowerer(program, mode, max_len).lower()

@@ -1,0 +1,245 @@
+"""Model files: ``.npz`` with a JSON header, loaded with ``allow_pickle=False`` and validated.
+
+The archive holds ``header`` (a JSON string) and the weight arrays, named ``w_e``, ``w_p``,
+``layer{L}.head{H}.{w_q,w_k,w_v,w_o}``, ``layer{L}.mlp.{w1,b1,w2,b2}`` and
+``output{K}.weights``. The header holds everything else: format name and version,
+vocabulary (``vocab[0]`` is BOS), positional features, residual labels, per-head
+settings, MLP activations, outputs and decision rules, guarantee, compile options,
+source text and compile information.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from crasp_compiler.errors import CraspError
+from crasp_compiler.model.features import check_feature
+from crasp_compiler.model.model import (
+    ACTIVATIONS,
+    BOS,
+    MASKS,
+    MLP,
+    RULES,
+    WEIGHTINGS,
+    Guarantee,
+    Head,
+    Layer,
+    Model,
+    Output,
+)
+
+FORMAT = "crasp-model"
+VERSION = 1
+
+
+def save_model(model: Model, path: str | Path) -> None:
+    """Write ``model`` to ``path`` (an ``.npz`` file)."""
+    arrays: dict[str, np.ndarray] = {"w_e": model.w_e, "w_p": model.w_p}
+    layers = []
+    for l_index, layer in enumerate(model.layers):
+        heads = []
+        for h_index, head in enumerate(layer.heads):
+            for key in ("w_q", "w_k", "w_v", "w_o"):
+                arrays[f"layer{l_index}.head{h_index}.{key}"] = getattr(head, key)
+            heads.append(
+                {
+                    "scale": head.scale,
+                    "bias": {str(k): v for k, v in head.bias.items()},
+                    "weighting": head.weighting,
+                    "mask": head.mask,
+                    "label": head.label,
+                }
+            )
+        mlp = None
+        if layer.mlp is not None:
+            for key in ("w1", "b1", "w2", "b2"):
+                arrays[f"layer{l_index}.mlp.{key}"] = getattr(layer.mlp, key)
+            mlp = {"activations": layer.mlp.activations, "labels": layer.mlp.labels}
+        layers.append({"heads": heads, "mlp": mlp})
+    for k, out in enumerate(model.outputs):
+        arrays[f"output{k}.weights"] = out.weights
+    header = {
+        "format": FORMAT,
+        "version": VERSION,
+        "vocab": model.vocab,
+        "features": model.features,
+        "residual": model.residual,
+        "layers": layers,
+        "outputs": [{"name": o.name, "rule": o.rule} for o in model.outputs],
+        "accept": model.accept,
+        "guarantee": {"max_len": model.guarantee.max_len, "text": model.guarantee.text},
+        "options": model.options,
+        "source": model.source,
+        "info": model.info,
+    }
+    arrays = {k: np.asarray(v, dtype=np.float64) for k, v in arrays.items()}
+    with open(path, "wb") as handle:
+        np.savez(handle, header=np.array(json.dumps(header)), **arrays)
+
+
+class _Invalid(Exception):
+    pass
+
+
+def _expect(condition: bool, message: str) -> None:
+    if not condition:
+        raise _Invalid(message)
+
+
+def _array(data, name: str, shape: tuple[int, ...]) -> np.ndarray:
+    _expect(name in data.files, f"missing array {name!r}")
+    array = data[name]
+    _expect(array.dtype.kind == "f", f"array {name!r} is not floating point")
+    _expect(array.shape == shape, f"array {name!r} has shape {array.shape}, expected {shape}")
+    _expect(bool(np.isfinite(array).all()), f"array {name!r} has non-finite values")
+    return array.astype(np.float64)
+
+
+def _header(data) -> dict[str, Any]:
+    _expect("header" in data.files, "no header: not a crasp model file")
+    raw = data["header"]
+    _expect(raw.dtype.kind == "U" and raw.shape == (), "the header is not a JSON string")
+    try:
+        header = json.loads(str(raw))
+    except json.JSONDecodeError as err:
+        raise _Invalid(f"the header is not valid JSON ({err})") from None
+    _expect(isinstance(header, dict), "the header is not a JSON object")
+    _expect(header.get("format") == FORMAT, "not a crasp model file (wrong format name)")
+    version = header.get("version")
+    _expect(
+        version == VERSION,
+        f"unsupported format version {version!r} (this crasp_compiler reads version {VERSION})",
+    )
+    for key, kind in (
+        ("vocab", list),
+        ("features", list),
+        ("residual", list),
+        ("layers", list),
+        ("outputs", list),
+        ("guarantee", dict),
+    ):
+        _expect(isinstance(header.get(key), kind), f"header field {key!r} is missing or malformed")
+    return header
+
+
+def _parse(data) -> Model:
+    header = _header(data)
+    vocab = [str(v) for v in header["vocab"]]
+    _expect(len(vocab) >= 1 and vocab[0] == BOS, "the vocabulary must start with BOS")
+    _expect(len(set(vocab)) == len(vocab), "the vocabulary has duplicates")
+    features = [str(f) for f in header["features"]]
+    for name in features:
+        try:
+            check_feature(name)
+        except ValueError as err:
+            raise _Invalid(str(err)) from None
+    d = len(header["residual"])
+    w_e = _array(data, "w_e", (len(vocab), d))
+    w_p = _array(data, "w_p", (d, len(features)))
+    layers = []
+    for l_index, spec in enumerate(header["layers"]):
+        _expect(
+            isinstance(spec, dict) and isinstance(spec.get("heads"), list),
+            f"layer {l_index} is malformed",
+        )
+        heads = []
+        for h_index, hs in enumerate(spec["heads"]):
+            prefix = f"layer{l_index}.head{h_index}"
+            _expect(isinstance(hs, dict), f"{prefix} is malformed")
+            _expect(
+                hs.get("weighting") in WEIGHTINGS,
+                f"{prefix}: unknown weighting {hs.get('weighting')!r}",
+            )
+            _expect(hs.get("mask") in MASKS, f"{prefix}: unknown mask {hs.get('mask')!r}")
+            dk, dv = _rows(data, f"{prefix}.w_q"), _rows(data, f"{prefix}.w_v")
+            _expect(dk >= 1 and dv >= 1, f"{prefix}: malformed projection shapes")
+            try:
+                bias = {int(k): float(v) for k, v in dict(hs.get("bias", {})).items()}
+                scale = float(hs.get("scale", 1.0))
+            except (TypeError, ValueError):
+                raise _Invalid(f"{prefix}: malformed bias or scale") from None
+            heads.append(
+                Head(
+                    _array(data, f"{prefix}.w_q", (dk, d)),
+                    _array(data, f"{prefix}.w_k", (dk, d)),
+                    _array(data, f"{prefix}.w_v", (dv, d)),
+                    _array(data, f"{prefix}.w_o", (d, dv)),
+                    scale,
+                    bias,
+                    hs["weighting"],
+                    hs["mask"],
+                    str(hs.get("label", "")),
+                )
+            )
+        mlp = None
+        if spec.get("mlp") is not None:
+            ms = spec["mlp"]
+            prefix = f"layer{l_index}.mlp"
+            _expect(
+                isinstance(ms, dict) and isinstance(ms.get("activations"), list),
+                f"{prefix} is malformed",
+            )
+            hidden = len(ms["activations"])
+            _expect(
+                all(a in ACTIVATIONS for a in ms["activations"]), f"{prefix}: unknown activation"
+            )
+            labels = [str(x) for x in ms.get("labels", [])]
+            mlp = MLP(
+                _array(data, f"{prefix}.w1", (hidden, d)),
+                _array(data, f"{prefix}.b1", (hidden,)),
+                _array(data, f"{prefix}.w2", (d, hidden)),
+                _array(data, f"{prefix}.b2", (d,)),
+                list(ms["activations"]),
+                labels,
+            )
+        layers.append(Layer(heads, mlp))
+    outputs = []
+    for k, spec in enumerate(header["outputs"]):
+        _expect(isinstance(spec, dict) and spec.get("rule") in RULES, f"output {k} is malformed")
+        outputs.append(
+            Output(str(spec.get("name")), _array(data, f"output{k}.weights", (d,)), spec["rule"])
+        )
+    g = header["guarantee"]
+    max_len = g.get("max_len")
+    _expect(max_len is None or (isinstance(max_len, int) and max_len >= 0), "malformed guarantee")
+    return Model(
+        vocab=vocab,
+        w_e=w_e,
+        features=features,
+        w_p=w_p,
+        layers=layers,
+        outputs=outputs,
+        residual=[str(r) for r in header["residual"]],
+        guarantee=Guarantee(max_len, str(g.get("text", ""))),
+        accept=header.get("accept"),
+        options=dict(header.get("options") or {}),
+        source=str(header.get("source", "")),
+        info=dict(header.get("info") or {}),
+    )
+
+
+def _rows(data, name: str) -> int:
+    _expect(name in data.files, f"missing array {name!r}")
+    array = data[name]
+    _expect(array.ndim == 2, f"array {name!r} is not a matrix")
+    return int(array.shape[0])
+
+
+def load_model(path: str | Path) -> Model:
+    """Read and validate a model file; any problem raises :class:`CraspError`."""
+    try:
+        with open(path, "rb") as handle:
+            magic = handle.read(4)
+        if magic != b"PK\x03\x04":
+            raise _Invalid("not an .npz archive (wrong file type?)")
+        with np.load(path, allow_pickle=False) as data:
+            return _parse(data)
+    except _Invalid as err:
+        raise CraspError(f"invalid model file: {err}", filename=str(path)) from None
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError) as err:
+        raise CraspError(f"cannot read model file: {err}", filename=str(path)) from None

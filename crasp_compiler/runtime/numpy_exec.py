@@ -1,0 +1,209 @@
+"""The numpy reference executor of the model family (see :mod:`crasp_compiler.model.model`).
+
+Runs a batch of token sequences (BOS is prepended here) in float64 by default or float32
+on request. Sequences of different lengths are right-padded: every mask is causal or
+stricter in compiled models, so padding never changes a real position (``none`` masks
+are applied per sequence). Uniform heads (all scores 0) are evaluated as cumulative
+means in O(n); other heads process queries in chunks so memory stays O(chunk · n).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from crasp_compiler.errors import CraspError
+from crasp_compiler.model.features import feature_matrix
+from crasp_compiler.model.model import MLP, Head, Model
+
+CHUNK = 1024
+# Scores within this distance of the row maximum count as maximal under hard attention.
+HARD_TOLERANCE = {np.float64: 1e-9, np.float32: 1e-4}
+
+
+@dataclass
+class RunResult:
+    """Outputs of one batch. ``outputs[name]`` has shape (B, T) with T = 1 + longest input;
+    ``values[name]`` applies the output's decision rule. ``lengths`` are the input lengths
+    (without BOS), so sequence b's last position is ``lengths[b]``. ``residuals`` (when
+    requested) lists ``(label, array (B, T, d))`` after the embedding and every sublayer."""
+
+    outputs: dict[str, np.ndarray]
+    values: dict[str, np.ndarray]
+    lengths: np.ndarray
+    residuals: list[tuple[str, np.ndarray]] | None = None
+
+    def final(self, name: str) -> np.ndarray:
+        """The decided value of output ``name`` at each sequence's last position."""
+        return self.values[name][np.arange(len(self.lengths)), self.lengths]
+
+
+def _gelu(z: np.ndarray) -> np.ndarray:
+    return 0.5 * z * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (z + 0.044715 * z**3)))
+
+
+def _activate(z: np.ndarray, activations: list[str]) -> np.ndarray:
+    kinds = np.array(activations)
+    out = np.empty_like(z)
+    for kind, fn in (
+        ("relu", lambda v: np.maximum(v, 0)),
+        ("heaviside", lambda v: (v >= 0).astype(v.dtype)),
+        ("gelu", _gelu),
+    ):
+        cols = kinds == kind
+        if cols.any():
+            out[..., cols] = fn(z[..., cols])
+    return out
+
+
+def _mask(head: Head, rows: np.ndarray, cols: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Allowed (query, key) pairs, shape (B, rows, cols)."""
+    t, s = rows[:, None], cols[None, :]
+    if head.mask == "causal":
+        allowed = s <= t
+    elif head.mask == "strict":
+        allowed = s < t
+    else:
+        allowed = np.ones((len(rows), len(cols)), dtype=bool)
+    valid = cols[None, None, :] <= lengths[:, None, None]
+    return allowed[None] & valid
+
+
+def _attend(head: Head, x: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Σ_s α_ts W_V x_s for every query t, shape (B, T, dv)."""
+    v = x @ head.w_v.T
+    batch, size, _ = x.shape
+    if head.is_uniform and head.mask == "causal":
+        return np.cumsum(v, axis=1) / np.arange(1, size + 1, dtype=x.dtype)[None, :, None]
+    q = x @ head.w_q.T
+    k = x @ head.w_k.T
+    cols = np.arange(size)
+    tolerance = HARD_TOLERANCE[x.dtype.type]
+    out = np.zeros((batch, size, v.shape[-1]), dtype=x.dtype)
+    for start in range(0, size, CHUNK):
+        rows = cols[start : start + CHUNK]
+        scores = head.scale * np.einsum("btk,bsk->bts", q[:, rows], k)
+        if head.bias:
+            offsets = rows[:, None] - cols[None, :]
+            for offset, value in head.bias.items():
+                scores = scores + (value * (offsets == offset)).astype(x.dtype)[None]
+        allowed = _mask(head, rows, cols, lengths)
+        scores = np.where(allowed, scores, -np.inf)
+        top = scores.max(axis=-1, keepdims=True)
+        empty = ~allowed.any(axis=-1, keepdims=True)
+        top = np.where(empty, 0, top)
+        if head.weighting == "softmax":
+            weights = np.where(allowed, np.exp(scores - top), 0)
+        else:
+            weights = (allowed & (scores >= top - tolerance)).astype(x.dtype)
+            if head.weighting in ("hard-left", "hard-right"):
+                pick = (
+                    weights.argmax(-1)
+                    if head.weighting == "hard-left"
+                    else (size - 1 - weights[..., ::-1].argmax(-1))
+                )
+                weights = np.zeros_like(weights)
+                np.put_along_axis(weights, pick[..., None], 1.0, axis=-1)
+                weights = np.where(allowed, weights, 0)
+        total = weights.sum(-1, keepdims=True)
+        weights = weights / np.where(total == 0, 1, total)
+        out[:, rows] = weights @ v
+    return out
+
+
+def _mlp(mlp: MLP, x: np.ndarray) -> np.ndarray:
+    hidden = _activate(x @ mlp.w1.T + mlp.b1, mlp.activations)
+    return hidden @ mlp.w2.T + mlp.b2
+
+
+def run(
+    model: Model,
+    inputs: Sequence[Sequence[str]],
+    dtype: type = np.float64,
+    residuals: bool = False,
+    on_overlength: str = "error",
+) -> RunResult:
+    """Run a batch of token sequences (without BOS) through the model.
+
+    ``on_overlength`` decides what happens when an input is longer than the model's
+    guarantee covers: ``"error"`` raises :class:`CraspError`, ``"warn"`` warns, ``"ignore"``.
+    """
+    if on_overlength not in ("error", "warn", "ignore"):
+        raise ValueError(f"on_overlength must be error, warn or ignore, not {on_overlength!r}")
+    dtype = np.dtype(dtype).type
+    ids_list = []
+    for tokens in inputs:
+        try:
+            ids_list.append(model.token_ids(list(tokens)))
+        except ValueError as err:
+            raise CraspError(str(err), filename="input") from None
+    lengths = np.array([len(ids) for ids in ids_list], dtype=np.int64)
+    longest = int(lengths.max()) if len(lengths) else 0
+    if not model.guarantee.covers(longest) and on_overlength != "ignore":
+        message = f"input length {longest} exceeds the model's guarantee ({model.guarantee.text})"
+        if on_overlength == "error":
+            raise CraspError(
+                message
+                + "; allow it with --beyond-guarantee warn (CLI) or on_overlength='warn' (API)"
+            )
+        warnings.warn(message, stacklevel=2)
+    size = longest + 1
+    ids = np.zeros((len(ids_list), size), dtype=np.int64)
+    for row, seq in enumerate(ids_list):
+        ids[row, 1 : 1 + len(seq)] = seq
+    x = (
+        model.w_e.astype(dtype)[ids]
+        + (feature_matrix(model.features, size) @ model.w_p.T).astype(dtype)[None]
+    )
+    trace: list[tuple[str, np.ndarray]] = [("embed", x.copy())] if residuals else []
+    for number, layer in enumerate(model.layers, start=1):
+        if layer.heads:
+            update = np.zeros_like(x)
+            for head in layer.heads:
+                cast = _cast_head(head, dtype)
+                update += _attend(cast, x, lengths) @ cast.w_o.T
+            x = x + update
+            if residuals:
+                trace.append((f"layer {number} attention", x.copy()))
+        if layer.mlp is not None:
+            x = x + _mlp(_cast_mlp(layer.mlp, dtype), x)
+            if residuals:
+                trace.append((f"layer {number} mlp", x.copy()))
+    outputs, values = {}, {}
+    scale = np.arange(1, size + 1, dtype=dtype)[None, :]
+    for out in model.outputs:
+        raw = x @ out.weights.astype(dtype)
+        outputs[out.name] = raw
+        if out.rule == "bool":
+            values[out.name] = raw > 0.5
+        else:
+            values[out.name] = np.rint(raw * scale).astype(np.int64)
+    return RunResult(outputs, values, lengths, trace if residuals else None)
+
+
+def _cast_head(head: Head, dtype: type) -> Head:
+    return Head(
+        head.w_q.astype(dtype),
+        head.w_k.astype(dtype),
+        head.w_v.astype(dtype),
+        head.w_o.astype(dtype),
+        head.scale,
+        head.bias,
+        head.weighting,
+        head.mask,
+        head.label,
+    )
+
+
+def _cast_mlp(mlp: MLP, dtype: type) -> MLP:
+    return MLP(
+        mlp.w1.astype(dtype),
+        mlp.b1.astype(dtype),
+        mlp.w2.astype(dtype),
+        mlp.b2.astype(dtype),
+        mlp.activations,
+        mlp.labels,
+    )
