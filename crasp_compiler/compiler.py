@@ -138,8 +138,8 @@ def compile_program(program: Program, mode: str = "heaviside", max_len: int | No
             "dependency_bound": dependency_bound(program),
             "exactness": sorted({block.exact for block in circuit.blocks}),
             "definitions": {
-                d.name: _label_form(circuit.forms[d.name], residual_vars, labels)
-                for d in program.definitions
+                name: _label_form(form, residual_vars, labels)
+                for name, form in circuit.forms.items()
             },
         },
     )
@@ -155,7 +155,7 @@ def _labels(program: Program, forms: dict, residual_vars: list[str]) -> list[str
     """Residual labels: a variable that *is* a definition takes the definition's name."""
     names = {}
     for definition in program.definitions:
-        form = forms[definition.name]
+        form = forms.get(definition.name, {})
         if len(form) == 1:
             ((var, coef),) = form.items()
             if coef == 1.0 and var not in names and "#" in var:

@@ -41,6 +41,7 @@ from crasp_compiler.ir.nodes import (
     Scale,
     Sub,
     TokenIs,
+    walk,
 )
 from crasp_compiler.model.features import periodic as periodic_feature
 
@@ -289,8 +290,25 @@ class _Lowerer:
 
     # -------------------------------------------------------------- program
 
+    def needed(self) -> set[str]:
+        """The definitions the outputs depend on (the others are not compiled)."""
+        seen: set[str] = set()
+        stack = list(self.program.outputs)
+        while stack:
+            name = stack.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            stack.extend(
+                n.name for n in walk(self.defs[name]) if isinstance(n, (BoolRef, CountRef))
+            )
+        return seen
+
     def lower(self) -> Circuit:
+        needed = self.needed()
         for definition in self.program.definitions:
+            if definition.name not in needed:
+                continue
             if definition.sort.value == "bool":
                 form = self.boolean(definition.expr)
             else:

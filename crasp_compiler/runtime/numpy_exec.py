@@ -4,7 +4,8 @@ Runs a batch of token sequences (BOS is prepended here) in float64 by default or
 on request. Sequences of different lengths are right-padded: every mask is causal or
 stricter in compiled models, so padding never changes a real position (``none`` masks
 are applied per sequence). Uniform heads (all scores 0) are evaluated as cumulative
-means in O(n); other heads process queries in chunks so memory stays O(chunk · n).
+means in O(n); other heads process queries in chunks of at most ``SCORE_BUDGET``
+score entries, so memory stays bounded at any length.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from crasp_compiler.errors import CraspError
 from crasp_compiler.model.features import feature_matrix
 from crasp_compiler.model.model import MLP, Head, Model
 
-CHUNK = 1024
+# Score entries materialised at once per head (batch × query rows × keys).
+SCORE_BUDGET = 1 << 23
 # Scores within this distance of the row maximum count as maximal under hard attention.
 HARD_TOLERANCE = {np.float64: 1e-9, np.float32: 1e-4}
 
@@ -83,8 +85,9 @@ def _attend(head: Head, x: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     cols = np.arange(size)
     tolerance = HARD_TOLERANCE[x.dtype.type]
     out = np.zeros((batch, size, v.shape[-1]), dtype=x.dtype)
-    for start in range(0, size, CHUNK):
-        rows = cols[start : start + CHUNK]
+    chunk = max(1, SCORE_BUDGET // (batch * size))
+    for start in range(0, size, chunk):
+        rows = cols[start : start + chunk]
         scores = head.scale * np.einsum("btk,bsk->bts", q[:, rows], k)
         if head.bias:
             offsets = rows[:, None] - cols[None, :]
