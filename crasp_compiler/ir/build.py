@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import lcm
 
 from lark import Token, Tree
@@ -358,14 +358,14 @@ class _Builder:
             if sort is None:
                 raise _Invalid()
             return BoolRef(name) if sort == Sort.BOOL else CountRef(name)
-        if name in self.unary:
-            return self.unary[name]
+        if name in self.unary:  # a fresh node, so that expr() gives it this use's span
+            return replace(self.unary[name], span=None)
         if name in PREDEFINED_UNARY:
             if name not in self.imported:
                 raise self.error(
                     f"predicate {name!r} is not imported", name_tok, f"add `#import {name}` first"
                 )
-            return PREDEFINED_UNARY[name]
+            return replace(PREDEFINED_UNARY[name], span=None)
         if name in self.binary or name in PREDEFINED_BINARY:
             raise self.error(
                 f"{name!r} is a relation between two positions; use it as `#[{name}] P`",
