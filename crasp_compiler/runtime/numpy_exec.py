@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -188,25 +188,10 @@ def run(
 
 
 def _cast_head(head: Head, dtype: type) -> Head:
-    return Head(
-        head.w_q.astype(dtype),
-        head.w_k.astype(dtype),
-        head.w_v.astype(dtype),
-        head.w_o.astype(dtype),
-        head.scale,
-        head.bias,
-        head.weighting,
-        head.mask,
-        head.label,
+    return replace(
+        head, **{k: getattr(head, k).astype(dtype) for k in ("w_q", "w_k", "w_v", "w_o")}
     )
 
 
 def _cast_mlp(mlp: MLP, dtype: type) -> MLP:
-    return MLP(
-        mlp.w1.astype(dtype),
-        mlp.b1.astype(dtype),
-        mlp.w2.astype(dtype),
-        mlp.b2.astype(dtype),
-        mlp.activations,
-        mlp.labels,
-    )
+    return replace(mlp, **{k: getattr(mlp, k).astype(dtype) for k in ("w1", "b1", "w2", "b2")})
