@@ -6,6 +6,7 @@ Exit status: 0 on success, 1 on a user error (message on stderr), 2 on misuse.
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Iterator
 
 import click
@@ -189,11 +190,16 @@ def run_command(
     dtype = np.float32 if float32 else np.float64
     for number, tokens in input_lines(input):
         try:
-            result = run(
-                model, [tokens], dtype=dtype, residuals=trace, on_overlength=beyond_guarantee
-            )
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                result = run(
+                    model, [tokens], dtype=dtype, residuals=trace, on_overlength=beyond_guarantee
+                )
         except CraspError as err:
             raise _located(err, number) from None
+        where = f"<stdin>:{number}" if number else "input"
+        for warning in caught:
+            click.echo(f"{where}: warning: {warning.message}", err=True)
         if trace:
             assert result.residuals is not None
             for label, x in result.residuals:

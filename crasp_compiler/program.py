@@ -27,7 +27,7 @@ def load_program(path: str | Path, alphabet: Iterable[str] | None = None) -> Pro
     """Read a ``.crasp`` or ``.cr`` file and check it."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a leading BOM is not program text
     except (OSError, UnicodeDecodeError) as err:
         raise CraspError(f"cannot read program: {err}", filename=str(path)) from None
     return parse_program(text, str(path), alphabet)
@@ -40,7 +40,10 @@ def with_alphabet(program: Program, alphabet: Iterable[str]) -> Program:
         raise CraspError("the alphabet is empty", filename=program.filename)
     for symbol in symbols:
         if not symbol or not symbol.isprintable() or any(ch.isspace() for ch in symbol):
-            raise CraspError(f"alphabet symbol {symbol!r} is empty or contains whitespace")
+            raise CraspError(
+                f"alphabet symbol {symbol!r} is empty or contains whitespace",
+                filename=program.filename,
+            )
     used = {n.symbol for d in program.definitions for n in walk(d.expr) if isinstance(n, TokenIs)}
     missing = sorted(used - set(symbols))
     if missing:

@@ -59,6 +59,12 @@ _CMP_CANON = {
     "<": "<",
     ">": ">",
 }
+# Bounds that keep checking and evaluation finite and exact: count constants fit int64
+# arithmetic with room to spare; periods and local offsets are enumerated one by one.
+MAX_CONSTANT = 10**9
+MAX_MODULUS = 10_000
+MAX_OFFSET = 10_000
+
 _RELATION_CLASSES = (
     "supported positional relations: periodic predicates (Boolean combinations of "
     "`i % m == r`) and local relations (`j == i - c` with c >= 0, and finite "
@@ -127,6 +133,7 @@ class _Builder:
         self.binary: dict[str, frozenset[int]] = {}
         self.imported: set[str] = set()
         self.literals: dict[str, Span | None] = {}
+        self.failed: set[str] = set()  # predicates with errors: uses report nothing more
 
     # ------------------------------------------------------------ reporting
 
@@ -194,6 +201,8 @@ class _Builder:
             booleans = [d.name for d in definitions if d.sort == Sort.BOOL]
             if booleans:
                 accept_name = booleans[-1]
+            elif not statements:
+                self.error("the program is empty", None, 'expected definitions such as `C = # "a"`')
             elif not self.diagnostics:
                 self.error(
                     "the program has no Boolean definition to accept with",
@@ -239,7 +248,7 @@ class _Builder:
 
     def _check_new_name(self, name_tok: Token) -> bool:
         name = str(name_tok)
-        if name in self.sorts or name in self.unary or name in self.binary:
+        if name in self.sorts or name in self.unary or name in self.binary or name in self.failed:
             first = self.defined_at.get(name)
             where = f" (first defined at line {first.line})" if first else ""
             self.error(f"{name!r} is already defined{where}", name_tok)
@@ -276,8 +285,10 @@ class _Builder:
         names = [str(v) for v in vars_]
         if not self._check_new_name(name_tok):
             return
+        self.defined_at[str(name_tok)] = _span(name_tok)
         if len(set(names)) != len(names):
             self.error("the two position variables of a relation must differ", st)
+            self.failed.add(str(name_tok))
             return
         self.current = str(name_tok)
         try:
@@ -293,8 +304,7 @@ class _Builder:
             else:
                 self.binary[str(name_tok)] = self.relation(body, outer=names[0], inner=names[1])
         except _Invalid:
-            return
-        self.defined_at[str(name_tok)] = _span(name_tok)
+            self.failed.add(str(name_tok))
 
     # ------------------------------------------------------------ expressions
 
@@ -353,6 +363,8 @@ class _Builder:
         name_tok = t.children[0]
         name = str(name_tok)
         self._check_index(t, scope)
+        if name in self.failed:
+            raise _Invalid()
         if name in self.sorts:
             sort = self.sorts[name]
             if sort is None:
@@ -420,8 +432,14 @@ class _Builder:
         self.literals.setdefault(symbol, _span(t))
         return TokenIs(symbol)
 
+    def _int(self, tok: Token, bound: int = MAX_CONSTANT, what: str = "integer constant") -> int:
+        value = int(tok)
+        if value > bound:
+            raise self.error(f"{what} {value} is too large", tok, f"expected at most {bound}")
+        return value
+
     def e_int_(self, t: Tree, scope: _Scope) -> Expr:
-        return CountConst(int(t.children[0]))
+        return CountConst(self._int(t.children[0]))
 
     def e_true_(self, t: Tree, scope: _Scope) -> Expr:
         return BoolConst(True)
@@ -439,6 +457,14 @@ class _Builder:
 
     def _logic(self, t: Tree, scope: _Scope, op: str, cls) -> Expr:
         left, right = self._both(lambda c: self.boolean(c, scope, f"`{op}`"), t.children)
+        if isinstance(left, Periodic) and isinstance(right, Periodic):
+            modulus = lcm(left.modulus, right.modulus)
+            if modulus > MAX_MODULUS:
+                raise self.error(
+                    f"the combined period {modulus} is too large",
+                    t,
+                    f"expected at most {MAX_MODULUS}",
+                )
         return fold_periodic(op, [left, right]) or cls(left, right)
 
     def e_and_(self, t: Tree, scope: _Scope) -> Expr:
@@ -460,9 +486,9 @@ class _Builder:
 
     def _literal(self, t: Tree) -> int | None:
         if t.data == "int_":
-            return int(t.children[0])
+            return self._int(t.children[0])
         if t.data == "neg" and isinstance(t.children[0], Tree) and t.children[0].data == "int_":
-            return -int(t.children[0].children[0])
+            return -self._int(t.children[0].children[0])
         return None
 
     def e_neg(self, t: Tree, scope: _Scope) -> Expr:
@@ -543,6 +569,8 @@ class _Builder:
 
     def named_relation(self, name_tok: Token) -> frozenset[int]:
         name = str(name_tok)
+        if name in self.failed:
+            raise _Invalid()
         if name in self.binary:
             return self.binary[name]
         if name in PREDEFINED_BINARY:
@@ -611,7 +639,7 @@ class _Builder:
         """The comparisons of a positional atom as (op, left, right) linear terms."""
         if t.data == "pos_congruent":
             left, right, modulus_tok = t.children
-            m = int(modulus_tok)
+            m = self._int(modulus_tok, MAX_MODULUS, "modulus")
             if m <= 0:
                 raise self.error("the modulus must be positive", modulus_tok)
             a, b = self._term(left), self._term(right)
@@ -631,7 +659,7 @@ class _Builder:
         if t.data == "mod":
             inner, m_tok = t.children
             base = self._term(inner)
-            if int(m_tok) <= 0:
+            if self._int(m_tok, MAX_MODULUS, "modulus") <= 0:
                 raise self.error("the modulus must be positive", m_tok)
             if base.modulus:
                 raise self.error("unsupported positional expression: `%` applied twice", t)
@@ -669,6 +697,10 @@ class _Builder:
                         "to detect positions near the start, count: e.g. `#true <= 1`",
                     )
         modulus = lcm(*moduli) if moduli else 1
+        if modulus > MAX_MODULUS:
+            raise self.error(
+                f"the combined period {modulus} is too large", t, f"expected at most {MAX_MODULUS}"
+            )
         residues = frozenset(
             r
             for r in range(modulus)
@@ -702,6 +734,22 @@ class _Builder:
                 offsets = self.named_relation(name_tok)
                 constants.extend(offsets)
                 return lambda d: d in offsets
+            # The body of `predicate P(i, j) := ...` is parsed as an expression.
+            if data in ("ref", "paren") and len(node.children) == 1:
+                if data == "paren":
+                    return truth(node.children[0])
+                offsets = self.named_relation(node.children[0])
+                constants.extend(offsets)
+                return lambda d: d in offsets
+            if data in ("true_", "false_"):
+                return lambda d: data == "true_"
+            if data not in ("pos_compare", "pos_congruent"):
+                raise self.error(
+                    f"expected a relation between {inner} and {outer}",
+                    node,
+                    f"for example `{inner} == {outer} - 1`; combine such comparisons and "
+                    "relation names with `&&`, `||` and `!`",
+                )
             atoms = self._pos_atoms(node)
             checks = []
             for op, a, b in atoms:
@@ -729,6 +777,10 @@ class _Builder:
                         _RELATION_CLASSES,
                     )
                 const = a.const - b.const
+                if abs(const) > MAX_OFFSET:
+                    raise self.error(
+                        f"offset {abs(const)} is too large", node, f"expected at most {MAX_OFFSET}"
+                    )
                 constants.append(abs(const))
                 checks.append((op, k, const))
             return lambda d: all(_holds(op, k * d + c, 0) for op, k, c in checks)

@@ -18,6 +18,7 @@ used for big-M gating and BOS guards.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import product
 
 from crasp_compiler.cookbook import attention, ffn
 from crasp_compiler.cookbook.blocks import Block, Form, form_add
@@ -170,10 +171,14 @@ class _Lowerer:
             forms = [fa, fb]
         else:
             forms = [self.boolean(leaf) for leaf in leaves]
-        out = self.fresh("bool")
 
         def table(bits: tuple[bool, ...]) -> bool:
             return self._evaluate(node, dict(zip(leaves, bits, strict=True)))
+
+        values = {table(bits) for bits in product((False, True), repeat=len(leaves))}
+        if len(values) == 1:  # a tautology or a contradiction needs no block
+            return {NONBOS: 1.0} if values.pop() else {}
+        out = self.fresh("bool")
 
         block = ffn.boolean_function(forms, table, out, NONBOS, label=f"formula -> {out}")
         self.add(block, {out: 1})

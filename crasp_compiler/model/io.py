@@ -11,7 +11,9 @@ source text and compile information.
 from __future__ import annotations
 
 import json
+import math
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -78,8 +80,11 @@ def save_model(model: Model, path: str | Path) -> None:
         "info": model.info,
     }
     arrays = {k: np.asarray(v, dtype=np.float64) for k, v in arrays.items()}
-    with open(path, "wb") as handle:
-        np.savez(handle, header=np.array(json.dumps(header)), **arrays)
+    try:
+        with open(path, "wb") as handle:
+            np.savez(handle, header=np.array(json.dumps(header)), **arrays)
+    except OSError as err:
+        raise CraspError(f"cannot write model file: {err}", filename=str(path)) from None
 
 
 class _Invalid(Exception):
@@ -92,17 +97,24 @@ def _expect(condition: bool, message: str) -> None:
 
 
 def _array(data, name: str, shape: tuple[int, ...]) -> np.ndarray:
-    _expect(name in data.files, f"missing array {name!r}")
-    array = data[name]
+    array = _member(data, name)
     _expect(array.dtype.kind == "f", f"array {name!r} is not floating point")
     _expect(array.shape == shape, f"array {name!r} has shape {array.shape}, expected {shape}")
     _expect(bool(np.isfinite(array).all()), f"array {name!r} has non-finite values")
     return array.astype(np.float64)
 
 
+def _member(data, name: str) -> np.ndarray:
+    _expect(name in data.files, f"missing array {name!r}")
+    array = data[name]
+    # np.load returns the raw bytes of a member that is not in .npy format
+    _expect(isinstance(array, np.ndarray), f"member {name!r} is not a .npy array")
+    return array
+
+
 def _header(data) -> dict[str, Any]:
     _expect("header" in data.files, "no header: not a crasp model file")
-    raw = data["header"]
+    raw = _member(data, "header")
     _expect(raw.dtype.kind == "U" and raw.shape == (), "the header is not a JSON string")
     try:
         header = json.loads(str(raw))
@@ -122,6 +134,10 @@ def _header(data) -> dict[str, Any]:
         ("layers", list),
         ("outputs", list),
         ("guarantee", dict),
+        ("options", (dict, type(None))),
+        ("info", (dict, type(None))),
+        ("source", (str, type(None))),
+        ("accept", (str, type(None))),
     ):
         _expect(isinstance(header.get(key), kind), f"header field {key!r} is missing or malformed")
     return header
@@ -163,6 +179,10 @@ def _parse(data) -> Model:
                 scale = float(hs.get("scale", 1.0))
             except (TypeError, ValueError):
                 raise _Invalid(f"{prefix}: malformed bias or scale") from None
+            _expect(
+                all(map(math.isfinite, [scale, *bias.values()])),
+                f"{prefix}: non-finite bias or scale",
+            )
             heads.append(
                 Head(
                     _array(data, f"{prefix}.w_q", (dk, d)),
@@ -184,6 +204,7 @@ def _parse(data) -> Model:
                 isinstance(ms, dict) and isinstance(ms.get("activations"), list),
                 f"{prefix} is malformed",
             )
+            _expect(isinstance(ms.get("labels", []), list), f"{prefix}: malformed labels")
             hidden = len(ms["activations"])
             _expect(
                 all(a in ACTIVATIONS for a in ms["activations"]), f"{prefix}: unknown activation"
@@ -204,9 +225,14 @@ def _parse(data) -> Model:
         outputs.append(
             Output(str(spec.get("name")), _array(data, f"output{k}.weights", (d,)), spec["rule"])
         )
+    accept = header.get("accept")
+    _expect(
+        accept is None or any(o.name == accept and o.rule == "bool" for o in outputs),
+        f"the acceptance output {accept!r} is not a Boolean output",
+    )
     g = header["guarantee"]
     max_len = g.get("max_len")
-    _expect(max_len is None or (isinstance(max_len, int) and max_len >= 0), "malformed guarantee")
+    _expect(max_len is None or (type(max_len) is int and max_len >= 0), "malformed guarantee")
     return Model(
         vocab=vocab,
         w_e=w_e,
@@ -216,16 +242,15 @@ def _parse(data) -> Model:
         outputs=outputs,
         residual=[str(r) for r in header["residual"]],
         guarantee=Guarantee(max_len, str(g.get("text", ""))),
-        accept=header.get("accept"),
+        accept=accept,
         options=dict(header.get("options") or {}),
-        source=str(header.get("source", "")),
+        source=header.get("source") or "",
         info=dict(header.get("info") or {}),
     )
 
 
 def _rows(data, name: str) -> int:
-    _expect(name in data.files, f"missing array {name!r}")
-    array = data[name]
+    array = _member(data, name)
     _expect(array.ndim == 2, f"array {name!r} is not a matrix")
     return int(array.shape[0])
 
@@ -241,5 +266,5 @@ def load_model(path: str | Path) -> Model:
             return _parse(data)
     except _Invalid as err:
         raise CraspError(f"invalid model file: {err}", filename=str(path)) from None
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError) as err:
+    except (OSError, ValueError, zipfile.BadZipFile, zlib.error, EOFError, KeyError) as err:
         raise CraspError(f"cannot read model file: {err}", filename=str(path)) from None

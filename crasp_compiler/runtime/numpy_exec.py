@@ -85,7 +85,7 @@ def _attend(head: Head, x: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     cols = np.arange(size)
     tolerance = HARD_TOLERANCE[x.dtype.type]
     out = np.zeros((batch, size, v.shape[-1]), dtype=x.dtype)
-    chunk = max(1, SCORE_BUDGET // (batch * size))
+    chunk = max(1, SCORE_BUDGET // max(1, batch * size))
     for start in range(0, size, chunk):
         rows = cols[start : start + chunk]
         scores = head.scale * np.einsum("btk,bsk->bts", q[:, rows], k)

@@ -7,6 +7,7 @@ in a file is reported at once (up to ``MAX_ERRORS``).
 
 from __future__ import annotations
 
+import re
 from copy import copy
 from functools import cache
 from importlib import resources
@@ -17,6 +18,11 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from crasp_compiler.errors import CraspError, Diagnostic, Span
 
 MAX_ERRORS = 20
+# Deepest expression accepted. The checker, interpreter, printer and compiler recurse over
+# expressions, so a deeper one would crash them with RecursionError; n-ary forms (chained
+# comparisons, min/max) count one level per operand, as they become nested binary nodes.
+MAX_DEPTH = 100
+_NARY = {"compare", "min_", "max_"}
 
 _OPEN = {"LPAR", "LSQB", "LBRACE"}
 _CLOSE = {"RPAR", "RSQB", "RBRACE"}
@@ -66,7 +72,6 @@ def _parser() -> Lark:
     )
 
 
-_PAIRS = {"LPAR": "RPAR", "LSQB": "RSQB", "LBRACE": "RBRACE"}
 _ENDS = {"RPAR": ")", "RSQB": "]", "COMMA": ",", "COLON": ":", "ELSE": "else"}
 _SHOWN_TOKEN = 24  # longest token text quoted in full in a message
 
@@ -139,24 +144,30 @@ def _shown(text: str) -> str:
     return repr(text)
 
 
-def _unclosed(text: str, line: int, column: int, parser: Lark) -> Token | None:
-    """The innermost bracket still open before ``line:column``, if it opened on an earlier line.
+# What matters for bracket matching: comments and token literals (skipped), brackets, newlines.
+_BRACKETS = re.compile(r"""//[^\n]*|"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'|[()\[\]{}\n]""")
+
+
+def _unclosed(text: str, line: int, column: int) -> tuple[str, int, int] | None:
+    """The innermost bracket still open before ``line:column``, if it opened on an earlier
+    line, as (bracket, line, column).
 
     Newlines inside brackets continue a statement, so a missing `)` shows up only on a
     later line; pointing back at the bracket makes that error findable.
     """
-    stack: list[Token] = []
-    try:
-        for token in parser.lex(text):
-            if (token.line, token.column) >= (line, column):
-                break
-            if token.type in _PAIRS:
-                stack.append(token)
-            elif token.type in _CLOSE and stack:
-                stack.pop()
-    except UnexpectedInput:
-        pass
-    if stack and stack[-1].line < line:
+    stack: list[tuple[str, int, int]] = []
+    row, row_start = 1, 0
+    for match in _BRACKETS.finditer(text):
+        char, col = match.group(), match.start() - row_start + 1
+        if (row, col) >= (line, column):
+            break
+        if char == "\n":
+            row, row_start = row + 1, match.end()
+        elif char in "([{":
+            stack.append((char, row, col))
+        elif char in ")]}" and stack:
+            stack.pop()
+    if stack and stack[-1][1] < line:
         return stack[-1]
     return None
 
@@ -190,11 +201,12 @@ def _diagnostic(err: UnexpectedInput, parser: Lark, text: str) -> Diagnostic:
         return Diagnostic("unexpected end of input", Span(line, column, line, column + 1))
     else:
         return Diagnostic(str(err).splitlines()[0], Span(line, column, line, column + 1))
-    opened = _unclosed(text, line, column, parser)
+    opened = _unclosed(text, line, column)
     if opened is not None:
-        closer = {"LPAR": ")", "LSQB": "]", "LBRACE": "}"}[opened.type]
+        bracket, at_line, at_column = opened
+        closer = {"(": ")", "[": "]", "{": "}"}[bracket]
         hint += (
-            f"; note the {str(opened)!r} at line {opened.line}, column {opened.column}"
+            f"; note the {bracket!r} at line {at_line}, column {at_column}"
             f" is still open: is a {closer!r} missing?"
         )
     return Diagnostic(what, span, hint)
@@ -228,6 +240,34 @@ def parse_tree(text: str, filename: str = "<string>") -> Tree[Token]:
             current = blanked
             continue
         break
+    if not diagnostics:
+        diagnostics = _too_deep(tree)
     if diagnostics:
         raise CraspError(diagnostics, text, filename)
     return tree
+
+
+def _too_deep(tree: Tree) -> list[Diagnostic]:
+    """One diagnostic per statement nested deeper than ``MAX_DEPTH`` (iteratively: a
+    recursive walk would itself overflow)."""
+    diagnostics = []
+    for statement in tree.children:
+        if not isinstance(statement, Tree):
+            continue
+        stack = [(statement, 0)]
+        while stack:
+            node, depth = stack.pop()
+            if depth > MAX_DEPTH:
+                meta = node.meta
+                line, column = getattr(meta, "line", 1), getattr(meta, "column", 1)
+                diagnostics.append(
+                    Diagnostic(
+                        f"expression nested too deeply (more than {MAX_DEPTH} levels)",
+                        Span(line, column, line, column + 1),
+                        "split it into several definitions",
+                    )
+                )
+                break
+            step = 1 + (len(node.children) if node.data in _NARY else 0)
+            stack.extend((c, depth + step) for c in node.children if isinstance(c, Tree))
+    return diagnostics
