@@ -190,9 +190,13 @@ class _Builder:
         else:
             alphabet = list(self.literals)
 
-        for name, tok in ([accept] if accept else []) + outputs:
+        for n, (name, tok) in enumerate(([accept] if accept else []) + outputs):
             if name not in self.sorts:
-                self.error(f"output {name!r} is not defined", tok, self._suggest(name))
+                if accept and n == 0:
+                    message = f"`accept` names {name!r}, which is not defined"
+                else:
+                    message = f"output {name!r} is not defined"
+                self.error(message, tok, self._suggest(name))
         if accept and self.sorts.get(accept[0]) == Sort.COUNT:
             self.error(f"`accept` needs a Boolean definition; {accept[0]!r} is a count", accept[1])
 

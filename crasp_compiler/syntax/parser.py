@@ -13,7 +13,7 @@ from functools import cache
 from importlib import resources
 
 from lark import Lark, Token, Tree
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from crasp_compiler.errors import CraspError, Diagnostic, Span
 
@@ -172,7 +172,15 @@ def _unclosed(text: str, line: int, column: int) -> tuple[str, int, int] | None:
     return None
 
 
-def _diagnostic(err: UnexpectedInput, parser: Lark, text: str) -> Diagnostic:
+# The start of a statement, seen from the beginning of its line.
+_STATEMENT_START = re.compile(
+    r"[ \t\f\r]*(?:\w+'*[ \t\f\r]*(?:\([ \t\f\r]*[ijk]'*[ \t\f\r]*\)[ \t\f\r]*)?(?::=|=(?!=))"
+    r"|(?:alphabet|accept|output|predicate)\b|#import\b)"
+)
+
+
+def _diagnostic(err: UnexpectedInput, parser: Lark, text: str) -> tuple[Diagnostic, int, int]:
+    """The diagnostic for a Lark error, and the range of lines to blank before re-parsing."""
     line, column = max(err.line, 1), max(err.column, 1)
     expected = _accepted(getattr(err, "state", None))
     if isinstance(err, UnexpectedToken):
@@ -197,24 +205,37 @@ def _diagnostic(err: UnexpectedInput, parser: Lark, text: str) -> Diagnostic:
             what = f"unexpected character {char!r}"
         span = Span(line, column, line, column + 1)
         hint = _describe_expected(expected or set(err.allowed or ()), parser)
-    elif isinstance(err, UnexpectedEOF):
-        return Diagnostic("unexpected end of input", Span(line, column, line, column + 1))
-    else:
-        return Diagnostic(str(err).splitlines()[0], Span(line, column, line, column + 1))
+    else:  # UnexpectedEOF is not raised by the LALR parser; kept for safety
+        span = Span(line, column, line, column + 1)
+        return Diagnostic(str(err).splitlines()[0], span), line, line
     opened = _unclosed(text, line, column)
-    if opened is not None:
-        bracket, at_line, at_column = opened
-        closer = {"(": ")", "[": "]", "{": "}"}[bracket]
-        hint += (
-            f"; note the {bracket!r} at line {at_line}, column {at_column}"
-            f" is still open: is a {closer!r} missing?"
+    if opened is None:
+        return Diagnostic(what, span, hint), line, line
+    bracket, at_line, at_column = opened
+    closer = {"(": ")", "[": "]", "{": "}"}[bracket]
+    source_line = text.split("\n")[line - 1]
+    if not source_line[: column - 1].strip() and _STATEMENT_START.match(source_line):
+        # A new statement while a bracket is open: the bracket was never closed (newlines
+        # inside brackets continue a statement, so the parser only notices here).
+        return (
+            Diagnostic(
+                f"{bracket!r} is never closed",
+                Span(at_line, at_column, at_line, at_column + 1),
+                f"expected {closer!r} before the next statement, on line {line}",
+            ),
+            at_line,
+            line - 1,
         )
-    return Diagnostic(what, span, hint)
+    hint += (
+        f"; note the {bracket!r} at line {at_line}, column {at_column}"
+        f" is still open: is a {closer!r} missing?"
+    )
+    return Diagnostic(what, span, hint), line, line
 
 
-def _blank_line(text: str, line: int) -> str:
+def _blank_lines(text: str, first: int, last: int) -> str:
     lines = text.split("\n")
-    if 0 < line <= len(lines):
+    for line in range(max(first, 1), min(last, len(lines)) + 1):
         lines[line - 1] = " " * len(lines[line - 1])
     return "\n".join(lines)
 
@@ -228,13 +249,13 @@ def parse_tree(text: str, filename: str = "<string>") -> Tree[Token]:
         try:
             tree = parser.parse(current)
         except UnexpectedInput as err:
-            diag = _diagnostic(err, parser, current)
+            diag, first, last = _diagnostic(err, parser, current)
             if diag in diagnostics or len(diagnostics) >= MAX_ERRORS:
                 break
             diagnostics.append(diag)
             if isinstance(err, UnexpectedToken) and err.token.type == "$END":
                 break
-            blanked = _blank_line(current, diag.span.line if diag.span else 0)
+            blanked = _blank_lines(current, first, last)
             if blanked == current:
                 break
             current = blanked
@@ -243,6 +264,7 @@ def parse_tree(text: str, filename: str = "<string>") -> Tree[Token]:
     if not diagnostics:
         diagnostics = _too_deep(tree)
     if diagnostics:
+        diagnostics.sort(key=lambda d: (d.span.line, d.span.column) if d.span else (0, 0))
         raise CraspError(diagnostics, text, filename)
     return tree
 
