@@ -53,3 +53,14 @@ def revision() -> dict:
         "commit": git("rev-parse", "HEAD") or None,
         "compiler_modified": bool(git("status", "--porcelain", "--", "crasp_compiler")),
     }
+
+
+def provenance_line(data: dict) -> str:
+    """One markdown line saying when, where and on which revision a run was made."""
+    m, r = data["machine"], data.get("revision", {})
+    commit = (r.get("commit") or "unknown")[:10]
+    dirty = " (with uncommitted changes in crasp_compiler/)" if r.get("compiler_modified") else ""
+    return (
+        f"_{data['date']} · {m['cpu']}, {m['cores']} cores · Python {m['python']}, "
+        f"numpy {m['numpy']} · commit {commit}{dirty} · `{data['command']}`_"
+    )

@@ -21,7 +21,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from _common import EXAMPLES_DIR, example_names, machine, revision
+from _common import EXAMPLES_DIR, example_names, machine, provenance_line, revision
 
 from crasp_compiler import load_program
 from crasp_compiler.compiler import compile_program
@@ -91,7 +91,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     if args.markdown:
-        print(markdown(json.loads(Path(args.markdown).read_text())))
+        data = json.loads(Path(args.markdown).read_text())
+        print(provenance_line(data))
+        print()
+        print(markdown(data))
         return
 
     names = args.examples.split(",") if args.examples else example_names()

@@ -41,7 +41,7 @@ from datetime import UTC, datetime  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-from _common import EXAMPLES_DIR, ROOT, example_names, machine, revision  # noqa: E402
+from _common import EXAMPLES_DIR, ROOT, example_names, machine, provenance_line, revision  # noqa: E402
 
 sys.path.insert(0, str(ROOT))  # for tests.recognizers
 
@@ -154,13 +154,16 @@ def check_length(program, model, name, length, args, dtype):
 
 def horizon(name: str, dtype_name: str, args) -> dict:
     program = load_program(EXAMPLES_DIR / name)
-    model = compile_program(program, mode="heaviside")
+    max_len = args.relu_max_len if args.mode == "relu" else None
+    model = compile_program(program, mode=args.mode, max_len=max_len)
     local = program.uses_local
     limit = args.local_time_limit if local else args.time_limit
     growth = 4.0 if local else 2.0  # local heads are O(n^2) in the executor, others O(n)
     result = {
         "example": name,
         "dtype": dtype_name,
+        "mode": args.mode,
+        "relu_max_len": max_len,
         "class": program.relation_class,
         "uses_local": local,
         "time_limit_s": limit,
@@ -273,6 +276,13 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="seconds per example per dtype for local-relation programs (default: --time-limit)",
     )
+    parser.add_argument(
+        "--mode",
+        choices=("heaviside", "relu"),
+        default="heaviside",
+        help="compilation mode (relu: a check that the harness sees failures past max_len)",
+    )
+    parser.add_argument("--relu-max-len", type=int, default=64, help="max_len for --mode relu")
     parser.add_argument("--samples", type=int, default=200, help="K inputs per length")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -295,6 +305,8 @@ def main(argv: list[str] | None = None) -> None:
 
     if args.markdown:
         data = json.loads(Path(args.markdown).read_text())
+        print(provenance_line(data))
+        print()
         print(markdown(data))
         print()
         print(detail_markdown(data))
@@ -322,6 +334,8 @@ def main(argv: list[str] | None = None) -> None:
             "seed",
             "batch_positions",
             "all_positions_up_to",
+            "mode",
+            "relu_max_len",
         )
     }
     config["dtypes"] = dtypes

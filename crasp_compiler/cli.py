@@ -59,7 +59,18 @@ def input_lines(text: str | None) -> Iterator[tuple[int, list[str]]]:
     if text is not None:
         yield 0, tokenize(text)
         return
-    for number, line in enumerate(sys.stdin, start=1):
+    if sys.stdin is None:  # started with stdin closed
+        raise CraspError("no input: give INPUT, or one input per line on stdin", filename="<stdin>")
+    # Read bytes and decode here: a strict text stdin would raise UnicodeDecodeError.
+    stream = getattr(sys.stdin, "buffer", sys.stdin)
+    for number, raw in enumerate(stream, start=1):
+        try:
+            line = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        except UnicodeDecodeError as err:
+            raise CraspError(
+                f"the input line is not valid UTF-8 (byte {raw[err.start]:#04x} at offset {err.start})",
+                filename=f"<stdin>:{number}",
+            ) from None
         stripped = line.strip()
         if not stripped or stripped.startswith("//"):
             continue

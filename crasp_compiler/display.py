@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from crasp_compiler.errors import cells
+
 
 def _cell(value) -> str:
     if isinstance(value, (bool, np.bool_)):
@@ -28,13 +30,14 @@ def value_table(
     token_row = ["token"] + (["ε"] if include_empty else []) + list(tokens)
     body = [[name] + [_cell(v) for v in list(values)[start:]] for name, values in rows]
     table = [header, token_row, *body]
-    widths = [max(len(row[c]) for row in table) for c in range(len(header))]
+    # Widths in terminal cells, so that wide tokens (CJK, emoji) keep the columns aligned.
+    widths = [max(cells(row[c]) for row in table) for c in range(len(header))]
     lines = [
         "  ".join(
-            cell.rjust(w) if c else cell.ljust(w)
+            " " * (w - cells(cell)) + cell if c else cell + " " * (w - cells(cell))
             for c, (cell, w) in enumerate(zip(row, widths, strict=False))
         )
         for row in table
     ]
-    lines.insert(2, "-" * len(lines[0]))
+    lines.insert(2, "-" * cells(lines[0]))
     return "\n".join(line.rstrip() for line in lines)

@@ -7,6 +7,7 @@ a caret under the offending span, and says what was expected.
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 
 
@@ -25,6 +26,15 @@ def display_line(line: str) -> str:
     whitespace (tabs included) becomes a space, other unprintable characters ``?``."""
     return "".join(
         ch if ch.isprintable() else " " if ch.isspace() else "?" for ch in line.rstrip("\r\n")
+    )
+
+
+def cells(text: str) -> int:
+    """Terminal cells that ``text`` takes: wide characters (CJK, emoji) two, combining
+    marks none, others one. The caret is placed by cells, so it lines up on screen."""
+    return sum(
+        2 if unicodedata.east_asian_width(ch) in "WF" else 0 if unicodedata.combining(ch) else 1
+        for ch in text
     )
 
 
@@ -62,10 +72,11 @@ class Diagnostic:
         if 0 < span.line <= len(all_lines):
             text = display_line(all_lines[span.line - 1])
             end = span.end_column if span.end_line == span.line else len(text) + 1
-            end = min(end, len(text) + 1)
-            width = max(1, end - span.column)
+            start, end = min(span.column - 1, len(text)), min(end - 1, len(text))
+            pad = cells(text[:start]) + (span.column - 1 - start)
+            width = max(1, cells(text[start:end]))
             lines.append(f"    {text}")
-            lines.append("    " + " " * (span.column - 1) + "^" * width)
+            lines.append("    " + " " * pad + "^" * width)
         if hint:
             lines.append(f"  {hint}")
         return "\n".join(lines)

@@ -40,10 +40,10 @@ def with_alphabet(program: Program, alphabet: Iterable[str]) -> Program:
         raise CraspError("the alphabet is empty", filename=program.filename)
     for symbol in symbols:
         if not symbol or not symbol.isprintable() or any(ch.isspace() for ch in symbol):
-            raise CraspError(
-                f"alphabet symbol {symbol!r} is empty or contains whitespace",
-                filename=program.filename,
-            )
+            problem = "contains an unprintable character" if symbol.strip() else "is empty"
+            if any(ch.isspace() for ch in symbol):
+                problem = "contains whitespace"
+            raise CraspError(f"alphabet symbol {symbol!r} {problem}", filename=program.filename)
     used = {n.symbol for d in program.definitions for n in walk(d.expr) if isinstance(n, TokenIs)}
     missing = sorted(used - set(symbols))
     if missing:

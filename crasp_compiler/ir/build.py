@@ -169,8 +169,10 @@ class _Builder:
                 symbols = [self.symbol(tok) for tok in st.children]
                 if alphabet is not None:
                     self.error("the alphabet is declared twice", st)
-                elif len(set(symbols)) != len(symbols):
-                    self.error("the alphabet lists a symbol twice", st)
+                    continue  # keep the first declaration: no cascade of token errors
+                for n, (symbol, tok) in enumerate(zip(symbols, st.children, strict=True)):
+                    if symbol is not None and symbol in symbols[:n]:
+                        self.error(f"the alphabet lists {symbol!r} twice", tok)
                 alphabet = [s for s in dict.fromkeys(symbols) if s is not None]
             elif kind == "accept_stmt":
                 if accept is not None:
@@ -233,12 +235,15 @@ class _Builder:
 
     def symbol(self, tok: Token) -> str | None:
         symbol = _unquote(str(tok))
-        if not symbol or not symbol.isprintable() or any(ch.isspace() for ch in symbol):
+        if not symbol or any(ch.isspace() for ch in symbol):
             self.error(
                 f"token literal {tok!s} is empty or contains whitespace",
                 tok,
                 "inputs are whitespace-separated tokens, so a symbol has no spaces",
             )
+            return None
+        if not symbol.isprintable():
+            self.error(f"token literal {tok!s} contains an unprintable character", tok)
             return None
         return symbol
 
@@ -407,7 +412,8 @@ class _Builder:
 
     def _suggest(self, name: str) -> str:
         known = list(self.sorts) + list(self.unary) + list(self.binary) + sorted(self.imported)
-        close = difflib.get_close_matches(name, known, n=1)
+        # Suggestions cost O(names) each: stop making them in a file full of errors.
+        close = difflib.get_close_matches(name, known, n=1) if len(self.diagnostics) < 50 else []
         if close:
             return f"did you mean {close[0]!r}?"
         return "expected a name defined on an earlier line"
@@ -493,6 +499,18 @@ class _Builder:
             return self._int(t.children[0])
         if t.data == "neg" and isinstance(t.children[0], Tree) and t.children[0].data == "int_":
             return -self._int(t.children[0].children[0])
+        if t.data == "paren" and len(t.children) == 1:
+            return self._literal(t.children[0])
+        if t.data == "mul":  # a constant factor may itself be a product: `2 * 3 * C`
+            a, b = self._literal(t.children[0]), self._literal(t.children[1])
+            if a is not None and b is not None:
+                if abs(a * b) > MAX_CONSTANT:
+                    raise self.error(
+                        f"integer constant {a * b} is too large",
+                        t,
+                        f"expected at most {MAX_CONSTANT}",
+                    )
+                return a * b
         return None
 
     def e_neg(self, t: Tree, scope: _Scope) -> Expr:

@@ -87,20 +87,19 @@ def _accepted(state) -> set[str] | None:
     try:
         choices = state.parse_conf.states[state.position]
         conf = copy(state.parse_conf)
-    except (AttributeError, KeyError, IndexError, TypeError):
+        conf.callbacks = {}
+        accepted = set()
+        for name in choices:
+            if not name.isupper():  # a rule, not a terminal
+                continue
+            trial = type(state)(conf, state.lexer, list(state.state_stack), [])
+            try:
+                trial.feed_token(Token(name, ""), is_end=name == "$END")
+            except (UnexpectedToken, AssertionError, KeyError, IndexError):
+                continue
+            accepted.add(name)
+    except Exception:  # Lark's internals differ between versions: fall back
         return None
-    conf.callbacks = {}
-    accepted = set()
-    for name in choices:
-        if not name.isupper():  # a rule, not a terminal
-            continue
-        trial = state.copy(deepcopy_values=False)
-        trial.parse_conf = conf
-        try:
-            trial.feed_token(Token(name, ""), is_end=name == "$END")
-        except (UnexpectedToken, AssertionError, KeyError, IndexError):
-            continue
-        accepted.add(name)
     return accepted or None
 
 
@@ -135,7 +134,7 @@ def _describe_expected(expected: set[str], parser: Lark) -> str:
         unique = [*unique[:8], "..."]
     if len(unique) > 1:
         return "expected " + ", ".join(unique[:-1]) + " or " + unique[-1]
-    return "expected " + "".join(unique)
+    return "expected " + unique[0] if unique else ""
 
 
 def _shown(text: str) -> str:
@@ -148,9 +147,11 @@ def _shown(text: str) -> str:
 _BRACKETS = re.compile(r"""//[^\n]*|"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'|[()\[\]{}\n]""")
 
 
-def _unclosed(text: str, line: int, column: int) -> tuple[str, int, int] | None:
-    """The innermost bracket still open before ``line:column``, if it opened on an earlier
-    line, as (bracket, line, column).
+def _unclosed(
+    text: str, line: int, column: int, earlier: bool = True
+) -> tuple[str, int, int] | None:
+    """The innermost bracket still open before ``line:column`` (if ``earlier``: only one
+    opened on an earlier line), as (bracket, line, column).
 
     Newlines inside brackets continue a statement, so a missing `)` shows up only on a
     later line; pointing back at the bracket makes that error findable.
@@ -167,7 +168,7 @@ def _unclosed(text: str, line: int, column: int) -> tuple[str, int, int] | None:
             stack.append((char, row, col))
         elif char in ")]}" and stack:
             stack.pop()
-    if stack and stack[-1][1] < line:
+    if stack and (stack[-1][1] < line or not earlier):
         return stack[-1]
     return None
 
@@ -192,6 +193,8 @@ def _diagnostic(err: UnexpectedInput, parser: Lark, text: str) -> tuple[Diagnost
             column = max(getattr(token, "end_column", None) or column, 1)
         elif token.type == "_NL":
             what = "unexpected end of line"
+            # Point just after the line's text, not at a `\r` of a CRLF ending.
+            column = min(column, len(text.split("\n")[line - 1].rstrip("\r")) + 1)
         else:
             what = f"unexpected {_shown(str(token))}"
         width = max(1, len(str(token))) if token.type not in ("$END", "_NL") else 1
@@ -210,7 +213,7 @@ def _diagnostic(err: UnexpectedInput, parser: Lark, text: str) -> tuple[Diagnost
         return Diagnostic(str(err).splitlines()[0], span), line, line
     opened = _unclosed(text, line, column)
     if opened is None:
-        return Diagnostic(what, span, hint), line, line
+        return Diagnostic(what, span, hint or None), line, line
     bracket, at_line, at_column = opened
     closer = {"(": ")", "[": "]", "{": "}"}[bracket]
     source_line = text.split("\n")[line - 1]
@@ -226,8 +229,10 @@ def _diagnostic(err: UnexpectedInput, parser: Lark, text: str) -> tuple[Diagnost
             at_line,
             line - 1,
         )
-    hint += (
-        f"; note the {bracket!r} at line {at_line}, column {at_column}"
+    if closer in source_line[column - 1 :]:
+        return Diagnostic(what, span, hint or None), line, line  # closed on this line after all
+    hint = (hint + "; " if hint else "") + (
+        f"note the {bracket!r} at line {at_line}, column {at_column}"
         f" is still open: is a {closer!r} missing?"
     )
     return Diagnostic(what, span, hint), line, line
@@ -244,6 +249,7 @@ def parse_tree(text: str, filename: str = "<string>") -> Tree[Token]:
     """Parse program text; raise :class:`CraspError` listing every syntax error."""
     parser = _parser()
     diagnostics: list[Diagnostic] = []
+    blanked_lines: set[int] = set()
     current = text
     while True:
         try:
@@ -252,9 +258,15 @@ def parse_tree(text: str, filename: str = "<string>") -> Tree[Token]:
             diag, first, last = _diagnostic(err, parser, current)
             if diag in diagnostics or len(diagnostics) >= MAX_ERRORS:
                 break
+            at_end = isinstance(err, UnexpectedToken) and err.token.type == "$END"
+            if at_end and blanked_lines:
+                opened = _unclosed(current, diag.span.line, diag.span.column, earlier=False)
+                if opened is not None and any(n > opened[1] for n in blanked_lines):
+                    break  # caused by recovery: the closing bracket was on a blanked line
             diagnostics.append(diag)
-            if isinstance(err, UnexpectedToken) and err.token.type == "$END":
+            if at_end:
                 break
+            blanked_lines.update(range(first, last + 1))
             blanked = _blank_lines(current, first, last)
             if blanked == current:
                 break
