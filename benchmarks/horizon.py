@@ -51,7 +51,7 @@ from crasp_compiler.runtime import run  # noqa: E402
 from tests.recognizers import REGISTRY  # noqa: E402
 
 DTYPES = {"float64": np.float64, "float32": np.float32}
-# Inputs longer than this are stored in the JSON only by (seed, length, index).
+# Failing inputs longer than this are not stored; (seed, example, length, index) redraws them.
 MAX_STORED_INPUT = 64
 
 
@@ -145,7 +145,7 @@ def check_length(program, model, name, length, args, dtype):
             {
                 "index": int(k),
                 "kind": "generator" if k < args.samples // 2 else "uniform",
-                "input": "".join(inputs[k]) if length <= MAX_STORED_INPUT else None,
+                "input": list(inputs[k]) if length <= MAX_STORED_INPUT else None,
             }
             for k in failing[:5]
         ]
@@ -207,7 +207,7 @@ def horizon(name: str, dtype_name: str, args) -> dict:
 
 def summary(entry: dict) -> str:
     through = entry["exact_through"]
-    head = f"exact through {through}" if through else "not exact at the first length"
+    head = f"exact through {through}" if through else "no tested length exact"
     failure = entry["first_failure"]
     if failure is not None:
         count = failure["disagreements"]
@@ -264,8 +264,8 @@ def detail_markdown(data: dict) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--examples", help="comma-separated file names (default: all)")
-    parser.add_argument("--dtypes", default="float64,float32")
-    parser.add_argument("--min-len", type=int, default=16)
+    parser.add_argument("--dtypes", default="float64,float32", help="comma-separated")
+    parser.add_argument("--min-len", type=int, default=16, help="first length (then doubled)")
     parser.add_argument("--max-len", type=int, default=1 << 17)
     parser.add_argument(
         "--time-limit", type=float, default=60.0, help="seconds per example per dtype"
