@@ -88,7 +88,7 @@ def compile_program(program: Program, mode: str = "heaviside", max_len: int | No
     length ≤ ``max_len``. Local relations use average-hard attention in both modes.
     """
     circuit = lower_program(program, mode, max_len)
-    written = [var for block in circuit.blocks for var in _written(block)]
+    written = [var for block in circuit.blocks for var in block.writes]
     residual_vars = circuit.inputs + circuit.features + written
     index = {var: k for k, var in enumerate(residual_vars)}
     width = len(residual_vars)
@@ -145,10 +145,6 @@ def compile_program(program: Program, mode: str = "heaviside", max_len: int | No
     )
     _fix_empty_prefix(model, program, index[BOS_VAR])
     return model
-
-
-def _written(block) -> list[str]:
-    return [block.output] if hasattr(block, "output") else list(block.outputs)
 
 
 def _labels(program: Program, forms: dict, residual_vars: list[str]) -> list[str]:

@@ -24,13 +24,9 @@ def schedule(blocks: list[Block], inputs: set[str]) -> list[int]:
         if (earliest % 2 == 1) != want_attention:
             earliest += 1
         slots.append(earliest)
-        for var in _writes(block):
+        for var in block.writes:
             ready[var] = earliest
     return slots
-
-
-def _writes(block: Block) -> list[str]:
-    return [block.output] if isinstance(block, HeadBlock) else list(block.outputs)
 
 
 def _row(form: Form, index: dict[str, int], width: int) -> np.ndarray:

@@ -45,6 +45,10 @@ class FFNBlock:
     def reads(self) -> set[str]:
         return {var for unit in self.units for var in unit.form}
 
+    @property
+    def writes(self) -> list[str]:
+        return list(self.outputs)
+
 
 @dataclass
 class HeadBlock:
@@ -68,6 +72,10 @@ class HeadBlock:
     @property
     def reads(self) -> set[str]:
         return {var for f in (*self.query, *self.key, self.value) for var in f}
+
+    @property
+    def writes(self) -> list[str]:
+        return [self.output]
 
 
 Block = FFNBlock | HeadBlock

@@ -64,7 +64,6 @@ class Circuit:
     features: list[str]
     blocks: list[Block] = field(default_factory=list)
     forms: dict[str, Form] = field(default_factory=dict)
-    bounds: dict[str, float] = field(default_factory=dict)
 
 
 class _Lowerer:
@@ -166,9 +165,8 @@ class _Lowerer:
         if rows // 2 > MAX_TABLE_UNITS:
             # Too wide for one table: materialise the operands first, then combine them.
             a, b = node.left, node.right  # type: ignore[attr-defined]
-            fa, fb = self.boolean_materialised(a), self.boolean_materialised(b)
             leaves = [a, b]
-            forms = [fa, fb]
+            forms = [self.boolean(a), self.boolean(b)]
         else:
             forms = [self.boolean(leaf) for leaf in leaves]
 
@@ -183,11 +181,6 @@ class _Lowerer:
         block = ffn.boolean_function(forms, table, out, NONBOS, label=f"formula -> {out}")
         self.add(block, {out: 1})
         return {out: 1.0}
-
-    def boolean_materialised(self, node: Node) -> Form:
-        form = self.boolean(node)
-        self.memo[node] = form
-        return form
 
     def compare(self, node: Compare) -> Form:
         one = self.one()
@@ -319,7 +312,6 @@ class _Lowerer:
             else:
                 form = self.count(definition.expr)
             self.circuit.forms[definition.name] = form
-        self.circuit.bounds = self.var_bounds
         return self.circuit
 
 
