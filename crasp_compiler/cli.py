@@ -146,10 +146,12 @@ def check_command(program: str, alphabet: str | None) -> None:
 )
 @click.option(
     "--mode",
-    type=click.Choice(["heaviside", "relu"]),
+    type=click.Choice(["heaviside", "relu", "layernorm"]),
     default="heaviside",
     show_default=True,
-    help="heaviside: exact at every length; relu: plain ReLU MLPs, exact up to --max-len.",
+    help="heaviside: Heaviside units, exact at every length; layernorm: ReLU units and "
+    "layer-norm signs, exact at every length; relu: plain softmax/ReLU model, exact up to "
+    "--max-len.",
 )
 @click.option(
     "--max-len", type=click.IntRange(min=0), help="Longest input a relu model must be exact for."

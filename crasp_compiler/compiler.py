@@ -83,9 +83,11 @@ def dependency_bound(program: Program) -> int:
 def compile_program(program: Program, mode: str = "heaviside", max_len: int | None = None) -> Model:
     """Compile ``program`` to a transformer whose outputs equal the interpreter's.
 
-    ``mode="heaviside"`` thresholds comparisons with Heaviside units: exact at every
-    length in real arithmetic. ``mode="relu"`` uses ReLU ramps: exact for inputs of
-    length ≤ ``max_len``. Local relations use average-hard attention in both modes.
+    ``mode="heaviside"`` thresholds comparisons with Heaviside units and ``"layernorm"``
+    with ReLU units after a layer-normalised pair (the sign): both exact at every length
+    in real arithmetic, with average-hard attention for local relations. ``mode="relu"``
+    uses ReLU ramps and softmax lookups: a plain softmax/ReLU model, exact for inputs of
+    length ≤ ``max_len``.
     """
     circuit = lower_program(program, mode, max_len)
     written = [var for block in circuit.blocks for var in block.writes]
@@ -116,7 +118,7 @@ def compile_program(program: Program, mode: str = "heaviside", max_len: int | No
         outputs.append(Output(name, weights, rule))
 
     labels = _labels(program, circuit.forms, residual_vars)
-    if mode == "heaviside":
+    if mode != "relu":
         guarantee = Guarantee(None, "exact at every length in real arithmetic")
     else:
         guarantee = Guarantee(max_len, f"exact for inputs of length <= {max_len}")

@@ -4,15 +4,15 @@ A compiled model is exact when, for every input, every named output decided by t
 executor (``RunResult.values``) equals the interpreter's value at *every* position,
 the empty prefix (t = 0, BOS) included. Checked here:
 
-- every example in ``examples/crasp/``, in heaviside mode and in relu mode with
-  ``max_len=256``, in float64: exhaustively on all strings up to length 8 (alphabets of
+- every example in ``examples/crasp/``, in heaviside mode, layernorm mode and relu mode
+  with ``max_len=256``, in float64: exhaustively on all strings up to length 8 (alphabets of
   at most 3 symbols) or 5 (4-5 symbols); on random strings and on members from the
   recognisers' generators up to length 256 (run as one right-padded batch, so padding
   is exercised too); and, for programs without local relations, on 20 strings of
-  length 2000 (heaviside);
+  length 2000 (heaviside and layernorm);
 - float32 runs of the examples on inputs of length at most 64;
 - random programs (``tests.strategies.programs``) with and without local relations and
-  periodic predicates, in both modes: all inputs up to length 4 and random inputs up to
+  periodic predicates, in all three modes: all inputs up to length 4 and random inputs up to
   length 12;
 - layer counts against ``dependency_bound``, the relu length guarantee, and the
   ``residuals=True`` trace.
@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 
 from crasp_compiler import CraspError, Program, interpret_batch, load_program, parse_program
 from crasp_compiler.compiler import compile_program, dependency_bound
+from crasp_compiler.ir.nodes import Compare, walk
 from crasp_compiler.model.model import Model
 from crasp_compiler.runtime.numpy_exec import run
 from tests.recognizers import REGISTRY
@@ -44,7 +45,11 @@ EXAMPLE_FILES = sorted(p.name for p in EXAMPLES.iterdir() if p.suffix in (".cr",
 NONLOCAL_FILES = [name for name in EXAMPLE_FILES if not load_program(EXAMPLES / name).uses_local]
 
 RELU_MAX_LEN = 256
-MODES = [pytest.param("heaviside", id="heaviside"), pytest.param("relu", id="relu256")]
+MODES = [
+    pytest.param("heaviside", id="heaviside"),
+    pytest.param("relu", id="relu256"),
+    pytest.param("layernorm", id="layernorm"),
+]
 
 EXHAUSTIVE_SMALL = 8  # every string up to this length, alphabets of <= 3 symbols
 EXHAUSTIVE_LARGE = 5  # alphabets of 4-5 symbols
@@ -158,14 +163,15 @@ def test_example_sampled_up_to_256(name, mode):
     assert result.final(prog.accept).all()
 
 
+@pytest.mark.parametrize("mode", ["heaviside", "layernorm"])
 @pytest.mark.parametrize("name", NONLOCAL_FILES)
-def test_example_length_2000(name):
+def test_example_length_2000(name, mode):
     prog = program(name)
     rng = random.Random(f"{name}-long")
     words = [[rng.choice(prog.alphabet) for _ in range(LONG_LENGTH)] for _ in range(LONG_COUNT)]
     words += [REGISTRY[name].generate(rng, LONG_LENGTH) for _ in range(LONG_COUNT)]
     assert all(len(w) > LONG_LENGTH - 10 for w in words)
-    assert_agrees(prog, model(name, "heaviside"), words, padded=True, what=f"{name} long")
+    assert_agrees(prog, model(name, mode), words, padded=True, what=f"{name} {mode} long")
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -213,7 +219,7 @@ RELATION_CLASSES = [
 ]
 
 
-@pytest.mark.parametrize("mode", ["heaviside", "relu"])
+@pytest.mark.parametrize("mode", ["heaviside", "relu", "layernorm"])
 @pytest.mark.parametrize(("local", "periodic"), RELATION_CLASSES)
 @RANDOM
 @given(data=st.data())
@@ -238,9 +244,33 @@ def test_constant_false_formula_compiles():
 
 def test_constant_true_formula_compiles():
     prog = parse_program('B = "a" || !"a"\nC = # B\nD = C > 1 && !"b"\noutput B, C\naccept D')
-    for mode, max_len in (("heaviside", None), ("relu", 8)):
+    for mode, max_len in (("heaviside", None), ("relu", 8), ("layernorm", None)):
         compiled = compile_program(prog, mode=mode, max_len=max_len)
         assert_agrees(prog, compiled, all_inputs(prog, 6), what=mode)
+
+
+@pytest.mark.parametrize("name", EXAMPLE_FILES)
+def test_mode_architectures(name):
+    """relu mode is a plain softmax/ReLU model (relative-position bias allowed); layernorm
+    mode has only ReLU units, with a layer-normalised pair per comparison; heaviside mode
+    uses no layer norm."""
+    relu, signs, steps = (model(name, mode) for mode in ("relu", "layernorm", "heaviside"))
+    for compiled in (relu, signs, steps):
+        assert compiled.info["class"] == program(name).relation_class
+    heads = [h for layer in relu.layers for h in layer.heads]
+    assert {h.weighting for h in heads} == {"softmax"}
+    for compiled, activations in ((relu, {"relu"}), (signs, {"relu"})):
+        mlps = [layer.mlp for layer in compiled.layers if layer.mlp is not None]
+        assert {a for m in mlps for a in m.activations} <= activations
+    assert not any(layer.mlp.norm_groups for layer in relu.layers if layer.mlp is not None)
+    assert not any(layer.mlp.norm_groups for layer in steps.layers if layer.mlp is not None)
+    comparisons = sum(
+        isinstance(node, Compare) for d in program(name).definitions for node in walk(d.expr)
+    )
+    groups = [g for layer in signs.layers if layer.mlp for g in layer.mlp.norm_groups]
+    assert all(len(g) == 2 for g in groups)
+    assert (len(groups) > 0) == (comparisons > 0)
+    assert signs.guarantee.max_len is None and relu.guarantee.max_len == RELU_MAX_LEN
 
 
 # ---------------------------------------------------------------- guarantees and traces

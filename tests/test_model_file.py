@@ -63,6 +63,7 @@ def assert_same_model(a: Model, b: Model) -> None:
                 np.testing.assert_array_equal(getattr(la.mlp, key), getattr(lb.mlp, key))
             assert la.mlp.activations == lb.mlp.activations
             assert la.mlp.labels == lb.mlp.labels
+            assert la.mlp.norm_groups == lb.mlp.norm_groups
     assert [(o.name, o.rule) for o in a.outputs] == [(o.name, o.rule) for o in b.outputs]
     for oa, ob in zip(a.outputs, b.outputs, strict=True):
         np.testing.assert_array_equal(oa.weights, ob.weights)
@@ -79,7 +80,7 @@ def assert_same_outputs(a: Model, b: Model, words: list[list[str]]) -> None:
 # ---------------------------------------------------------------- round trips
 
 
-@pytest.mark.parametrize("mode", ["heaviside", "relu"])
+@pytest.mark.parametrize("mode", ["heaviside", "relu", "layernorm"])
 @pytest.mark.parametrize("name", EXAMPLE_FILES)
 def test_round_trip_examples(tmp_path, name, mode):
     model = compiled(name, mode)
@@ -98,7 +99,7 @@ def test_round_trip_examples(tmp_path, name, mode):
 @pytest.mark.parametrize("seed", range(12))
 def test_round_trip_random_programs(tmp_path, seed):
     program = random_program(seed, max_definitions=6)
-    mode = "relu" if seed % 2 else "heaviside"
+    mode = ("heaviside", "relu", "layernorm")[seed % 3]
     model = compile_program(program, mode=mode, max_len=12 if mode == "relu" else None)
     save_model(model, tmp_path / "m.npz")
     again = load_model(tmp_path / "m.npz")
@@ -328,6 +329,11 @@ def _mlp(key, value):
         (_head("bias", {"1": float("inf")}), "non-finite bias or scale"),
         (_head("bias", [1, 2, 3]), "malformed bias or scale"),
         (_mlp("activations", ["relu", "swish"]), "unknown activation"),
+        (_mlp("norm_groups", [[0, 0]]), "norm_groups must be disjoint"),
+        (_mlp("norm_groups", [[0], [0]]), "norm_groups must be disjoint"),
+        (_mlp("norm_groups", [[10_000]]), "norm_groups must be disjoint"),
+        (_mlp("norm_groups", [["0"]]), "norm_groups must be disjoint"),
+        (_mlp("norm_groups", {"0": 1}), "norm_groups must be disjoint"),
         (_mlp("activations", "relu"), "malformed"),
         (_mlp("labels", 5), "malformed labels"),
         (lambda h, a: h["layers"].__setitem__(0, [1]), "layer 0 is malformed"),

@@ -86,8 +86,10 @@ def _mlp(parts: list[FFNBlock], index: dict[str, int], width: int) -> MLP:
     w2 = np.zeros((width, len(units)))
     b2 = np.zeros(width)
     labels = []
+    groups = []
     start = 0
     for part in parts:
+        groups += [[start + unit for unit in group] for group in part.norm_groups]
         for var, coefs in part.outputs.items():
             for unit, coef in coefs.items():
                 w2[index[var], start + unit] += coef
@@ -95,4 +97,4 @@ def _mlp(parts: list[FFNBlock], index: dict[str, int], width: int) -> MLP:
             b2[index[var]] += value
         labels += [part.label] * len(part.units)
         start += len(part.units)
-    return MLP(w1, b1, w2, b2, [unit.activation for unit in units], labels)
+    return MLP(w1, b1, w2, b2, [unit.activation for unit in units], labels, groups)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from crasp_compiler.cookbook.blocks import Form, HeadBlock
 
 
@@ -32,5 +34,29 @@ def offset_lookup(
         "exact at every length (average-hard attention)",
         bias={offset: 2.0},
         weighting="hard",
+        label=label,
+    )
+
+
+def soft_offset_lookup(
+    value: Form, offset: int, out: str, one: Form, bos: str, max_len: int, label: str = ""
+) -> HeadBlock:
+    """``offset_lookup`` with softmax: scores ``λ·(2·[t − s = offset] + [s = BOS])``.
+
+    With ``e^λ = 4(N + 1)`` and t ≤ N, the winning key (``t − offset``, or BOS when
+    ``t < offset``) carries weight ≥ 3/4, so for a {0,1} value that is 0 at BOS the output
+    is ≥ 3/4 when the looked-up value is 1 and ≤ 1/4 when it is 0. Follow with
+    :func:`crasp_compiler.cookbook.ffn.soft_gate`. Exact (after the gate) for lengths ≤ N.
+    """
+    scale = math.log(4 * (max_len + 1))
+    return HeadBlock(
+        [one],
+        [{bos: 1.0}],
+        value,
+        out,
+        f"output within 1/4 of the {{0,1}} value for lengths <= {max_len} (softmax)",
+        bias={offset: 2.0 * scale},
+        weighting="softmax",
+        scale=scale,
         label=label,
     )

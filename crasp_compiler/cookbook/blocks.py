@@ -33,13 +33,17 @@ class Unit:
 
 @dataclass
 class FFNBlock:
-    """Hidden units and, per output variable, ``Σ coef · unit`` (plus a constant)."""
+    """Hidden units and, per output variable, ``Σ coef · unit`` (plus a constant).
+
+    ``norm_groups`` lists groups of unit indices whose pre-activations are layer-normalised
+    together (ε = 0) before the activation (see :mod:`crasp_compiler.model.model`)."""
 
     units: list[Unit]
     outputs: dict[str, dict[int, float]]
     exact: str
     label: str = ""
     constants: dict[str, float] = field(default_factory=dict)
+    norm_groups: list[list[int]] = field(default_factory=list)
 
     @property
     def reads(self) -> set[str]:

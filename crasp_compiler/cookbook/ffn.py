@@ -33,6 +33,25 @@ def ramp(z: Form, out: str, margin: float, bound: float, bos: str, label: str = 
     return FFNBlock(units, {out: {0: 1.0, 1: -1.0}}, f"exact when |z| ≥ {margin:.3g}", label)
 
 
+def sign_threshold(z: Form, out: str, bound: float, bos: str, label: str = "") -> FFNBlock:
+    """``out = 1[z ≥ 0]`` with ReLU units and layer norm (Yang & Chiang's sign).
+
+    The pair ``(z', −z')`` with ``z' = z − M·bos`` is layer-normalised (ε = 0) to
+    ``(sign z', −sign z')``; ``ReLU`` of the first is ``1[z' > 0]``. Exact at every length
+    in real arithmetic when z is never 0 (comparisons threshold at half-integer multiples
+    of ``ONE``) and ``|z| ≤ bound`` at BOS (M = bound + 1), so BOS reads 0.
+    """
+    guarded = form_add((1, z), (-(bound + 1), {bos: 1}))
+    units = [Unit(guarded, 0.0), Unit(form_add((-1, guarded)), 0.0)]
+    return FFNBlock(
+        units,
+        {out: {0: 1.0}},
+        "exact at every length when z ≠ 0 (layer norm, ε = 0)",
+        label,
+        norm_groups=[[0, 1]],
+    )
+
+
 def boolean_function(
     inputs: Sequence[Form],
     table: Callable[[tuple[bool, ...]], bool],
@@ -73,6 +92,18 @@ def gate(b: Form, x: Form, bound: float, out: str, label: str = "") -> FFNBlock:
         Unit(form_add((-1, x), (m, b)), -m),
     ]
     return FFNBlock(units, {out: {0: 1.0, 1: -1.0}}, f"exact for |x| ≤ {m:g}", label)
+
+
+def soft_gate(b: Form, x: Form, bound: float, out: str, label: str = "") -> FFNBlock:
+    """``out = x`` where ``b ≥ 3/4`` and ``0`` where ``b ≤ 1/4``, for ``0 ≤ x ≤ bound``:
+    ``ReLU(x + K(b − 3/4)) − ReLU(K(b − 3/4))`` with ``K = 2·bound``. Reads a soft bit
+    (a softmax lookup of a {0,1} value) and gates in one layer."""
+    k = 2.0 * bound
+    gap = form_add((k, b))
+    units = [Unit(form_add((1, x), (1, gap)), -0.75 * k), Unit(gap, -0.75 * k)]
+    return FFNBlock(
+        units, {out: {0: 1.0, 1: -1.0}}, f"exact for b ∉ (1/4, 3/4), 0 ≤ x ≤ {bound:g}", label
+    )
 
 
 def relu_of(z: Form, out: str, label: str = "") -> FFNBlock:

@@ -47,7 +47,7 @@ from crasp_compiler.ir.nodes import (
 from crasp_compiler.model.features import periodic as periodic_feature
 
 BOS, NONBOS, ONE = "BOS", "nonbos", "ONE"
-MODES = ("heaviside", "relu")
+MODES = ("heaviside", "relu", "layernorm")
 # A truth-table FFN with more rows than this is split into smaller formulas.
 MAX_TABLE_UNITS = 256
 
@@ -209,6 +209,8 @@ class _Lowerer:
         bound = self.bound(z)
         if self.mode == "heaviside":
             block = ffn.threshold(z, out, bound, BOS, label=f"threshold -> {out}")
+        elif self.mode == "layernorm":
+            block = ffn.sign_threshold(z, out, bound, BOS, label=f"sign -> {out}")
         else:
             assert self.max_len is not None
             margin = 1 / (2 * (self.max_len + 1))
@@ -267,22 +269,28 @@ class _Lowerer:
         return form
 
     def local_count(self, arg: Form, offsets: list[int]) -> Form:
-        """``#[j <= i, i − j ∈ offsets] P(j)`` = Σ_c ONE · P(i − c), by offset lookups."""
+        """``#[j <= i, i − j ∈ offsets] P(j)`` = Σ_c ONE · P(i − c), by offset lookups.
+
+        Hard lookups and big-M gates in heaviside and layernorm modes (every length);
+        softmax lookups and soft gates in relu mode (lengths ≤ max_len)."""
         one = self.one()
         constant = {BOS: 1.0, NONBOS: 1.0}  # 1 at every position
         form: Form = {}
         for offset in offsets:
             bit = self.fresh(f"prev{offset}")
-            self.add(
-                attention.offset_lookup(
-                    arg, offset, bit, constant, BOS, label=f"P(i-{offset}) -> {bit}"
-                ),
-                {bit: 1},
-            )
             out = self.fresh("local")
-            self.add(
-                ffn.gate({bit: 1.0}, one, 1.0, out, label=f"ONE·P(i-{offset}) -> {out}"), {out: 1}
-            )
+            lookup_label, gate_label = f"P(i-{offset}) -> {bit}", f"ONE·P(i-{offset}) -> {out}"
+            if self.mode == "relu":
+                assert self.max_len is not None
+                lookup = attention.soft_offset_lookup(
+                    arg, offset, bit, constant, BOS, self.max_len, label=lookup_label
+                )
+                gate = ffn.soft_gate({bit: 1.0}, one, 1.0, out, label=gate_label)
+            else:
+                lookup = attention.offset_lookup(arg, offset, bit, constant, BOS, lookup_label)
+                gate = ffn.gate({bit: 1.0}, one, 1.0, out, label=gate_label)
+            self.add(lookup, {bit: 1})
+            self.add(gate, {out: 1})
             form = form_add((1, form), (1, {out: 1.0}))
         return form
 

@@ -4,7 +4,7 @@ The archive holds ``header`` (a JSON string) and the weight arrays, named ``w_e`
 ``layer{L}.head{H}.{w_q,w_k,w_v,w_o}``, ``layer{L}.mlp.{w1,b1,w2,b2}`` and
 ``output{K}.weights``. The header holds everything else: format name and version,
 vocabulary (``vocab[0]`` is BOS), positional features, residual labels, per-head
-settings, MLP activations, outputs and decision rules, guarantee, compile options,
+settings, MLP activations and layer-norm groups, outputs and decision rules, guarantee, compile options,
 source text and compile information.
 """
 
@@ -61,7 +61,11 @@ def save_model(model: Model, path: str | Path) -> None:
         if layer.mlp is not None:
             for key in ("w1", "b1", "w2", "b2"):
                 arrays[f"layer{l_index}.mlp.{key}"] = getattr(layer.mlp, key)
-            mlp = {"activations": layer.mlp.activations, "labels": layer.mlp.labels}
+            mlp = {
+                "activations": layer.mlp.activations,
+                "labels": layer.mlp.labels,
+                "norm_groups": layer.mlp.norm_groups,
+            }
         layers.append({"heads": heads, "mlp": mlp})
     for k, out in enumerate(model.outputs):
         arrays[f"output{k}.weights"] = out.weights
@@ -210,6 +214,16 @@ def _parse(data) -> Model:
                 all(a in ACTIVATIONS for a in ms["activations"]), f"{prefix}: unknown activation"
             )
             labels = [str(x) for x in ms.get("labels", [])]
+            groups = ms.get("norm_groups", [])
+            _expect(
+                isinstance(groups, list)
+                and all(
+                    isinstance(g, list) and all(type(u) is int and 0 <= u < hidden for u in g)
+                    for g in groups
+                )
+                and len({u for g in groups for u in g}) == sum(len(g) for g in groups),
+                f"{prefix}: norm_groups must be disjoint lists of hidden-unit indices",
+            )
             mlp = MLP(
                 _array(data, f"{prefix}.w1", (hidden, d)),
                 _array(data, f"{prefix}.b1", (hidden,)),
@@ -217,6 +231,7 @@ def _parse(data) -> Model:
                 _array(data, f"{prefix}.b2", (d,)),
                 list(ms["activations"]),
                 labels,
+                [list(g) for g in groups],
             )
         layers.append(Layer(heads, mlp))
     outputs = []

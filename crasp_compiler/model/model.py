@@ -5,7 +5,7 @@ Input: ``BOS`` at position 0, tokens at positions 1..n. With residual width d:
     x_t = W_E[token_t] + W_P · pos(t)                      (pos: named features)
     for each layer:
         x_t += Σ_h W_O^h Σ_s α^h_{ts} W_V^h x_s             (attention)
-        x_t += W_2 act(W_1 x_t + b_1) + b_2                 (MLP, act per hidden unit)
+        x_t += W_2 act(N(W_1 x_t + b_1)) + b_2              (MLP, act per hidden unit)
     out_k(t) = w_k · x_t                                    (named outputs)
 
 Scores of head h: ``s_{ts} = scale · (W_Q x_t)·(W_K x_s) + bias(t − s)``, where ``bias``
@@ -14,6 +14,11 @@ is a sparse map from offsets to values (0 elsewhere). Weighting: ``softmax``;
 (unique-hard: the leftmost / rightmost maximal score). Mask: ``causal`` (s ≤ t),
 ``strict`` (s < t; a row with no key attends to nothing and reads 0) or ``none``.
 Activations: ``relu``, ``heaviside`` (``1[z ≥ 0]``) and ``gelu`` (tanh form).
+
+``N`` is the MLP's optional selective layer norm: each listed group g of hidden units is
+replaced by ``(z_g − mean z_g) / std z_g`` (population std, ε = 0, no gain or bias; a
+group with zero variance becomes 0); units in no group pass through unchanged. On a pair
+``(z, −z)`` it gives ``(sign z, −sign z)`` at any scale of z.
 
 Decision rules turn an output into a value: ``bool`` is ``out > 0.5``; ``count`` is
 ``round(out · (t + 1))`` (counts are stored scaled by ``1/(t+1)``).
@@ -60,6 +65,7 @@ class MLP:
     b2: np.ndarray  # (d,)
     activations: list[str]  # one per hidden unit
     labels: list[str] = field(default_factory=list)  # one per hidden unit
+    norm_groups: list[list[int]] = field(default_factory=list)  # disjoint hidden-unit groups
 
 
 @dataclass

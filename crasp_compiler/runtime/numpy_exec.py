@@ -79,7 +79,9 @@ def _attend(head: Head, x: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     v = x @ head.w_v.T
     batch, size, _ = x.shape
     if head.is_uniform and head.mask == "causal":
-        return np.cumsum(v, axis=1) / np.arange(1, size + 1, dtype=x.dtype)[None, :, None]
+        # Accumulate in float64: a float32 running sum stops counting at 2^24.
+        sums = np.cumsum(v, axis=1, dtype=np.float64)
+        return (sums / np.arange(1, size + 1)[None, :, None]).astype(x.dtype)
     q = x @ head.w_q.T
     k = x @ head.w_k.T
     cols = np.arange(size)
@@ -117,8 +119,21 @@ def _attend(head: Head, x: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return out
 
 
+def _normalize(z: np.ndarray, groups: list[list[int]]) -> np.ndarray:
+    """Selective layer norm (ε = 0) over each group of hidden units; 0 where std is 0."""
+    if not groups:
+        return z
+    z = z.copy()
+    for group in groups:
+        part = z[..., group]
+        centred = part - part.mean(-1, keepdims=True)
+        std = np.sqrt((centred**2).mean(-1, keepdims=True))
+        z[..., group] = np.where(std > 0, centred / np.where(std > 0, std, 1), 0)
+    return z
+
+
 def _mlp(mlp: MLP, x: np.ndarray) -> np.ndarray:
-    hidden = _activate(x @ mlp.w1.T + mlp.b1, mlp.activations)
+    hidden = _activate(_normalize(x @ mlp.w1.T + mlp.b1, mlp.norm_groups), mlp.activations)
     return hidden @ mlp.w2.T + mlp.b2
 
 
