@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 
 import click
 import numpy as np
@@ -17,7 +18,7 @@ from crasp_compiler.display import value_table
 from crasp_compiler.errors import CraspError
 from crasp_compiler.ir import format_expr, interpret
 from crasp_compiler.ir.nodes import Program, Sort
-from crasp_compiler.model import load_model, save_model
+from crasp_compiler.model import Model, load_model, save_model
 from crasp_compiler.program import load_program, tokenize
 from crasp_compiler.runtime import run
 
@@ -118,11 +119,116 @@ def interpret_command(
             click.echo(str(result.accepted))
 
 
+def _is_export(path: str) -> bool:
+    return Path(path).is_dir() or Path(path).name == "config.json"
+
+
+def _is_model_path(path: str) -> bool:
+    """An export directory, or a file that starts like a zip archive (``.npz``)."""
+    if _is_export(path):
+        return True
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(4) == b"PK\x03\x04"
+    except OSError:
+        return False
+
+
+def _load_model(path: str) -> Model:
+    """A ``.npz`` model file or an export directory (the latter needs torch)."""
+    if not _is_export(path):
+        return load_model(path)
+    _need_torch()
+    from crasp_compiler.export.torch_files import load_export
+
+    return load_export(path)
+
+
+def _need_torch() -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise CraspError(
+            "this needs torch: pip install 'crasp-compiler[torch]' (torch>=2.4)"
+        ) from None
+
+
 @main.command("check")
-@click.argument("program", type=click.Path(exists=True, dir_okay=False))
+@click.argument("file", metavar="PROGRAM|MODEL", type=click.Path(exists=True))
 @_alphabet_option
-def check_command(program: str, alphabet: str | None) -> None:
-    """Validate PROGRAM and summarise it: definitions, sorts, outputs, relation class."""
+@click.option("--device", default="cpu", show_default=True, help="Torch device (MODEL only).")
+@click.option(
+    "--samples",
+    type=click.IntRange(min=1),
+    default=200,
+    show_default=True,
+    help="Random inputs to compare (MODEL only).",
+)
+@click.option(
+    "--max-len",
+    type=click.IntRange(min=0),
+    default=64,
+    show_default=True,
+    help="Longest sampled input (MODEL only).",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed (MODEL only).")
+@click.option("--float32", is_flag=True, help="Run numpy and torch in float32 (MODEL only).")
+@click.pass_context
+def check_command(
+    ctx: click.Context,
+    file: str,
+    alphabet: str | None,
+    device: str,
+    samples: int,
+    max_len: int,
+    seed: int,
+    float32: bool,
+) -> None:
+    """Validate a PROGRAM and summarise it; or verify a compiled MODEL (.npz or export
+    directory): interpreter, numpy and torch must agree on random inputs, per output and
+    length bucket. Exits 1 on any disagreement."""
+    model_only = ("device", "samples", "max_len", "seed", "float32")
+    given = [
+        name
+        for name in model_only
+        if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT
+    ]
+    if _is_model_path(file):
+        if alphabet is not None:
+            raise click.UsageError("--alphabet applies to programs, not models")
+        _check_model(file, device, samples, max_len, seed, float32)
+        return
+    if given:
+        options = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise click.UsageError(f"{options}: only for models (.npz or export directory)")
+    _check_program(file, alphabet)
+
+
+def _check_model(
+    path: str, device: str, samples: int, max_len: int, seed: int, float32: bool
+) -> None:
+    _need_torch()
+    from crasp_compiler.verify import check_model
+
+    model = _load_model(path)
+    report = check_model(model, samples, max_len, device, "float32" if float32 else "float64", seed)
+    click.echo(
+        f"{path}: {report.samples} inputs of length <= {max_len} on {report.device} "
+        f"({report.dtype}); runtimes: {', '.join(report.runtimes)}"
+    )
+    click.echo("positions where runtimes differ:")
+    click.echo(report.table())
+    click.echo(f"largest |numpy - torch| raw output difference: {report.max_raw_difference:.3g}")
+    if report.disagreements:
+        for tally in report.tallies.values():
+            if tally.example:
+                click.echo(f"first disagreement: {tally.example}", err=True)
+                break
+        raise CraspError(f"{report.disagreements} disagreeing positions", filename=path)
+    click.echo("all runtimes agree")
+
+
+def _check_program(program: str, alphabet: str | None) -> None:
     prog = _load(program, alphabet)
     sorts = [d.sort for d in prog.definitions]
     click.echo(f"{program}: ok")
@@ -137,6 +243,40 @@ def check_command(program: str, alphabet: str | None) -> None:
     width = max(len(d.name) for d in prog.definitions)
     for d in prog.definitions:
         click.echo(f"  {d.name.ljust(width)}  {d.sort.value:<5}  {format_expr(d.expr)}")
+
+
+@main.command("export")
+@click.argument("model_file", metavar="MODEL", type=click.Path(exists=True))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["safetensors", "torch", "lens"]),
+    default="safetensors",
+    show_default=True,
+    help="safetensors/torch: the torch module's weights; lens: TransformerLens names "
+    "and shapes (standard models only).",
+)
+@click.option(
+    "-o", "--output", required=True, type=click.Path(file_okay=False), help="Output directory."
+)
+@click.option(
+    "--n-ctx",
+    type=click.IntRange(min=1),
+    help="Context length for --format lens (default: the guarantee + 1).",
+)
+def export_command(model_file: str, fmt: str, output: str, n_ctx: int | None) -> None:
+    """Export a compiled MODEL to a directory: weights plus a JSON config."""
+    model = _load_model(model_file)
+    if fmt == "lens":
+        from crasp_compiler.export.lens import export_lens
+
+        export_lens(model, output, n_ctx)
+    else:
+        _need_torch()
+        from crasp_compiler.export.torch_files import export_model
+
+        export_model(model, output, fmt)
+    click.echo(f"{output}: {fmt} export of {model_file}")
 
 
 @main.command("compile")
@@ -174,7 +314,7 @@ def compile_command(
 
 
 @main.command("run")
-@click.argument("model_file", metavar="MODEL", type=click.Path(exists=True, dir_okay=False))
+@click.argument("model_file", metavar="MODEL", type=click.Path(exists=True))
 @click.argument("input", required=False)
 @click.option("--outputs", is_flag=True, help="Print every named output at every position.")
 @click.option("--trace", is_flag=True, help="Print the residual stream after every sublayer.")
@@ -195,7 +335,7 @@ def run_command(
     beyond_guarantee: str,
 ) -> None:
     """Run a compiled MODEL on INPUT (or one input per stdin line), like `crasp interpret`."""
-    model = load_model(model_file)
+    model = _load_model(model_file)
     if model.accept is None and not (trace or outputs):
         raise CraspError(
             "the model has no acceptance output; use --outputs or --trace", filename=model_file
@@ -227,10 +367,10 @@ def run_command(
 
 
 @main.command("info")
-@click.argument("model_file", metavar="MODEL", type=click.Path(exists=True, dir_okay=False))
+@click.argument("model_file", metavar="MODEL", type=click.Path(exists=True))
 def info_command(model_file: str) -> None:
     """Describe a compiled MODEL: layers, heads, widths, parameters, guarantee, layout."""
-    model = load_model(model_file)
+    model = _load_model(model_file)
     info = model.info
     click.echo(f"{model_file}")
     click.echo(f"  source:      {info.get('language', '?')} {info.get('class', '')}")

@@ -329,11 +329,12 @@ def test_empty_program(tmp_path):
 
 def test_misuse(dyck, tmp_path):
     assert "Missing argument 'PROGRAM'" in misuse("interpret").stderr
-    assert "Missing argument 'PROGRAM'" in misuse("check").stderr
+    assert "Missing argument 'PROGRAM|MODEL'" in misuse("check").stderr
     assert "No such option '--bogus'" in misuse("interpret", dyck, "( )", "--bogus").stderr
     assert "does not exist" in misuse("interpret", tmp_path / "missing.cr", "( )").stderr
     assert "does not exist" in misuse("check", tmp_path / "missing.cr").stderr
-    assert "is a directory" in misuse("check", tmp_path).stderr
+    # a directory is taken as a model export; this one has no config
+    assert "cannot read export config" in user_error("check", tmp_path).stderr
     assert "unexpected extra argument" in misuse("interpret", dyck, "(", ")").stderr
     assert "No such command" in misuse("interpet", dyck).stderr
     assert "requires an argument" in misuse("interpret", dyck, "( )", "--alphabet").stderr

@@ -14,6 +14,7 @@ import json
 import math
 import zipfile
 import zlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +40,8 @@ FORMAT = "crasp-model"
 VERSION = 1
 
 
-def save_model(model: Model, path: str | Path) -> None:
-    """Write ``model`` to ``path`` (an ``.npz`` file)."""
+def model_parts(model: Model) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The JSON header and the named float64 arrays that describe ``model``."""
     arrays: dict[str, np.ndarray] = {"w_e": model.w_e, "w_p": model.w_p}
     layers = []
     for l_index, layer in enumerate(model.layers):
@@ -83,7 +84,12 @@ def save_model(model: Model, path: str | Path) -> None:
         "source": model.source,
         "info": model.info,
     }
-    arrays = {k: np.asarray(v, dtype=np.float64) for k, v in arrays.items()}
+    return header, {k: np.asarray(v, dtype=np.float64) for k, v in arrays.items()}
+
+
+def save_model(model: Model, path: str | Path) -> None:
+    """Write ``model`` to ``path`` (an ``.npz`` file)."""
+    header, arrays = model_parts(model)
     try:
         with open(path, "wb") as handle:
             np.savez(handle, header=np.array(json.dumps(header)), **arrays)
@@ -91,8 +97,30 @@ def save_model(model: Model, path: str | Path) -> None:
         raise CraspError(f"cannot write model file: {err}", filename=str(path)) from None
 
 
+def model_from_parts(
+    header: Any, arrays: Mapping[str, np.ndarray], filename: str = "model"
+) -> Model:
+    """Validate a header (already decoded from JSON) and arrays named as in
+    :func:`model_parts`, and build the model; any problem raises :class:`CraspError`."""
+    try:
+        return _parse(header, _Arrays(arrays))
+    except _Invalid as err:
+        raise CraspError(f"invalid model file: {err}", filename=filename) from None
+
+
 class _Invalid(Exception):
     pass
+
+
+class _Arrays:
+    """A mapping of arrays seen through the ``NpzFile`` interface (``files``, ``[]``)."""
+
+    def __init__(self, arrays: Mapping[str, np.ndarray]) -> None:
+        self.arrays = arrays
+        self.files = list(arrays)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.arrays[name]
 
 
 def _expect(condition: bool, message: str) -> None:
@@ -116,14 +144,17 @@ def _member(data, name: str) -> np.ndarray:
     return array
 
 
-def _header(data) -> dict[str, Any]:
+def _read_header(data) -> Any:
     _expect("header" in data.files, "no header: not a crasp model file")
     raw = _member(data, "header")
     _expect(raw.dtype.kind == "U" and raw.shape == (), "the header is not a JSON string")
     try:
-        header = json.loads(str(raw))
+        return json.loads(str(raw))
     except json.JSONDecodeError as err:
         raise _Invalid(f"the header is not valid JSON ({err})") from None
+
+
+def _header(header: Any) -> dict[str, Any]:
     _expect(isinstance(header, dict), "the header is not a JSON object")
     _expect(header.get("format") == FORMAT, "not a crasp model file (wrong format name)")
     version = header.get("version")
@@ -147,8 +178,8 @@ def _header(data) -> dict[str, Any]:
     return header
 
 
-def _parse(data) -> Model:
-    header = _header(data)
+def _parse(raw_header: Any, data) -> Model:
+    header = _header(raw_header)
     vocab = [str(v) for v in header["vocab"]]
     _expect(len(vocab) >= 1 and vocab[0] == BOS, "the vocabulary must start with BOS")
     _expect(len(set(vocab)) == len(vocab), "the vocabulary has duplicates")
@@ -278,7 +309,7 @@ def load_model(path: str | Path) -> Model:
         if magic != b"PK\x03\x04":
             raise _Invalid("not an .npz archive (wrong file type?)")
         with np.load(path, allow_pickle=False) as data:
-            return _parse(data)
+            return _parse(_read_header(data), data)
     except _Invalid as err:
         raise CraspError(f"invalid model file: {err}", filename=str(path)) from None
     except (OSError, ValueError, zipfile.BadZipFile, zlib.error, EOFError, KeyError) as err:

@@ -78,7 +78,7 @@ def _attend(head: Head, x: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Σ_s α_ts W_V x_s for every query t, shape (B, T, dv)."""
     v = x @ head.w_v.T
     batch, size, _ = x.shape
-    if head.is_uniform and head.mask == "causal":
+    if head.is_uniform and head.mask == "causal" and head.weighting in ("softmax", "hard"):
         # Accumulate in float64: a float32 running sum stops counting at 2^24.
         sums = np.cumsum(v, axis=1, dtype=np.float64)
         return (sums / np.arange(1, size + 1)[None, :, None]).astype(x.dtype)
@@ -191,14 +191,14 @@ def run(
             if residuals:
                 trace.append((f"layer {number} mlp", x.copy()))
     outputs, values = {}, {}
-    scale = np.arange(1, size + 1, dtype=dtype)[None, :]
+    scale = np.arange(1, size + 1, dtype=np.float64)[None, :]  # t + 1 is exact in float64
     for out in model.outputs:
         raw = x @ out.weights.astype(dtype)
         outputs[out.name] = raw
         if out.rule == "bool":
             values[out.name] = raw > 0.5
         else:
-            values[out.name] = np.rint(raw * scale).astype(np.int64)
+            values[out.name] = np.rint(raw.astype(np.float64) * scale).astype(np.int64)
     return RunResult(outputs, values, lengths, trace if residuals else None)
 
 

@@ -1,0 +1,161 @@
+"""Tokens per second of the numpy executor and the torch module on the example models.
+
+For each example (heaviside mode), runtime (numpy; torch on CPU; torch on CUDA when
+present), length n ∈ ``--lengths`` and batch size B ∈ ``--batches``: random inputs of
+exactly n tokens, one warm-up run, then the median wall time of ``--repeats`` runs of the
+whole forward pass (including embedding and decision rules), reported as B·n / time.
+A configuration whose time, extrapolated from the previous length (quadratically, as
+heads with scores cost O(n²)), would exceed ``--max-seconds`` is skipped and recorded as
+such. Also times the target case: Dyck-1, n = 4096, batch 8, torch on CPU, float32 and
+float64.
+
+Usage::
+
+    python benchmarks/throughput.py --out docs/results/throughput.json
+    python benchmarks/throughput.py --markdown docs/results/throughput.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import torch
+from _common import EXAMPLES_DIR, example_names, machine, provenance_line, revision
+
+from crasp_compiler import load_program
+from crasp_compiler.compiler import compile_program
+from crasp_compiler.runtime.numpy_exec import run
+from crasp_compiler.runtime.torch_module import TorchTransformer
+
+
+def timed(fn, repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def runner(kind: str, model, words, dtype: str):
+    """A zero-argument function running ``words`` through one runtime."""
+    if kind == "numpy":
+        np_dtype = np.float64 if dtype == "float64" else np.float32
+        return lambda: run(model, words, dtype=np_dtype, on_overlength="ignore")
+    device = "cuda" if kind == "torch-cuda" else "cpu"
+    module = TorchTransformer(model).to(
+        device=device, dtype=torch.float64 if dtype == "float64" else torch.float32
+    )
+    ids, lengths = module.encode(words, device=device)
+
+    def go():
+        with torch.no_grad():
+            values = module.decide(module(ids, lengths))
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return values
+
+    return go
+
+
+def measure(args) -> dict:
+    kinds = ["numpy", "torch-cpu"] + (["torch-cuda"] if torch.cuda.is_available() else [])
+    rows = []
+    names = args.examples or example_names()
+    for name in names:
+        program = load_program(EXAMPLES_DIR / name)
+        model = compile_program(program)
+        for kind in kinds:
+            for batch in args.batches:
+                previous: tuple[int, float] | None = None
+                for n in args.lengths:
+                    row = {"example": name, "runtime": kind, "batch": batch, "n": n}
+                    row["dtype"] = args.dtype
+                    if previous and previous[1] * (n / previous[0]) ** 2 > args.max_seconds:
+                        row["skipped"] = f"estimated > {args.max_seconds:g} s"
+                        rows.append(row)
+                        print(json.dumps(row), file=sys.stderr)
+                        continue
+                    rng = random.Random(f"{name}-{n}-{batch}")
+                    words = [[rng.choice(program.alphabet) for _ in range(n)] for _ in range(batch)]
+                    seconds = timed(runner(kind, model, words, args.dtype), args.repeats)
+                    previous = (n, seconds)
+                    row["seconds"] = round(seconds, 5)
+                    row["tokens_per_second"] = round(batch * n / seconds)
+                    rows.append(row)
+                    print(json.dumps(row), file=sys.stderr)
+    target = []
+    dyck = compile_program(load_program(EXAMPLES_DIR / "dyck1.cr"))
+    rng = random.Random("target")
+    words = [[rng.choice(["(", ")"]) for _ in range(4096)] for _ in range(8)]
+    for dtype in ("float32", "float64"):
+        seconds = timed(runner("torch-cpu", dyck, words, dtype), args.repeats)
+        target.append({"dtype": dtype, "seconds": round(seconds, 4)})
+    return {"rows": rows, "target_dyck1_4096x8_torch_cpu": target}
+
+
+def markdown(data: dict) -> str:
+    lines = [provenance_line(data), ""]
+    lines.append("Target — Dyck-1, n = 4096, batch 8, torch on CPU (goal < 1 s):")
+    lines.append("")
+    for t in data["target_dyck1_4096x8_torch_cpu"]:
+        lines.append(f"- {t['dtype']}: {t['seconds']:.3f} s")
+    lines.append("")
+    lengths = sorted({r["n"] for r in data["rows"]})
+    header = "| example | runtime | batch | " + " | ".join(f"n={n}" for n in lengths) + " |"
+    lines += [header, "|" + "---|" * (3 + len(lengths))]
+    table: dict[tuple, dict[int, str]] = {}
+    for r in data["rows"]:
+        key = (r["example"], r["runtime"], r["batch"])
+        cell = "skipped" if "skipped" in r else f"{r['tokens_per_second']:,}"
+        table.setdefault(key, {})[r["n"]] = cell
+    for (name, kind, batch), cells in table.items():
+        values = " | ".join(cells.get(n, "") for n in lengths)
+        lines.append(f"| {name} | {kind} | {batch} | {values} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="Write the results as JSON here.")
+    parser.add_argument("--markdown", type=Path, help="Print a results JSON as markdown.")
+    parser.add_argument("--examples", nargs="*", help="Example file names (default: all).")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[100, 1000, 10000])
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 32])
+    parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--max-seconds", type=float, default=20.0)
+    args = parser.parse_args()
+    if args.markdown:
+        print(markdown(json.loads(args.markdown.read_text())))
+        return
+    data = {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": "python " + " ".join(sys.argv),
+        "machine": {
+            **machine(),
+            "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads(),
+        },
+        "revision": revision(),
+        "settings": {k: v for k, v in vars(args).items() if k not in ("out", "markdown")},
+    }
+    data.update(measure(args))
+    text = json.dumps(data, indent=1)
+    if args.out:
+        args.out.write_text(text + "\n")
+    else:
+        print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Exports of compiled models to torch, safetensors and TransformerLens-style files."""

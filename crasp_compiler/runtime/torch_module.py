@@ -1,0 +1,334 @@
+"""The model family as a ``torch.nn.Module`` (equations in :mod:`crasp_compiler.model.model`).
+
+``TorchTransformer(model)`` holds every weight as a parameter under names that hooks and
+interpretability tools can address::
+
+    embed.w_e                     (V, d)      token embedding (row 0 is BOS)
+    pos.w_p                       (d, F)      positional features -> residual
+    blocks[i].attn.heads[h]       w_q, w_k (dk, d), w_v (dv, d), w_o (d, dv)
+    blocks[i].mlp                 w1 (h, d), b1 (h,), w2 (d, h), b2 (d,)
+    readout.weight                (K, d)      one row per named output
+
+``forward(ids, lengths)`` takes BOS-prefixed, right-padded token ids ``(B, T)`` and
+returns the raw outputs ``(B, T, K)``. Uniform heads run as float64 prefix sums; causal
+softmax heads without relative bias use ``scaled_dot_product_attention`` (fused kernels,
+no T × T matrix); every other head processes queries in chunks, so memory stays bounded
+at any length. Padding never reaches a real position: keys beyond a sequence's length
+are masked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from crasp_compiler.errors import CraspError
+from crasp_compiler.model.features import feature_matrix
+from crasp_compiler.model.model import MLP, Guarantee, Head, Layer, Model, Output
+from crasp_compiler.runtime.numpy_exec import HARD_TOLERANCE, SCORE_BUDGET
+
+
+class Embedding(nn.Module):
+    def __init__(self, w_e: np.ndarray) -> None:
+        super().__init__()
+        self.w_e = nn.Parameter(torch.tensor(w_e))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.w_e[ids]
+
+
+class PositionalFeatures(nn.Module):
+    """``W_P · pos(t)`` for t = 0..T-1; the features are recomputed for every length."""
+
+    def __init__(self, names: list[str], w_p: np.ndarray) -> None:
+        super().__init__()
+        self.names = list(names)
+        self.w_p = nn.Parameter(torch.tensor(w_p))
+
+    def forward(self, size: int) -> torch.Tensor:
+        table = torch.tensor(feature_matrix(self.names, size), device=self.w_p.device)
+        return table.to(self.w_p.dtype) @ self.w_p.T
+
+
+class AttentionHead(nn.Module):
+    """``Σ_s α_ts W_V x_s`` with scores ``scale·(W_Q x_t)·(W_K x_s) + bias(t − s)``;
+    returns the head's contribution ``W_O(…)`` to the residual."""
+
+    def __init__(self, head: Head) -> None:
+        super().__init__()
+        for key in ("w_q", "w_k", "w_v", "w_o"):
+            setattr(self, key, nn.Parameter(torch.tensor(getattr(head, key))))
+        self.scale = float(head.scale)
+        self.bias = dict(head.bias)
+        self.weighting = head.weighting
+        self.mask = head.mask
+        self.label = head.label
+        self.uniform = head.is_uniform and head.weighting in ("softmax", "hard")
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        v = x @ self.w_v.T
+        if self.uniform and self.mask == "causal":
+            # Prefix sums in float64: a float32 running sum stops counting at 2^24.
+            sums = torch.cumsum(v.double(), dim=1)
+            steps = torch.arange(1, x.shape[1] + 1, device=x.device, dtype=torch.float64)
+            mixed = (sums / steps[None, :, None]).to(x.dtype)
+        elif self.weighting == "softmax" and self.mask == "causal" and not self.bias:
+            q = (x @ self.w_q.T)[:, None]
+            k = (x @ self.w_k.T)[:, None]
+            mixed = F.scaled_dot_product_attention(
+                q, k, v[:, None], is_causal=True, scale=self.scale
+            )[:, 0]
+        else:
+            mixed = self._chunked(x, v, lengths)
+        return mixed @ self.w_o.T
+
+    def _chunked(self, x: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        q, k = x @ self.w_q.T, x @ self.w_k.T
+        batch, size, _ = x.shape
+        cols = torch.arange(size, device=x.device)
+        tolerance = HARD_TOLERANCE[np.float64 if x.dtype == torch.float64 else np.float32]
+        out = torch.zeros(batch, size, v.shape[-1], dtype=x.dtype, device=x.device)
+        chunk = max(1, SCORE_BUDGET // max(1, batch * size))
+        for start in range(0, size, chunk):
+            rows = cols[start : start + chunk]
+            scores = self.scale * torch.einsum("btk,bsk->bts", q[:, rows], k)
+            offsets = rows[:, None] - cols[None, :]
+            for offset, value in self.bias.items():
+                scores = scores + value * (offsets == offset).to(x.dtype)[None]
+            allowed = self._allowed(rows, cols, lengths)
+            scores = scores.masked_fill(~allowed, -torch.inf)
+            top = scores.amax(-1, keepdim=True)
+            top = torch.where(torch.isinf(top), torch.zeros_like(top), top)
+            if self.weighting == "softmax":
+                weights = torch.where(allowed, torch.exp(scores - top), 0.0)
+            else:
+                weights = (allowed & (scores >= top - tolerance)).to(x.dtype)
+                if self.weighting in ("hard-left", "hard-right"):
+                    weights = self._unique(weights, allowed)
+            total = weights.sum(-1, keepdim=True)
+            weights = weights / torch.where(total == 0, torch.ones_like(total), total)
+            out[:, rows] = weights @ v
+        return out
+
+    def _allowed(self, rows: torch.Tensor, cols: torch.Tensor, lengths: torch.Tensor):
+        t, s = rows[:, None], cols[None, :]
+        if self.mask == "causal":
+            allowed = s <= t
+        elif self.mask == "strict":
+            allowed = s < t
+        else:
+            allowed = torch.ones(len(rows), len(cols), dtype=torch.bool, device=rows.device)
+        return allowed[None] & (cols[None, None, :] <= lengths[:, None, None])
+
+    def _unique(self, weights: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+        """Keep only the leftmost (``hard-left``) or rightmost maximal key."""
+        size = weights.shape[-1]
+        if self.weighting == "hard-left":
+            pick = weights.argmax(-1)
+        else:
+            pick = size - 1 - weights.flip(-1).argmax(-1)
+        one_hot = F.one_hot(pick, size).to(weights.dtype)
+        return torch.where(allowed, one_hot, 0.0)
+
+
+class Attention(nn.Module):
+    """The heads of one layer; their contributions add."""
+
+    def __init__(self, heads: list[Head]) -> None:
+        super().__init__()
+        self.heads = nn.ModuleList(AttentionHead(h) for h in heads)
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        update = torch.zeros_like(x)
+        for head in self.heads:
+            update = update + head(x, lengths)
+        return update
+
+
+class FeedForward(nn.Module):
+    """``W_2 act(N(W_1 x + b_1)) + b_2`` with per-unit activations and the selective
+    layer norm N over ``norm_groups`` (ε = 0; a zero-variance group gives 0)."""
+
+    def __init__(self, mlp: MLP) -> None:
+        super().__init__()
+        for key in ("w1", "b1", "w2", "b2"):
+            setattr(self, key, nn.Parameter(torch.tensor(getattr(mlp, key))))
+        self.activations = list(mlp.activations)
+        self.labels = list(mlp.labels)
+        self.norm_groups = [list(g) for g in mlp.norm_groups]
+        kinds = np.array(self.activations)
+        for kind in ("relu", "heaviside", "gelu"):
+            self.register_buffer(f"is_{kind}", torch.tensor(kinds == kind), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = x @ self.w1.T + self.b1
+        if self.norm_groups:
+            z = z.clone()
+            for group in self.norm_groups:
+                part = z[..., group]
+                centred = part - part.mean(-1, keepdim=True)
+                std = centred.pow(2).mean(-1, keepdim=True).sqrt()
+                safe = torch.where(std > 0, std, torch.ones_like(std))
+                z[..., group] = torch.where(std > 0, centred / safe, torch.zeros_like(centred))
+        hidden = torch.where(self.is_relu, torch.relu(z), z)
+        hidden = torch.where(self.is_heaviside, (z >= 0).to(z.dtype), hidden)
+        hidden = torch.where(self.is_gelu, F.gelu(z, approximate="tanh"), hidden)
+        return hidden @ self.w2.T + self.b2
+
+
+class Block(nn.Module):
+    def __init__(self, layer: Layer) -> None:
+        super().__init__()
+        self.attn = Attention(layer.heads) if layer.heads else None
+        self.mlp = FeedForward(layer.mlp) if layer.mlp is not None else None
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        if self.attn is not None:
+            x = x + self.attn(x, lengths)
+        if self.mlp is not None:
+            x = x + self.mlp(x)
+        return x
+
+
+class TorchTransformer(nn.Module):
+    """A compiled model as a torch module; ``to_model()`` converts back."""
+
+    def __init__(self, model: Model) -> None:
+        super().__init__()
+        self.embed = Embedding(model.w_e)
+        self.pos = PositionalFeatures(model.features, model.w_p)
+        self.blocks = nn.ModuleList(Block(layer) for layer in model.layers)
+        weights = np.stack([o.weights for o in model.outputs]) if model.outputs else None
+        self.readout = nn.Linear(model.width, len(model.outputs), bias=False, dtype=torch.float64)
+        if weights is not None:
+            with torch.no_grad():
+                self.readout.weight.copy_(torch.tensor(weights))
+        self.output_names = [o.name for o in model.outputs]
+        self.output_rules = [o.rule for o in model.outputs]
+        self.vocab = list(model.vocab)
+        self.residual = list(model.residual)
+        self.guarantee = model.guarantee
+        self.accept = model.accept
+        self.options, self.source, self.info = dict(model.options), model.source, dict(model.info)
+
+    # ------------------------------------------------------------------ running
+
+    def forward(self, ids: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """Raw outputs ``(B, T, K)`` for BOS-prefixed ids ``(B, T)``; ``lengths`` (B,)
+        counts the tokens after BOS (default: no padding)."""
+        batch, size = ids.shape
+        if lengths is None:
+            lengths = torch.full((batch,), size - 1, device=ids.device)
+        x = self.embed(ids) + self.pos(size)[None]
+        for block in self.blocks:
+            x = block(x, lengths)
+        return self.readout(x)
+
+    def encode(
+        self, inputs: Sequence[Sequence[str]], device: torch.device | str | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token sequences (without BOS) to right-padded ids ``(B, T)`` and lengths."""
+        index = {symbol: k for k, symbol in enumerate(self.vocab)}
+        rows = []
+        for tokens in inputs:
+            for position, token in enumerate(tokens):
+                if token not in index or index[token] == 0:
+                    raise CraspError(
+                        f"token {token!r} at position {position} is not in the vocabulary",
+                        filename="input",
+                    )
+            rows.append([index[token] for token in tokens])
+        lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)
+        size = 1 + (int(lengths.max()) if rows else 0)
+        ids = torch.zeros(len(rows), size, dtype=torch.long)
+        for b, row in enumerate(rows):
+            ids[b, 1 : 1 + len(row)] = torch.tensor(row, dtype=torch.long)
+        device = device if device is not None else self.embed.w_e.device
+        return ids.to(device), lengths.to(device)
+
+    def decide(self, raw: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Apply each output's decision rule to raw outputs ``(B, T, K)``."""
+        steps = torch.arange(1, raw.shape[1] + 1, device=raw.device, dtype=torch.float64)
+        values = {}
+        for k, (name, rule) in enumerate(zip(self.output_names, self.output_rules, strict=True)):
+            column = raw[..., k]
+            if rule == "bool":
+                values[name] = column > 0.5
+            else:
+                values[name] = torch.round(column.double() * steps[None]).to(torch.long)
+        return values
+
+    @torch.no_grad()
+    def run(
+        self, inputs: Sequence[Sequence[str]], on_overlength: str = "error"
+    ) -> dict[str, torch.Tensor]:
+        """Decided outputs ``{name: (B, T)}`` for token sequences, like the numpy ``run``."""
+        ids, lengths = self.encode(inputs)
+        longest = int(lengths.max()) if len(lengths) else 0
+        if not self.guarantee.covers(longest) and on_overlength == "error":
+            raise CraspError(
+                f"input length {longest} exceeds the model's guarantee ({self.guarantee.text})"
+            )
+        return self.decide(self(ids, lengths))
+
+    # ------------------------------------------------------------------ conversion
+
+    def to_model(self) -> Model:
+        """The current weights as a :class:`Model` (for saving or the numpy executor)."""
+
+        def array(p: torch.Tensor) -> np.ndarray:
+            return p.detach().to("cpu", torch.float64).numpy().copy()
+
+        layers = []
+        for block in self.blocks:
+            heads = []
+            for h in block.attn.heads if block.attn is not None else []:
+                heads.append(
+                    Head(
+                        array(h.w_q),
+                        array(h.w_k),
+                        array(h.w_v),
+                        array(h.w_o),
+                        h.scale,
+                        dict(h.bias),
+                        h.weighting,
+                        h.mask,
+                        h.label,
+                    )
+                )
+            mlp = None
+            if block.mlp is not None:
+                m = block.mlp
+                mlp = MLP(
+                    array(m.w1),
+                    array(m.b1),
+                    array(m.w2),
+                    array(m.b2),
+                    list(m.activations),
+                    list(m.labels),
+                    [list(g) for g in m.norm_groups],
+                )
+            layers.append(Layer(heads, mlp))
+        readout = array(self.readout.weight)
+        outputs = [
+            Output(name, readout[k], rule)
+            for k, (name, rule) in enumerate(zip(self.output_names, self.output_rules, strict=True))
+        ]
+        return Model(
+            vocab=list(self.vocab),
+            w_e=array(self.embed.w_e),
+            features=list(self.pos.names),
+            w_p=array(self.pos.w_p),
+            layers=layers,
+            outputs=outputs,
+            residual=list(self.residual),
+            guarantee=Guarantee(self.guarantee.max_len, self.guarantee.text),
+            accept=self.accept,
+            options=dict(self.options),
+            source=self.source,
+            info=dict(self.info),
+        )

@@ -1,0 +1,142 @@
+"""Agreement of a compiled model's runtimes with the program it was compiled from.
+
+``check_model`` samples random inputs in length buckets ``0, 1–4, 5–16, 17–64, …`` up to
+``max_len`` and compares, at every position of every input and for every named output,
+the reference interpreter (run on the model's stored source), the numpy executor and the
+torch module on the requested device. A model without source text is checked numpy
+against torch only.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from crasp_compiler.errors import CraspError
+from crasp_compiler.ir.interpret import interpret_batch
+from crasp_compiler.model.model import Model
+from crasp_compiler.program import parse_program
+from crasp_compiler.runtime.numpy_exec import run
+
+RUNTIMES = ("interpreter", "numpy", "torch")
+
+
+def buckets(max_len: int) -> list[tuple[int, int]]:
+    """Length ranges ``[0, 0], [1, 4], [5, 16], …`` (powers of 4), the last one ending at
+    ``max_len``."""
+    out = [(0, 0)]
+    low, high = 1, 4
+    while low <= max_len:
+        out.append((low, min(high, max_len)))
+        low, high = high + 1, high * 4
+    return out
+
+
+@dataclass
+class Tally:
+    """Positions compared and, per pair of runtimes, positions where they differ."""
+
+    positions: int = 0
+    differ: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    example: str | None = None
+
+
+@dataclass
+class CheckReport:
+    runtimes: list[str]
+    device: str
+    dtype: str
+    samples: int
+    # (output name, bucket) -> tally
+    tallies: dict[tuple[str, tuple[int, int]], Tally]
+    max_raw_difference: float
+
+    @property
+    def disagreements(self) -> int:
+        return sum(sum(t.differ.values()) for t in self.tallies.values())
+
+    def table(self) -> str:
+        pairs = [f"{a}/{b}" for k, a in enumerate(self.runtimes) for b in self.runtimes[k + 1 :]]
+        head = f"{'output':<12} {'lengths':<12} {'positions':>10}  " + "  ".join(
+            f"{p:>18}" for p in pairs
+        )
+        lines = [head]
+        for (name, (low, high)), tally in self.tallies.items():
+            span = f"{low}" if low == high else f"{low}-{high}"
+            cells = "  ".join(f"{tally.differ.get(p, 0):>18}" for p in pairs)
+            lines.append(f"{name:<12} {span:<12} {tally.positions:>10}  {cells}")
+        return "\n".join(lines)
+
+
+def check_model(
+    model: Model,
+    samples: int = 200,
+    max_len: int = 64,
+    device: str = "cpu",
+    dtype: str = "float64",
+    seed: int = 0,
+) -> CheckReport:
+    """Compare interpreter, numpy and torch on ``samples`` random inputs (see module doc)."""
+    import torch
+
+    from crasp_compiler.runtime.torch_module import TorchTransformer
+
+    if not model.guarantee.covers(max_len):
+        raise CraspError(
+            f"--max-len {max_len} exceeds the model's guarantee ({model.guarantee.text})"
+        )
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise CraspError("CUDA was requested but torch sees no GPU (torch.cuda.is_available())")
+    torch_dtype = {"float64": torch.float64, "float32": torch.float32}[dtype]
+    np_dtype = {"float64": np.float64, "float32": np.float32}[dtype]
+    program = None
+    if model.source:
+        program = parse_program(model.source, "<model source>", alphabet=model.vocab[1:])
+    runtimes = list(RUNTIMES) if program is not None else ["numpy", "torch"]
+    module = TorchTransformer(model).to(device=device, dtype=torch_dtype)
+
+    rng = random.Random(seed)
+    ranges = buckets(max_len)
+    symbols = model.vocab[1:]
+    by_length: dict[int, list[list[str]]] = defaultdict(list)
+    for k in range(samples):
+        low, high = ranges[k % len(ranges)]
+        n = rng.randint(low, high)
+        by_length[n].append([rng.choice(symbols) for _ in range(n)])
+
+    tallies: dict[tuple[str, tuple[int, int]], Tally] = {}
+    for out in model.outputs:
+        for span in ranges:
+            tallies[(out.name, span)] = Tally()
+    worst = 0.0
+    for n, words in sorted(by_length.items()):
+        span = next(r for r in ranges if r[0] <= n <= r[1])
+        result = run(model, words, dtype=np_dtype)
+        ids, lengths = module.encode(words, device=device)
+        with torch.no_grad():
+            raw = module(ids, lengths)
+        decided = {k: v.cpu().numpy() for k, v in module.decide(raw).items()}
+        raw_np = raw.double().cpu().numpy()
+        expected = interpret_batch(program, words) if program is not None else {}
+        for k, out in enumerate(model.outputs):
+            worst = max(worst, float(np.max(np.abs(raw_np[..., k] - result.outputs[out.name]))))
+            values = {"numpy": result.values[out.name], "torch": decided[out.name]}
+            if program is not None:
+                values["interpreter"] = np.asarray(expected[out.name])
+            tally = tallies[(out.name, span)]
+            tally.positions += len(words) * (n + 1)
+            for i, a in enumerate(runtimes):
+                for b in runtimes[i + 1 :]:
+                    wrong = values[a] != values[b]
+                    if wrong.any():
+                        tally.differ[f"{a}/{b}"] += int(wrong.sum())
+                        if tally.example is None:
+                            row, t = np.argwhere(wrong)[0]
+                            tally.example = (
+                                f"{out.name} on {' '.join(words[row])!r} at t={t}: "
+                                f"{a} {values[a][row, t]} != {b} {values[b][row, t]}"
+                            )
+    return CheckReport(runtimes, device, dtype, samples, tallies, worst)
