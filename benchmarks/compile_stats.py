@@ -1,9 +1,10 @@
 """Compile time and model shape of every example program.
 
-For each example: the median compile time over ``--repeats`` runs in heaviside mode and
-in relu mode (``max_len`` 256 by default), and the shape of both models: layers, the
-dependency bound, attention heads per layer, residual width, MLP width (widest hidden
-layer), parameter count, and the program's relation class.
+For each example and each compile mode (heaviside, layernorm, and relu with ``max_len``
+256 by default): the median compile time over ``--repeats`` runs, and the shape of the
+model: layers, the dependency bound, attention heads per layer, residual width, MLP width
+(widest hidden layer), parameter count, layer-normalised groups; and the program's
+relation class.
 
 Usage::
 
@@ -26,6 +27,9 @@ from _common import EXAMPLES_DIR, example_names, machine, provenance_line, revis
 from crasp_compiler import load_program
 from crasp_compiler.compiler import compile_program
 
+MODES = ("heaviside", "layernorm", "relu")
+SHORT = {"heaviside": "h", "layernorm": "l", "relu": "r"}
+
 
 def shape(model) -> dict:
     return {
@@ -35,13 +39,15 @@ def shape(model) -> dict:
         "width": model.width,
         "mlp_width": model.mlp_width,
         "parameters": model.parameter_count(),
+        "norm_groups": sum(len(layer.mlp.norm_groups) for layer in model.layers if layer.mlp),
     }
 
 
 def stats(name: str, repeats: int, max_len: int) -> dict:
     program = load_program(EXAMPLES_DIR / name)
     entry = {"example": name, "class": program.relation_class}
-    for mode, limit in (("heaviside", None), ("relu", max_len)):
+    for mode in MODES:
+        limit = max_len if mode == "relu" else None
         times, model = [], None
         for _ in range(repeats):
             start = time.perf_counter()
@@ -56,26 +62,31 @@ def stats(name: str, repeats: int, max_len: int) -> dict:
     return entry
 
 
+def per_mode(values: list) -> str:
+    """One value where all modes agree, else the values separated by " / "."""
+    return str(values[0]) if len(set(values)) == 1 else " / ".join(str(v) for v in values)
+
+
 def markdown(data: dict) -> str:
+    """One row per example; "a / b / c" cells list the modes in the header's order (files
+    written before layernorm mode existed have heaviside and relu only)."""
+    first = data["results"][0]
+    modes = [m for m in MODES if m in first]
+    tag = " / ".join(SHORT[m] for m in modes)
     lines = [
-        "| example | class | compile ms (heaviside) | compile ms (relu) | layers "
-        "| dep. bound | heads per layer | width | MLP width (h / r) | parameters (h / r) |",
-        "|---|---|---:|---:|---:|---:|---|---:|---:|---:|",
+        f"| example | class | compile ms ({tag}) | layers | dep. bound | heads per layer "
+        f"| width | MLP width ({tag}) | parameters ({tag}) |",
+        "|---|---|---:|---:|---:|---|---:|---:|---:|",
     ]
     for e in data["results"]:
-        h, r = e["heaviside"], e["relu"]
-        layers = (
-            str(h["layers"]) if h["layers"] == r["layers"] else f"{h['layers']} / {r['layers']}"
-        )
-        heads = " ".join(str(n) for n in h["heads_per_layer"])
-        if r["heads_per_layer"] != h["heads_per_layer"]:
-            heads += " / " + " ".join(str(n) for n in r["heads_per_layer"])
-        width = str(h["width"]) if h["width"] == r["width"] else f"{h['width']} / {r['width']}"
+        runs = [e[m] for m in modes]
+        heads = per_mode([" ".join(str(n) for n in r["heads_per_layer"]) for r in runs])
+        ms = " / ".join(f"{r['compile_ms_median']:.1f}" for r in runs)
         lines.append(
-            f"| {e['example']} | {e['class']} | {h['compile_ms_median']:.1f} "
-            f"| {r['compile_ms_median']:.1f} | {layers} | {h['dependency_bound']} | {heads} "
-            f"| {width} | {h['mlp_width']} / {r['mlp_width']} "
-            f"| {h['parameters']} / {r['parameters']} |"
+            f"| {e['example']} | {e['class']} | {ms} | {per_mode([r['layers'] for r in runs])} "
+            f"| {runs[0]['dependency_bound']} | {heads} | {per_mode([r['width'] for r in runs])} "
+            f"| {' / '.join(str(r['mlp_width']) for r in runs)} "
+            f"| {' / '.join(str(r['parameters']) for r in runs)} |"
         )
     return "\n".join(lines)
 
@@ -105,17 +116,23 @@ def main(argv: list[str] | None = None) -> None:
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(),
         "revision": revision(),
-        "config": {"repeats": args.repeats, "relu_max_len": args.max_len, "examples": names},
+        "config": {
+            "repeats": args.repeats,
+            "modes": list(MODES),
+            "relu_max_len": args.max_len,
+            "examples": names,
+        },
         "results": [],
     }
     for name in names:
         entry = stats(name, args.repeats, args.max_len)
         data["results"].append(entry)
-        h, r = entry["heaviside"], entry["relu"]
+        h = entry["heaviside"]
+        times = "  ".join(f"{m} {entry[m]['compile_ms_median']:7.2f} ms" for m in MODES)
+        params = " / ".join(str(entry[m]["parameters"]) for m in MODES)
         print(
-            f"{name:22s} heaviside {h['compile_ms_median']:8.2f} ms  relu "
-            f"{r['compile_ms_median']:8.2f} ms  layers {h['layers']} (bound "
-            f"{h['dependency_bound']})  width {h['width']}  params {h['parameters']}",
+            f"{name:22s} {times}  layers {h['layers']} (bound {h['dependency_bound']})  "
+            f"width {h['width']}  params {params}",
             flush=True,
         )
     if args.out:

@@ -1,11 +1,12 @@
-"""The exactness horizon of compiled heaviside-mode models under floating point.
+"""The exactness horizon of compiled models under floating point.
 
-For every example program and every dtype, the compiled model (``mode="heaviside"``) is
-run on K sampled inputs of each length L = 16, 32, 64, ... up to ``--max-len`` and its
-outputs at the last position are compared with the reference interpreter's. The horizon
-is the largest L at which every output of every sample agrees. The search for a length
-stops at the first disagreement, at ``--max-len``, or when the next length is not
-expected to finish inside the per-example time limit.
+For every example program, every compile mode (``--modes``; by default heaviside and
+layernorm, the two modes claimed exact at every length in real arithmetic) and every
+dtype, the compiled model is run on K sampled inputs of each length L = 16, 32, 64, ...
+up to ``--max-len`` and its outputs at the last position are compared with the reference
+interpreter's. The horizon is the largest L at which every output of every sample agrees.
+The search for a (mode, dtype) pair stops at the first disagreement, at ``--max-len``, or
+when the next length is not expected to finish inside the per-run time limit.
 
 Samples of length L: half come from the example's generator of positive strings
 (``tests/recognizers.py``); where the generator cannot make length L (e.g. ``a^n b^n c^n``
@@ -18,6 +19,7 @@ Usage::
 
     python benchmarks/horizon.py --out docs/results/horizon.json
     python benchmarks/horizon.py --examples majority.crasp,dyck1.cr --dtypes float32
+    python benchmarks/horizon.py --modes relu --relu-max-len 64 --max-len 1024
     python benchmarks/horizon.py --markdown docs/results/horizon.json
 
 ``OPENBLAS_NUM_THREADS`` (and the OMP/MKL equivalents) default to 1 here: on a small
@@ -41,7 +43,15 @@ from datetime import UTC, datetime  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-from _common import EXAMPLES_DIR, ROOT, example_names, machine, provenance_line, revision  # noqa: E402
+from _common import (  # noqa: E402
+    EXAMPLES_DIR,
+    ROOT,
+    example_names,
+    load_average,
+    machine,
+    provenance_line,
+    revision,
+)
 
 sys.path.insert(0, str(ROOT))  # for tests.recognizers
 
@@ -51,6 +61,7 @@ from crasp_compiler.runtime import run  # noqa: E402
 from tests.recognizers import REGISTRY  # noqa: E402
 
 DTYPES = {"float64": np.float64, "float32": np.float32}
+MODES = ("heaviside", "layernorm", "relu")
 # Failing inputs longer than this are not stored; (seed, example, length, index) redraws them.
 MAX_STORED_INPUT = 64
 
@@ -152,17 +163,17 @@ def check_length(program, model, name, length, args, dtype):
     return record
 
 
-def horizon(name: str, dtype_name: str, args) -> dict:
+def horizon(name: str, mode: str, dtype_name: str, args) -> dict:
     program = load_program(EXAMPLES_DIR / name)
-    max_len = args.relu_max_len if args.mode == "relu" else None
-    model = compile_program(program, mode=args.mode, max_len=max_len)
+    max_len = args.relu_max_len if mode == "relu" else None
+    model = compile_program(program, mode=mode, max_len=max_len)
     local = program.uses_local
     limit = args.local_time_limit if local else args.time_limit
     growth = 4.0 if local else 2.0  # local heads are O(n^2) in the executor, others O(n)
     result = {
         "example": name,
         "dtype": dtype_name,
-        "mode": args.mode,
+        "mode": mode,
         "relu_max_len": max_len,
         "class": program.relation_class,
         "uses_local": local,
@@ -184,7 +195,7 @@ def horizon(name: str, dtype_name: str, args) -> dict:
         previous = record["seconds"]
         bad = record["disagreements"] or record["position_disagreements"]
         print(
-            f"  {name:22s} {dtype_name:8s} L={length:<7d} "
+            f"  {name:22s} {mode:9s} {dtype_name:8s} L={length:<7d} "
             f"disagree={record['disagreements']}/{args.samples}"
             + (
                 f" (any position: {record['position_disagreements']})"
@@ -220,18 +231,27 @@ def summary(entry: dict) -> str:
     return f"{head} (max length)"
 
 
+def entry_mode(data: dict, entry: dict) -> str:
+    """The compile mode of one run; files written before ``--modes`` existed record it
+    once in the config, or (the oldest) not at all, meaning heaviside."""
+    return entry.get("mode") or data["config"].get("mode") or "heaviside"
+
+
 def markdown(data: dict) -> str:
+    """One row per example, one column per (mode, dtype) run."""
     dtypes = data["config"]["dtypes"]
+    modes = list(dict.fromkeys(entry_mode(data, e) for e in data["results"]))
+    columns = [(mode, dtype) for mode in modes for dtype in dtypes]
     lines = [
-        "| example | class | " + " | ".join(dtypes) + " |",
-        "|---|---|" + "---|" * len(dtypes),
+        "| example | class | " + " | ".join(f"{m} {d}" for m, d in columns) + " |",
+        "|---|---|" + "---|" * len(columns),
     ]
-    by_key = {(e["example"], e["dtype"]): e for e in data["results"]}
+    by_key = {(e["example"], entry_mode(data, e), e["dtype"]): e for e in data["results"]}
     names = list(dict.fromkeys(e["example"] for e in data["results"]))
     for name in names:
         cells, cls = [], ""
-        for dtype in dtypes:
-            entry = by_key.get((name, dtype))
+        for mode, dtype in columns:
+            entry = by_key.get((name, mode, dtype))
             if entry is None:
                 cells.append("—")
                 continue
@@ -244,9 +264,9 @@ def markdown(data: dict) -> str:
 def detail_markdown(data: dict) -> str:
     """Per length: seconds, accepted samples, generator strings of exact length, error."""
     lines = [
-        "| example | dtype | longest L tested | accepted at L | generator exact at L "
+        "| example | mode | dtype | longest L tested | accepted at L | generator exact at L "
         "| max readout error at L | seconds (all lengths) |",
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for entry in data["results"]:
         if not entry["lengths"]:
@@ -254,7 +274,8 @@ def detail_markdown(data: dict) -> str:
         last = entry["lengths"][-1]
         accepted = "—" if last["accepted"] is None else f"{last['accepted']}/{last['samples']}"
         lines.append(
-            f"| {entry['example']} | {entry['dtype']} | {last['length']} | {accepted} "
+            f"| {entry['example']} | {entry_mode(data, entry)} | {entry['dtype']} "
+            f"| {last['length']} | {accepted} "
             f"| {last['generator_exact_length']}/{last['samples'] // 2} "
             f"| {last['max_readout_error']:.2g} | {entry['seconds']:.1f} |"
         )
@@ -277,12 +298,13 @@ def main(argv: list[str] | None = None) -> None:
         help="seconds per example per dtype for local-relation programs (default: --time-limit)",
     )
     parser.add_argument(
-        "--mode",
-        choices=("heaviside", "relu"),
-        default="heaviside",
-        help="compilation mode (relu: a check that the harness sees failures past max_len)",
+        "--modes",
+        default="heaviside,layernorm",
+        help="comma-separated compile modes out of " + ", ".join(MODES) + " (relu is exact only "
+        "up to --relu-max-len: a check that the harness sees failures past it)",
     )
-    parser.add_argument("--relu-max-len", type=int, default=64, help="max_len for --mode relu")
+    parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)  # old spelling
+    parser.add_argument("--relu-max-len", type=int, default=64, help="max_len for relu mode")
     parser.add_argument("--samples", type=int, default=200, help="K inputs per length")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -319,6 +341,10 @@ def main(argv: list[str] | None = None) -> None:
     for dtype in dtypes:
         if dtype not in DTYPES:
             parser.error(f"unknown dtype {dtype!r}")
+    modes = [args.mode] if args.mode else args.modes.split(",")
+    for mode in modes:
+        if mode not in MODES:
+            parser.error(f"unknown mode {mode!r} (choose from {', '.join(MODES)})")
     for name in names:
         if name not in REGISTRY:
             parser.error(f"no generator for {name!r} in tests/recognizers.py")
@@ -334,10 +360,10 @@ def main(argv: list[str] | None = None) -> None:
             "seed",
             "batch_positions",
             "all_positions_up_to",
-            "mode",
             "relu_max_len",
         )
     }
+    config["modes"] = modes
     config["dtypes"] = dtypes
     config["examples"] = names
     data = {
@@ -351,14 +377,19 @@ def main(argv: list[str] | None = None) -> None:
     }
     total = time.perf_counter()
     for name in names:
-        for dtype in dtypes:
-            entry = horizon(name, dtype, args)
-            data["results"].append(entry)
-            print(f"{name} {dtype}: {summary(entry)} [{entry['seconds']:.1f}s]", flush=True)
-            if args.out:  # keep partial results if interrupted
-                Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-                Path(args.out).write_text(json.dumps(data, indent=1) + "\n")
+        for mode in modes:
+            for dtype in dtypes:
+                entry = horizon(name, mode, dtype, args)
+                data["results"].append(entry)
+                print(
+                    f"{name} {mode} {dtype}: {summary(entry)} [{entry['seconds']:.1f}s]",
+                    flush=True,
+                )
+                if args.out:  # keep partial results if interrupted
+                    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+                    Path(args.out).write_text(json.dumps(data, indent=1) + "\n")
     data["total_seconds"] = round(time.perf_counter() - total, 1)
+    data["load_average_end"] = load_average()
     if args.out:
         Path(args.out).write_text(json.dumps(data, indent=1) + "\n")
     print(f"total {data['total_seconds']}s")

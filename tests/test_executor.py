@@ -4,8 +4,9 @@
   :func:`tests.reference_model.naive_forward`: raw outputs to 1e-9 and decided values
   exactly, every input run as one right-padded batch of mixed lengths 0..10; inputs on
   which a discrete choice sits near its threshold are left out (see
-  :func:`tests.reference_model.well_separated`), and so are models with a uniform causal
-  unique-hard head (a known executor bug, tested on its own below);
+  :func:`tests.reference_model.well_separated`);
+- the O(T) path for heads whose keys vanish at tokens (offset lookups) against the dense
+  path and the naive reference, with ties;
 - the ``residuals=True`` trace (labels, shapes, values);
 - hand-built models for each definition: masks (strict at BOS, ``none`` per sequence and
   never on padding), hard-left / hard-right / average-hard on tied maxima, softmax with a
@@ -18,12 +19,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
 
 from crasp_compiler.model.model import BOS, MLP, Guarantee, Head, Layer, Model, Output
+from crasp_compiler.runtime import numpy_exec
 from crasp_compiler.runtime.numpy_exec import RunResult, run
 from tests.reference_model import (
     Probe,
@@ -604,3 +606,67 @@ def test_float32_decides_like_float64(chunk):
                     err_msg=f"seed {seed}: output {out.name} on {tokens}",
                 )
     assert compared >= 0.25 * total
+
+
+# ---------------------------------------------------------------- keys only at BOS
+
+
+def bos_keyed_model(rng: np.random.Generator, weighting: str) -> Model:
+    """One head whose key reads only the BOS dimension: scores are 0 except on BOS and at
+    the bias offsets. Dimensions: 0 BOS, 1 token a, 2 token b, 3 constant 1, 4 output.
+    Small integers make ties common under average-hard weighting."""
+    d = 5
+    w_q = rng.integers(-2, 3, size=(1, d)).astype(float)
+    w_k = np.zeros((1, d))
+    w_k[0, 0] = float(rng.integers(-2, 3))
+    w_v = np.zeros((1, d))
+    w_v[0, :3] = rng.integers(-3, 4, size=3)
+    w_o = np.zeros((d, 1))
+    w_o[4, 0] = 1.0
+    offsets = rng.choice([0, 1, 2, 3, 5, 9], size=rng.integers(1, 4), replace=False)
+    bias = {int(c): float(rng.integers(-2, 4)) for c in offsets}
+    scale = float(rng.choice([1.0, 0.5, 3.0]))
+    h = Head(w_q, w_k, w_v, w_o, scale, bias, weighting, "causal")
+    return make_model(
+        {BOS: [1, 0, 0, 1, 0], "a": [0, 1, 0, 1, 0], "b": [0, 0, 1, 1, 0]},
+        [Layer([h], None)],
+        {"o": (4, "bool")},
+    )
+
+
+@pytest.mark.parametrize("weighting", ["softmax", "hard"])
+def test_keys_only_at_bos_fast_path(weighting, monkeypatch):
+    rng = np.random.default_rng(7)
+    for _ in range(40):
+        model = bos_keyed_model(rng, weighting)
+        words = [*random_inputs(rng, model, count=6, max_len=12), []]
+        lengths = np.array([len(w) for w in words])
+        fast = run(model, words).outputs["o"]
+        for row, word in enumerate(words):
+            expected = naive_forward(model, word)["o"]
+            np.testing.assert_allclose(fast[row, : lengths[row] + 1], expected, atol=TOLERANCE)
+        with monkeypatch.context() as patch:
+            patch.setattr(numpy_exec, "_keys_only_at_bos", lambda *args: False)
+            dense = run(model, words).outputs["o"]
+        for row, n in enumerate(lengths):
+            np.testing.assert_allclose(fast[row, : n + 1], dense[row, : n + 1], atol=TOLERANCE)
+
+
+def test_fast_path_is_taken_only_when_keys_vanish():
+    model = bos_keyed_model(np.random.default_rng(1), "hard")
+    x = np.zeros((1, 4, 5))
+    x[0, 0, 0] = 1.0
+    k = x @ model.layers[0].heads[0].w_k.T + 1.0  # nonzero keys at tokens
+    head = model.layers[0].heads[0]
+    assert not numpy_exec._keys_only_at_bos(head, k, np.array([3]))
+    k_bos = np.zeros((1, 4, 1))
+    k_bos[0, 0, 0] = 2.0
+    assert numpy_exec._keys_only_at_bos(head, k_bos, np.array([3]))
+    # padding positions (beyond the length) may hold anything
+    k_bos[0, 3, 0] = 5.0
+    assert numpy_exec._keys_only_at_bos(head, k_bos, np.array([2]))
+    for other in ("hard-left", "hard-right"):
+        assert not numpy_exec._keys_only_at_bos(
+            replace(head, weighting=other), k_bos, np.array([2])
+        )
+    assert not numpy_exec._keys_only_at_bos(replace(head, mask="strict"), k_bos, np.array([2]))

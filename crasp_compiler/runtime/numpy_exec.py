@@ -84,8 +84,10 @@ def _attend(head: Head, x: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         return (sums / np.arange(1, size + 1)[None, :, None]).astype(x.dtype)
     q = x @ head.w_q.T
     k = x @ head.w_k.T
-    cols = np.arange(size)
     tolerance = HARD_TOLERANCE[x.dtype.type]
+    if _keys_only_at_bos(head, k, lengths):
+        return _bos_keyed(head, q, k, v, tolerance).astype(x.dtype)
+    cols = np.arange(size)
     out = np.zeros((batch, size, v.shape[-1]), dtype=x.dtype)
     chunk = max(1, SCORE_BUDGET // max(1, batch * size))
     for start in range(0, size, chunk):
@@ -130,6 +132,62 @@ def _normalize(z: np.ndarray, groups: list[list[int]]) -> np.ndarray:
         std = np.sqrt((centred**2).mean(-1, keepdims=True))
         z[..., group] = np.where(std > 0, centred / np.where(std > 0, std, 1), 0)
     return z
+
+
+def _keys_only_at_bos(head: Head, k: np.ndarray, lengths: np.ndarray) -> bool:
+    """Whether a causal softmax / average-hard head has zero keys at every token, so
+    that only BOS and the bias offsets score differently from 0 (offset lookups)."""
+    if head.mask != "causal" or head.weighting not in ("softmax", "hard"):
+        return False
+    positions = np.arange(k.shape[1])
+    tokens = (positions[None, :] >= 1) & (positions[None, :] <= lengths[:, None])
+    return not np.any(k[tokens])
+
+
+def _bos_keyed(head: Head, q: np.ndarray, k: np.ndarray, v: np.ndarray, tolerance: float):
+    """The head in O(T · |offsets|) when keys vanish at tokens (``_keys_only_at_bos``).
+
+    Query t scores BOS with ``b_t = scale·q_t·k_0 + bias(t)``, the key ``t − c`` with
+    ``bias(c)`` for each offset c (when ``t − c ≥ 1``), and the other ``n_t`` keys with 0.
+    With prefix sums ``P_t = Σ_{s≤t} v_s``, the 0-scored keys sum to
+    ``P_t − v_0 − Σ_c v_{t−c}``, so softmax and average-hard weights need no T × T matrix.
+    Computed in float64.
+    """
+    size = v.shape[1]
+    t = np.arange(size)
+    v = v.astype(np.float64)
+    v0 = v[:, :1]
+    bos = head.scale * np.einsum("btk,bk->bt", q.astype(np.float64), k[:, 0].astype(np.float64))
+    offsets = [(c, value) for c, value in sorted(head.bias.items()) if c >= 0]
+    for c, value in offsets:
+        bos = bos + value * (t == c)[None]
+    keyed = []  # (valid (T,), score, values (B, T, dv)) per offset
+    for c, value in offsets:
+        valid = t - c >= 1
+        shifted = np.zeros_like(v)
+        if c < size:
+            shifted[:, c:] = v[:, : size - c]
+        keyed.append((valid, value, np.where(valid[None, :, None], shifted, 0.0)))
+    plain = t - sum(valid.astype(np.int64) for valid, _, _ in keyed)
+    plain_sum = np.cumsum(v, axis=1) - v0 - sum(values for _, _, values in keyed)
+    top = np.maximum(bos, np.where(plain > 0, 0.0, -np.inf)[None])
+    for valid, value, _ in keyed:
+        top = np.maximum(top, np.where(valid, value, -np.inf)[None])
+    if head.weighting == "softmax":
+        w_bos = np.exp(bos - top)
+        w_keyed = [np.where(valid, np.exp(value - top), 0.0) for valid, value, _ in keyed]
+        w_plain = np.exp(-top)
+    else:
+        w_bos = (bos >= top - tolerance).astype(np.float64)
+        w_keyed = [
+            (valid & (value >= top - tolerance)).astype(np.float64) for valid, value, _ in keyed
+        ]
+        w_plain = (top - tolerance <= 0.0).astype(np.float64)
+    total = w_bos + sum(w_keyed) + w_plain * plain[None]
+    mixed = w_bos[..., None] * v0 + w_plain[..., None] * plain_sum
+    for weight, (_, _, values) in zip(w_keyed, keyed, strict=True):
+        mixed = mixed + weight[..., None] * values
+    return mixed / total[..., None]
 
 
 def _mlp(mlp: MLP, x: np.ndarray) -> np.ndarray:
