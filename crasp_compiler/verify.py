@@ -96,7 +96,10 @@ def check_model(
     if model.source:
         program = parse_program(model.source, "<model source>", alphabet=model.vocab[1:])
     runtimes = list(RUNTIMES) if program is not None else ["numpy", "torch"]
-    module = TorchTransformer(model).to(device=device, dtype=torch_dtype)
+    try:
+        module = TorchTransformer(model).to(device=device, dtype=torch_dtype)
+    except (RuntimeError, ValueError) as err:
+        raise CraspError(f"cannot use device {device!r}: {err}") from None
 
     rng = random.Random(seed)
     ranges = buckets(max_len)

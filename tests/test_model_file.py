@@ -431,8 +431,8 @@ def test_pickled_object_array_refused(tmp_path, member):
     path = write(tmp_path, arrays)
     UNPICKLED.clear()
     if member == "extra":
-        # an unused object array is never read, hence never unpickled
-        load_model(path)
+        # an undeclared array is refused by name, never read, hence never unpickled
+        refused(path, "unexpected array(s)", "'extra'")
     else:
         refused(path, "cannot read model file", "allow_pickle=False")
     assert UNPICKLED == []

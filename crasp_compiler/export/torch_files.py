@@ -142,7 +142,16 @@ def load_export(path: str | Path) -> Model:
     ):
         raise CraspError("invalid export: weights are not a dict of tensors", filename=str(weights))
     header = config.get("model")
-    outputs = header.get("outputs") if isinstance(header, dict) else None
+    if not isinstance(header, dict):
+        raise CraspError(
+            "invalid export: the config has no model header", filename=str(config_path)
+        )
+    outputs = header.get("outputs")
     count = len(outputs) if isinstance(outputs, list) else 0
     state = {k: v.detach().to(torch.float64).numpy() for k, v in tensors.items()}
-    return model_from_parts(header, _file_arrays(state, count), filename=str(directory))
+    try:
+        arrays = _file_arrays(state, count)
+    except CraspError as err:
+        err.filename = str(weights)
+        raise
+    return model_from_parts(header, arrays, filename=str(directory))

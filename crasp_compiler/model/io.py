@@ -276,6 +276,16 @@ def _parse(raw_header: Any, data) -> Model:
         accept is None or any(o.name == accept and o.rule == "bool" for o in outputs),
         f"the acceptance output {accept!r} is not a Boolean output",
     )
+    expected = {"header", "w_e", "w_p"} | {f"output{k}.weights" for k in range(len(outputs))}
+    for l_index, layer in enumerate(layers):
+        for h_index in range(len(layer.heads)):
+            expected |= {
+                f"layer{l_index}.head{h_index}.{key}" for key in ("w_q", "w_k", "w_v", "w_o")
+            }
+        if layer.mlp is not None:
+            expected |= {f"layer{l_index}.mlp.{key}" for key in ("w1", "b1", "w2", "b2")}
+    extra = sorted(set(data.files) - expected)
+    _expect(not extra, f"unexpected array(s) for parts the header does not declare: {extra}")
     g = header["guarantee"]
     max_len = g.get("max_len")
     _expect(max_len is None or (type(max_len) is int and max_len >= 0), "malformed guarantee")

@@ -12,13 +12,15 @@ interpretability tools can address::
 ``forward(ids, lengths)`` takes BOS-prefixed, right-padded token ids ``(B, T)`` and
 returns the raw outputs ``(B, T, K)``. Uniform heads run as float64 prefix sums; causal
 softmax heads without relative bias use ``scaled_dot_product_attention`` (fused kernels,
-no T × T matrix); every other head processes queries in chunks, so memory stays bounded
-at any length. Padding never reaches a real position: keys beyond a sequence's length
+no T × T matrix); heads whose keys vanish at tokens (offset lookups) run in O(T) from
+prefix sums; every other head processes queries in chunks, so memory stays bounded at any
+length. Padding never reaches a real position: keys beyond a sequence's length
 are masked.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -67,11 +69,24 @@ class AttentionHead(nn.Module):
         self.weighting = head.weighting
         self.mask = head.mask
         self.label = head.label
-        self.uniform = head.is_uniform and head.weighting in ("softmax", "hard")
+
+    def _shortcuts(self) -> bool:
+        """Whether the data-dependent fast paths (uniform heads, keys only at BOS) may be
+        taken: they read the current weights, and are skipped while gradients flow to the
+        scores (a zero query or key still has a gradient)."""
+        if self.mask != "causal" or self.weighting not in ("softmax", "hard"):
+            return False
+        tracked = torch.is_grad_enabled() and (self.w_q.requires_grad or self.w_k.requires_grad)
+        return not tracked
+
+    def _uniform(self) -> bool:
+        no_scores = not self.w_q.any() or not self.w_k.any() or self.scale == 0
+        return no_scores and not any(self.bias.values())
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         v = x @ self.w_v.T
-        if self.uniform and self.mask == "causal":
+        shortcuts = self._shortcuts()
+        if shortcuts and self._uniform():
             # Prefix sums in float64: a float32 running sum stops counting at 2^24.
             sums = torch.cumsum(v.double(), dim=1)
             steps = torch.arange(1, x.shape[1] + 1, device=x.device, dtype=torch.float64)
@@ -83,11 +98,69 @@ class AttentionHead(nn.Module):
                 q, k, v[:, None], is_causal=True, scale=self.scale
             )[:, 0]
         else:
-            mixed = self._chunked(x, v, lengths)
+            q, k = x @ self.w_q.T, x @ self.w_k.T
+            if shortcuts and self._keys_only_at_bos(k, lengths):
+                mixed = self._bos_keyed(q, k, v).to(x.dtype)
+            else:
+                mixed = self._chunked(x, q, k, v, lengths)
         return mixed @ self.w_o.T
 
-    def _chunked(self, x: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        q, k = x @ self.w_q.T, x @ self.w_k.T
+    def _keys_only_at_bos(self, k: torch.Tensor, lengths: torch.Tensor) -> bool:
+        """Whether the keys are zero at every token (only BOS and offsets score)."""
+        positions = torch.arange(k.shape[1], device=k.device)
+        tokens = (positions[None, :] >= 1) & (positions[None, :] <= lengths[:, None])
+        return not bool(k[tokens].any())
+
+    def _bos_keyed(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """O(T · |offsets|) evaluation from prefix sums, in float64; the equations are in
+        :func:`crasp_compiler.runtime.numpy_exec._bos_keyed`."""
+        size = v.shape[1]
+        t = torch.arange(size, device=v.device)
+        v = v.double()
+        v0 = v[:, :1]
+        bos = self.scale * torch.einsum("btk,bk->bt", q.double(), k[:, 0].double())
+        offsets = [(c, value) for c, value in sorted(self.bias.items()) if c >= 0]
+        for c, value in offsets:
+            bos = bos + value * (t == c).double()[None]
+        keyed = []
+        for c, value in offsets:
+            valid = t - c >= 1
+            shifted = torch.zeros_like(v)
+            if c < size:
+                shifted[:, c:] = v[:, : size - c]
+            keyed.append((valid, value, torch.where(valid[None, :, None], shifted, 0.0)))
+        plain = t - sum((valid.long() for valid, _, _ in keyed), torch.zeros_like(t))
+        plain_sum = torch.cumsum(v, dim=1) - v0
+        for _, _, values in keyed:
+            plain_sum = plain_sum - values
+        none = torch.full_like(bos[0], -torch.inf)
+        top = torch.maximum(bos, torch.where(plain > 0, 0.0, none)[None])
+        for valid, value, _ in keyed:
+            top = torch.maximum(top, torch.where(valid, value, none)[None])
+        if self.weighting == "softmax":
+            w_bos = torch.exp(bos - top)
+            w_keyed = [torch.where(valid, torch.exp(value - top), 0.0) for valid, value, _ in keyed]
+            w_plain = torch.exp(-top)
+        else:
+            tolerance = HARD_TOLERANCE[np.float64 if q.dtype == torch.float64 else np.float32]
+            w_bos = (bos >= top - tolerance).double()
+            w_keyed = [(valid & (value >= top - tolerance)).double() for valid, value, _ in keyed]
+            w_plain = (top - tolerance <= 0).double()
+        total = w_bos + w_plain * plain[None]
+        mixed = w_bos[..., None] * v0 + w_plain[..., None] * plain_sum
+        for weight, (_, _, values) in zip(w_keyed, keyed, strict=True):
+            total = total + weight
+            mixed = mixed + weight[..., None] * values
+        return mixed / total[..., None]
+
+    def _chunked(
+        self,
+        x: torch.Tensor,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        lengths: torch.Tensor,
+    ) -> torch.Tensor:
         batch, size, _ = x.shape
         cols = torch.arange(size, device=x.device)
         tolerance = HARD_TOLERANCE[np.float64 if x.dtype == torch.float64 else np.float32]
@@ -221,6 +294,9 @@ class TorchTransformer(nn.Module):
         """Raw outputs ``(B, T, K)`` for BOS-prefixed ids ``(B, T)``; ``lengths`` (B,)
         counts the tokens after BOS (default: no padding)."""
         batch, size = ids.shape
+        if batch == 0:
+            dtype = self.embed.w_e.dtype
+            return torch.zeros(0, size, len(self.output_names), device=ids.device, dtype=dtype)
         if lengths is None:
             lengths = torch.full((batch,), size - 1, device=ids.device)
         x = self.embed(ids) + self.pos(size)[None]
@@ -266,13 +342,19 @@ class TorchTransformer(nn.Module):
     def run(
         self, inputs: Sequence[Sequence[str]], on_overlength: str = "error"
     ) -> dict[str, torch.Tensor]:
-        """Decided outputs ``{name: (B, T)}`` for token sequences, like the numpy ``run``."""
+        """Decided outputs ``{name: (B, T)}`` for token sequences, like the numpy ``run``
+        (``on_overlength``: ``"error"``, ``"warn"`` or ``"ignore"``)."""
+        if on_overlength not in ("error", "warn", "ignore"):
+            raise ValueError(f"on_overlength must be error, warn or ignore, not {on_overlength!r}")
         ids, lengths = self.encode(inputs)
         longest = int(lengths.max()) if len(lengths) else 0
-        if not self.guarantee.covers(longest) and on_overlength == "error":
-            raise CraspError(
+        if not self.guarantee.covers(longest) and on_overlength != "ignore":
+            message = (
                 f"input length {longest} exceeds the model's guarantee ({self.guarantee.text})"
             )
+            if on_overlength == "error":
+                raise CraspError(message + "; allow it with on_overlength='warn'")
+            warnings.warn(message, stacklevel=2)
         return self.decide(self(ids, lengths))
 
     # ------------------------------------------------------------------ conversion
