@@ -112,6 +112,8 @@ def _allowed(mask: str, t: int, s: int) -> bool:
         return s <= t
     if mask == "strict":
         return s < t
+    if mask == "past":
+        return s >= t
     if mask == "none":
         return True
     raise ValueError(f"unknown mask {mask!r}")

@@ -169,7 +169,7 @@ def test_random_models_exercise_the_family():
             hard_rows += len(probe.hard_maximal)
             tied_rows += sum(1 for count in probe.hard_maximal if count > 1)
     for key in [
-        *("softmax", "hard", "hard-left", "hard-right", "causal", "strict", "none"),
+        *("softmax", "hard", "hard-left", "hard-right", "causal", "strict", "past", "none"),
         *("relu", "heaviside", "gelu", "norm", "bias", "no bias", "uniform causal", "scored"),
         *("bool", "count", "features"),
     ]:
@@ -274,6 +274,31 @@ def test_mask_none_sees_own_sequence_only(weighting):
     assert raw(result, "pick", 1).tolist() == [0.0] * 5
     np.testing.assert_allclose(raw(result, "b", 0), [0, 0], atol=1e-15)
     np.testing.assert_allclose(raw(result, "b", 1), [0.6] * 5, rtol=1e-12)
+
+
+@pytest.mark.parametrize("weighting", ["softmax", "hard", "hard-left", "hard-right"])
+def test_past_mask_sees_itself_and_later_positions(weighting):
+    """Mask ``past`` (s ≥ t): a uniform head averages is-b over positions t..n of the
+    query's own sequence, never over padding; unique-hard picks t (left) or n (right)."""
+    embed = {BOS: [1, 0, 0], "a": [1, 0, 0], "b": [1, 1, 0]}  # dims: one, is-b, out
+    model = make_model(
+        embed,
+        [Layer([head(3, None, None, 1, 2, weighting=weighting, mask="past")], None)],
+        {"o": (2, "bool")},
+    )
+    inputs = [list("abbab"), list("ab"), []]
+    result = run(model, inputs)
+    for row, tokens in enumerate(inputs):
+        is_b = [0.0] + [1.0 if x == "b" else 0.0 for x in tokens]
+        n = len(is_b)
+        if weighting in ("softmax", "hard"):
+            want = [sum(is_b[t:]) / (n - t) for t in range(n)]
+        elif weighting == "hard-left":
+            want = is_b
+        else:
+            want = [is_b[-1]] * n
+        np.testing.assert_allclose(raw(result, "o", row), want, rtol=0, atol=1e-12)
+        np.testing.assert_array_equal(raw(result, "o", row), raw(run(model, [tokens]), "o"))
 
 
 # ---------------------------------------------------------------- hard attention and ties

@@ -12,7 +12,9 @@ Scores of head h: ``s_{ts} = scale · (W_Q x_t)·(W_K x_s) + bias(t − s)``, wh
 is a sparse map from offsets to values (0 elsewhere). Weighting: ``softmax``;
 ``hard`` (average-hard: uniform over the maximal scores); ``hard-left`` / ``hard-right``
 (unique-hard: the leftmost / rightmost maximal score). Mask: ``causal`` (s ≤ t),
-``strict`` (s < t; a row with no key attends to nothing and reads 0) or ``none``.
+``strict`` (s < t; a row with no key attends to nothing and reads 0), ``past`` (s ≥ t:
+the past is masked, the query sees itself and later positions of its own sequence) or
+``none``.
 Activations: ``relu``, ``heaviside`` (``1[z ≥ 0]``) and ``gelu`` (tanh form).
 
 ``N`` is the MLP's optional selective layer norm: each listed group g of hidden units is
@@ -33,7 +35,7 @@ import numpy as np
 
 ACTIVATIONS = ("relu", "heaviside", "gelu")
 WEIGHTINGS = ("softmax", "hard", "hard-left", "hard-right")
-MASKS = ("causal", "strict", "none")
+MASKS = ("causal", "strict", "past", "none")
 RULES = ("bool", "count")
 BOS = "<bos>"
 

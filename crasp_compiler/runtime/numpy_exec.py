@@ -2,8 +2,8 @@
 
 Runs a batch of token sequences (BOS is prepended here) in float64 by default or float32
 on request. Sequences of different lengths are right-padded: every mask is causal or
-stricter in compiled models, so padding never changes a real position (``none`` masks
-are applied per sequence). Uniform heads (all scores 0) are evaluated as cumulative
+stricter in compiled models, so padding never changes a real position (``past`` and
+``none`` masks are applied per sequence). Uniform heads (all scores 0) are evaluated as cumulative
 means in O(n); other heads process queries in chunks of at most ``SCORE_BUDGET``
 score entries, so memory stays bounded at any length.
 """
@@ -68,6 +68,8 @@ def _mask(head: Head, rows: np.ndarray, cols: np.ndarray, lengths: np.ndarray) -
         allowed = s <= t
     elif head.mask == "strict":
         allowed = s < t
+    elif head.mask == "past":
+        allowed = s >= t
     else:
         allowed = np.ones((len(rows), len(cols)), dtype=bool)
     valid = cols[None, None, :] <= lengths[:, None, None]
