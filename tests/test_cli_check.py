@@ -31,13 +31,7 @@ from tests.test_compiler import EXAMPLES, model, program
 DYCK = EXAMPLES / "dyck1.cr"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Small tensors: torch's intra-op threads cost more than they gain on two cores."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def invoke(*args) -> Result:

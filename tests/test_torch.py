@@ -53,7 +53,15 @@ from tests.reference_model import (
 )
 from tests.strategies import all_inputs, programs
 from tests.strategies import random_inputs as random_words
-from tests.test_compiler import EXAMPLE_FILES, MODES, RELU_MAX_LEN, model, program, sampled
+from tests.test_compiler import (
+    EXAMPLE_FILES,
+    MODES,
+    RELATION_CLASSES,
+    RELU_MAX_LEN,
+    model,
+    program,
+    sampled,
+)
 from tests.test_model_file import assert_same_model
 
 TOLERANCE = 1e-9
@@ -72,12 +80,7 @@ DEVICES = [
 ]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # ---------------------------------------------------------------- helpers
@@ -230,12 +233,6 @@ RANDOM = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-RELATION_CLASSES = [
-    pytest.param(False, False, id="none"),
-    pytest.param(False, True, id="periodic"),
-    pytest.param(True, False, id="local"),
-    pytest.param(True, True, id="periodic+local"),
-]
 RANDOM_MAX_LEN = 12
 
 

@@ -135,10 +135,15 @@ class Model:
 
     def token_ids(self, tokens: list[str]) -> list[int]:
         """Map tokens (without BOS) to vocabulary ids; ValueError names a bad token."""
-        index = {s: k for k, s in enumerate(self.vocab)}
-        ids = []
-        for position, token in enumerate(tokens):
-            if token not in index or token == BOS:
-                raise ValueError(f"token {token!r} at position {position} is not in the vocabulary")
-            ids.append(index[token])
-        return ids
+        return token_ids(self.vocab, tokens)
+
+
+def token_ids(vocab: list[str], tokens: list[str]) -> list[int]:
+    """Ids of ``tokens`` (without BOS) in ``vocab``; ValueError names a bad token."""
+    index = {s: k for k, s in enumerate(vocab)}
+    ids = []
+    for position, token in enumerate(tokens):
+        if token not in index or token == BOS:
+            raise ValueError(f"token {token!r} at position {position} is not in the vocabulary")
+        ids.append(index[token])
+    return ids

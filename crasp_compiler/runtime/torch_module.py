@@ -30,7 +30,7 @@ from torch import nn
 
 from crasp_compiler.errors import CraspError
 from crasp_compiler.model.features import feature_matrix
-from crasp_compiler.model.model import MLP, Guarantee, Head, Layer, Model, Output
+from crasp_compiler.model.model import MLP, Guarantee, Head, Layer, Model, Output, token_ids
 from crasp_compiler.runtime.numpy_exec import HARD_TOLERANCE, SCORE_BUDGET
 
 
@@ -310,16 +310,12 @@ class TorchTransformer(nn.Module):
         self, inputs: Sequence[Sequence[str]], device: torch.device | str | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Token sequences (without BOS) to right-padded ids ``(B, T)`` and lengths."""
-        index = {symbol: k for k, symbol in enumerate(self.vocab)}
         rows = []
         for tokens in inputs:
-            for position, token in enumerate(tokens):
-                if token not in index or index[token] == 0:
-                    raise CraspError(
-                        f"token {token!r} at position {position} is not in the vocabulary",
-                        filename="input",
-                    )
-            rows.append([index[token] for token in tokens])
+            try:
+                rows.append(token_ids(self.vocab, list(tokens)))
+            except ValueError as err:
+                raise CraspError(str(err), filename="input") from None
         lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)
         size = 1 + (int(lengths.max()) if rows else 0)
         ids = torch.zeros(len(rows), size, dtype=torch.long)
