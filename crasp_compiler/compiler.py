@@ -1,10 +1,9 @@
-"""Compile a checked C-RASP program to a :class:`Model`: lower, assemble, add the readout."""
+"""Compile a checked C-RASP program to a :class:`Model`: lower onto a :class:`Builder`,
+build, name the residual dimensions after the definitions, fix the empty prefix."""
 
 from __future__ import annotations
 
-import numpy as np
-
-from crasp_compiler.assemble import assemble_layers
+from crasp_compiler.assemble.builder import BOS_VAR
 from crasp_compiler.ir.interpret import interpret
 from crasp_compiler.ir.nodes import (
     And,
@@ -23,9 +22,8 @@ from crasp_compiler.ir.nodes import (
     Sort,
     children,
 )
-from crasp_compiler.lower.crasp import BOS as BOS_VAR
-from crasp_compiler.lower.crasp import NONBOS, lower_program, token_var
-from crasp_compiler.model.model import BOS, Guarantee, Model, Output
+from crasp_compiler.lower.crasp import lower_program
+from crasp_compiler.model.model import Guarantee, Model
 from crasp_compiler.runtime.numpy_exec import run
 
 
@@ -89,47 +87,16 @@ def compile_program(program: Program, mode: str = "heaviside", max_len: int | No
     uses ReLU ramps and softmax lookups: a plain softmax/ReLU model, exact for inputs of
     length ≤ ``max_len``.
     """
-    circuit = lower_program(program, mode, max_len)
-    written = [var for block in circuit.blocks for var in block.writes]
-    residual_vars = circuit.inputs + circuit.features + written
-    index = {var: k for k, var in enumerate(residual_vars)}
-    width = len(residual_vars)
-
-    vocab = [BOS, *program.alphabet]
-    w_e = np.zeros((len(vocab), width))
-    w_e[0, index[BOS_VAR]] = 1.0
-    for row, symbol in enumerate(program.alphabet, start=1):
-        w_e[row, index[NONBOS]] = 1.0
-        w_e[row, index[token_var(symbol)]] = 1.0
-    w_p = np.zeros((width, len(circuit.features)))
-    for column, name in enumerate(circuit.features):
-        w_p[index[name], column] = 1.0
-
-    layers, _ = assemble_layers(
-        circuit.blocks, residual_vars, set(circuit.inputs + circuit.features)
-    )
-
-    outputs = []
-    for name in program.outputs:
-        weights = np.zeros(width)
-        for var, coef in circuit.forms[name].items():
-            weights[index[var]] += coef
-        rule = "bool" if program[name].sort == Sort.BOOL else "count"
-        outputs.append(Output(name, weights, rule))
-
-    labels = _labels(program, circuit.forms, residual_vars)
+    builder, forms = lower_program(program, mode, max_len)
     if mode != "relu":
         guarantee = Guarantee(None, "exact at every length in real arithmetic")
     else:
         guarantee = Guarantee(max_len, f"exact for inputs of length <= {max_len}")
-    model = Model(
-        vocab=vocab,
-        w_e=w_e,
-        features=list(circuit.features),
-        w_p=w_p,
-        layers=layers,
-        outputs=outputs,
-        residual=labels,
+    model = builder.build(
+        {
+            name: (forms[name], "bool" if program[name].sort == Sort.BOOL else "count")
+            for name in program.outputs
+        },
         guarantee=guarantee,
         accept=program.accept,
         options={"mode": mode, "max_len": max_len},
@@ -138,14 +105,14 @@ def compile_program(program: Program, mode: str = "heaviside", max_len: int | No
             "language": "C-RASP",
             "class": program.relation_class,
             "dependency_bound": dependency_bound(program),
-            "exactness": sorted({block.exact for block in circuit.blocks}),
-            "definitions": {
-                name: _label_form(form, residual_vars, labels)
-                for name, form in circuit.forms.items()
-            },
         },
     )
-    _fix_empty_prefix(model, program, index[BOS_VAR])
+    residual_vars = builder.variables
+    model.residual = _labels(program, forms, residual_vars)
+    model.info["definitions"] = {
+        name: _label_form(form, residual_vars, model.residual) for name, form in forms.items()
+    }
+    _fix_empty_prefix(model, program, residual_vars.index(BOS_VAR))
     return model
 
 

@@ -234,13 +234,23 @@ def naive_forward(
     }
 
 
+# Rules whose decided values the tests compare for equality (``value`` is raw and is
+# compared to a tolerance like every raw output).
+DECIDED_RULES = tuple(rule for rule in RULES if rule != "value")
+
+
 def decide(rule: str, raw: np.ndarray) -> np.ndarray:
     """An output's decision rule at positions t = 0..len(raw)-1: ``bool`` is ``raw > 0.5``;
-    ``count`` is ``round(raw · (t + 1))`` (Python's round: halves to even, like np.rint)."""
+    ``count`` is ``round(raw · (t + 1))``, ``int`` is ``round(raw)`` (Python's round: halves
+    to even, like np.rint); ``value`` is ``raw``."""
     if rule == "bool":
         return np.array([bool(v > 0.5) for v in raw], dtype=bool)
     if rule == "count":
         return np.array([round(float(v) * (t + 1)) for t, v in enumerate(raw)], dtype=np.int64)
+    if rule == "int":
+        return np.array([round(float(v)) for v in raw], dtype=np.int64)
+    if rule == "value":
+        return np.asarray(raw, dtype=np.float64)
     raise ValueError(f"unknown rule {rule!r}")
 
 
@@ -259,7 +269,7 @@ def well_separated(
     at most ``max_top`` in size, bounding the rounding error of tied scores); every
     heaviside pre-activation and every layer-norm std is at least ``margin`` away from 0;
     every ``bool`` output is ``margin`` away from 0.5 and every ``count`` output times
-    (t + 1) is ``margin`` away from a half-integer."""
+    (t + 1) and every ``int`` output is ``margin`` away from a half-integer."""
     if any(tie < g < margin for g in probe.hard_gaps):
         return False
     if any(abs(top) > max_top for top in probe.hard_tops):
@@ -272,8 +282,8 @@ def well_separated(
         values = raw[out.name]
         if out.rule == "bool" and np.any(np.abs(values - 0.5) < margin):
             return False
-        if out.rule == "count":
-            scaled = values * np.arange(1, len(values) + 1)
+        if out.rule in ("count", "int"):
+            scaled = values * (np.arange(1, len(values) + 1) if out.rule == "count" else 1)
             if np.any(np.abs(scaled - np.floor(scaled) - 0.5) < margin):
                 return False
     return True
@@ -337,7 +347,7 @@ def random_model(
     weightings: tuple[str, ...] = WEIGHTINGS,
     masks: tuple[str, ...] = MASKS,
     activations: tuple[str, ...] = ACTIVATIONS,
-    rules: tuple[str, ...] = RULES,
+    rules: tuple[str, ...] = DECIDED_RULES,
     max_features: int = 2,
     outputs: tuple[int, int] = (1, 3),
     p_mlp: float = 0.7,

@@ -8,28 +8,35 @@ concatenated hidden units) and the depth is the circuit's longest path.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
-from crasp_compiler.cookbook.blocks import Block, FFNBlock, Form, HeadBlock
+from crasp_compiler.cookbook.blocks import Block, FFNBlock, HeadBlock
 from crasp_compiler.model.model import MLP, Head, Layer
 
 
 def schedule(blocks: list[Block], inputs: set[str]) -> list[int]:
     """The slot of every block (1-based; odd = attention, even = MLP)."""
     ready: dict[str, int] = dict.fromkeys(inputs, 0)
+    last_read: dict[str, int] = {}
     slots = []
     for block in blocks:
         earliest = max((ready[var] for var in block.reads), default=0) + 1
+        for var in block.in_place:  # after the last write, not before any old reader
+            earliest = max(earliest, ready[var] + 1, last_read.get(var, 0))
         want_attention = isinstance(block, HeadBlock)
         if (earliest % 2 == 1) != want_attention:
             earliest += 1
         slots.append(earliest)
+        for var in block.reads:
+            last_read[var] = max(last_read.get(var, 0), earliest)
         for var in block.writes:
             ready[var] = earliest
     return slots
 
 
-def _row(form: Form, index: dict[str, int], width: int) -> np.ndarray:
+def _row(form: Mapping[str, float], index: dict[str, int], width: int) -> np.ndarray:
     row = np.zeros(width)
     for var, coef in form.items():
         row[index[var]] += coef
@@ -59,17 +66,18 @@ def assemble_layers(
 
 
 def _head(block: HeadBlock, index: dict[str, int], width: int) -> Head:
-    def stack(forms: list[Form]) -> np.ndarray:
+    def stack(forms: list[Mapping[str, float]]) -> np.ndarray:
         if not forms:
             return np.zeros((1, width))
         return np.stack([_row(f, index, width) for f in forms])
 
-    w_o = np.zeros((width, 1))
-    w_o[index[block.output], 0] = 1.0
+    w_o = np.zeros((width, len(block.values)))
+    for column, var in enumerate(block.values):
+        w_o[index[var], column] = 1.0
     return Head(
         w_q=stack(block.query),
         w_k=stack(block.key),
-        w_v=_row(block.value, index, width)[None, :],
+        w_v=stack(list(block.values.values())),
         w_o=w_o,
         scale=block.scale,
         bias=dict(block.bias),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from crasp_compiler.cookbook.blocks import Form, HeadBlock
+from crasp_compiler.cookbook.blocks import Exactness, Form, HeadBlock
 
 
 def causal_average(value: Form, out: str, label: str = "") -> HeadBlock:
@@ -13,7 +13,7 @@ def causal_average(value: Form, out: str, label: str = "") -> HeadBlock:
     With BOS at s = 0 and a value that is 0 there, a {0,1} value gives ``count/(t+1)``;
     the BOS indicator as value gives ``1/(t+1)``. Exact at every length.
     """
-    return HeadBlock([], [], value, out, "exact at every length", label=label)
+    return HeadBlock([], [], {out: value}, Exactness("exact at every length"), label=label)
 
 
 def offset_lookup(
@@ -29,9 +29,8 @@ def offset_lookup(
     return HeadBlock(
         [one],
         [{bos: 1.0}],
-        value,
-        out,
-        "exact at every length (average-hard attention)",
+        {out: value},
+        Exactness("exact at every length (average-hard attention)"),
         bias={offset: 2.0},
         weighting="hard",
         label=label,
@@ -52,9 +51,11 @@ def soft_offset_lookup(
     return HeadBlock(
         [one],
         [{bos: 1.0}],
-        value,
-        out,
-        f"output within 1/4 of the {{0,1}} value for lengths <= {max_len} (softmax)",
+        {out: value},
+        Exactness(
+            f"output within 1/4 of the {{0,1}} value for lengths <= {max_len} (softmax)",
+            max_len=max_len,
+        ),
         bias={offset: 2.0 * scale},
         weighting="softmax",
         scale=scale,

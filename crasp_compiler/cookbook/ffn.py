@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from itertools import product
 
-from crasp_compiler.cookbook.blocks import FFNBlock, Form, Unit, form_add
+from crasp_compiler.cookbook.blocks import EXACT, Exactness, FFNBlock, Form, Unit, form_add
 
 
 def threshold(z: Form, out: str, bound: float, bos: str, label: str = "") -> FFNBlock:
@@ -19,7 +19,7 @@ def threshold(z: Form, out: str, bound: float, bos: str, label: str = "") -> FFN
     Exact when ``|z| ≤ bound`` at BOS (M = bound + 1) and z is never in (−margin, 0).
     """
     unit = Unit(form_add((1, z), (-(bound + 1), {bos: 1})), 0.0, "heaviside")
-    return FFNBlock([unit], {out: {0: 1.0}}, "exact at every length (Heaviside)", label)
+    return FFNBlock([unit], {out: {0: 1.0}}, Exactness("exact at every length (Heaviside)"), label)
 
 
 def ramp(z: Form, out: str, margin: float, bound: float, bos: str, label: str = "") -> FFNBlock:
@@ -30,7 +30,9 @@ def ramp(z: Form, out: str, margin: float, bound: float, bos: str, label: str = 
     guarded = form_add((1, z), (-(bound + margin + 1), {bos: 1}))
     s = {var: coef / (2 * margin) for var, coef in guarded.items()}
     units = [Unit(s, 0.5), Unit(s, -0.5)]
-    return FFNBlock(units, {out: {0: 1.0, 1: -1.0}}, f"exact when |z| ≥ {margin:.3g}", label)
+    return FFNBlock(
+        units, {out: {0: 1.0, 1: -1.0}}, Exactness(f"exact when |z| ≥ {margin:.3g}"), label
+    )
 
 
 def sign_threshold(z: Form, out: str, bound: float, bos: str, label: str = "") -> FFNBlock:
@@ -46,7 +48,7 @@ def sign_threshold(z: Form, out: str, bound: float, bos: str, label: str = "") -
     return FFNBlock(
         units,
         {out: {0: 1.0}},
-        "exact at every length when z ≠ 0 (layer norm, ε = 0)",
+        Exactness("exact at every length when z ≠ 0 (layer norm, ε = 0)"),
         label,
         norm_groups=[[0, 1]],
     )
@@ -76,7 +78,7 @@ def boolean_function(
         form = form_add(*terms, (1, {nonbos: 1}))
         units.append(Unit(form, -float(sum(row))))
         coefs[k] = -1.0 if complement else 1.0
-    block = FFNBlock(units, {out: coefs}, "exact for {0,1} inputs", label)
+    block = FFNBlock(units, {out: coefs}, Exactness("exact for {0,1} inputs"), label)
     if complement:
         coefs[len(units)] = 1.0
         units.append(Unit({nonbos: 1}, 0.0))
@@ -91,7 +93,7 @@ def gate(b: Form, x: Form, bound: float, out: str, label: str = "") -> FFNBlock:
         Unit(form_add((1, x), (m, b)), -m),
         Unit(form_add((-1, x), (m, b)), -m),
     ]
-    return FFNBlock(units, {out: {0: 1.0, 1: -1.0}}, f"exact for |x| ≤ {m:g}", label)
+    return FFNBlock(units, {out: {0: 1.0, 1: -1.0}}, Exactness(f"exact for |x| ≤ {m:g}"), label)
 
 
 def soft_gate(b: Form, x: Form, bound: float, out: str, label: str = "") -> FFNBlock:
@@ -102,11 +104,14 @@ def soft_gate(b: Form, x: Form, bound: float, out: str, label: str = "") -> FFNB
     gap = form_add((k, b))
     units = [Unit(form_add((1, x), (1, gap)), -0.75 * k), Unit(gap, -0.75 * k)]
     return FFNBlock(
-        units, {out: {0: 1.0, 1: -1.0}}, f"exact for b ∉ (1/4, 3/4), 0 ≤ x ≤ {bound:g}", label
+        units,
+        {out: {0: 1.0, 1: -1.0}},
+        Exactness(f"exact for b ∉ (1/4, 3/4), 0 ≤ x ≤ {bound:g}"),
+        label,
     )
 
 
 def relu_of(z: Form, out: str, label: str = "") -> FFNBlock:
     """``out = ReLU(z)``: with a linear read this gives ``min(x, y) = y − ReLU(y − x)``
     and ``max(x, y) = y + ReLU(x − y)``. Exact."""
-    return FFNBlock([Unit(dict(z), 0.0)], {out: {0: 1.0}}, "exact", label)
+    return FFNBlock([Unit(dict(z), 0.0)], {out: {0: 1.0}}, EXACT, label)

@@ -77,6 +77,8 @@ _WEIGHTING_NAMES = {
 _RULE_TEXT = {
     "bool": "out > 0.5",
     "count": "round(out * (t + 1)), t = position with BOS at 0",
+    "int": "round(out)",
+    "value": "out",
 }
 _HINT = (
     "TransformerLens models need causal softmax heads without relative bias and one MLP "

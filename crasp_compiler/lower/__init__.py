@@ -1,5 +1,5 @@
-"""Lowering: source IR to circuits of cookbook blocks."""
+"""Lowering: source IR to cookbook blocks on a builder."""
 
-from crasp_compiler.lower.crasp import Circuit, lower_program
+from crasp_compiler.lower.crasp import lower_program
 
-__all__ = ["Circuit", "lower_program"]
+__all__ = ["lower_program"]

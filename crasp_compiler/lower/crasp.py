@@ -17,9 +17,9 @@ used for big-M gating and BOS guards.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from itertools import product
 
+from crasp_compiler.assemble.builder import BOS_VAR, NONBOS_VAR, Builder, token_var
 from crasp_compiler.cookbook import attention, ffn
 from crasp_compiler.cookbook.blocks import Block, Form, form_add
 from crasp_compiler.ir.nodes import (
@@ -46,24 +46,10 @@ from crasp_compiler.ir.nodes import (
 )
 from crasp_compiler.model.features import periodic as periodic_feature
 
-BOS, NONBOS, ONE = "BOS", "nonbos", "ONE"
+BOS, NONBOS, ONE = BOS_VAR, NONBOS_VAR, "ONE"
 MODES = ("heaviside", "relu", "layernorm")
 # A truth-table FFN with more rows than this is split into smaller formulas.
 MAX_TABLE_UNITS = 256
-
-
-def token_var(symbol: str) -> str:
-    return f"token:{symbol}"
-
-
-@dataclass
-class Circuit:
-    """Blocks over named variables plus the forms of every definition and output."""
-
-    inputs: list[str]
-    features: list[str]
-    blocks: list[Block] = field(default_factory=list)
-    forms: dict[str, Form] = field(default_factory=dict)
 
 
 class _Lowerer:
@@ -71,9 +57,8 @@ class _Lowerer:
         self.program = program
         self.mode = mode
         self.max_len = max_len
-        self.circuit = Circuit(
-            inputs=[BOS, NONBOS] + [token_var(s) for s in program.alphabet], features=[]
-        )
+        self.builder = Builder(program.alphabet)
+        self.forms: dict[str, Form] = {}
         self.var_bounds: dict[str, float] = {BOS: 1, NONBOS: 1}
         self.memo: dict[Node, Form] = {}
         self.defs = {d.name: d.expr for d in program.definitions}
@@ -87,7 +72,8 @@ class _Lowerer:
         return f"{kind}#{self.counter}"
 
     def add(self, block: Block, outputs: dict[str, float]) -> None:
-        self.circuit.blocks.append(block)
+        """Add ``block``; ``outputs`` bounds the absolute value of each variable it writes."""
+        self.builder.add(block)
         self.var_bounds.update(outputs)
 
     def bound(self, form: Form) -> float:
@@ -113,10 +99,8 @@ class _Lowerer:
                 form = {}
                 for r in sorted(residues):
                     name = periodic_feature(modulus, r)
-                    if name not in self.circuit.features:
-                        self.circuit.features.append(name)
-                        self.var_bounds[name] = 1
-                    form[name] = 1.0
+                    form = form_add((1, form), (1, self.builder.feature(name)))
+                    self.var_bounds[name] = 1
             case Not(arg):
                 form = form_add((1, {NONBOS: 1.0}), (-1, self.boolean(arg)))
             case BoolRef(name):
@@ -310,7 +294,7 @@ class _Lowerer:
             )
         return seen
 
-    def lower(self) -> Circuit:
+    def lower(self) -> tuple[Builder, dict[str, Form]]:
         needed = self.needed()
         for definition in self.program.definitions:
             if definition.name not in needed:
@@ -319,12 +303,15 @@ class _Lowerer:
                 form = self.boolean(definition.expr)
             else:
                 form = self.count(definition.expr)
-            self.circuit.forms[definition.name] = form
-        return self.circuit
+            self.forms[definition.name] = form
+        return self.builder, self.forms
 
 
-def lower_program(program: Program, mode: str = "heaviside", max_len: int | None = None) -> Circuit:
-    """Lower ``program`` to blocks; ``mode`` picks how comparisons threshold."""
+def lower_program(
+    program: Program, mode: str = "heaviside", max_len: int | None = None
+) -> tuple[Builder, dict[str, Form]]:
+    """Lower ``program`` to blocks on a :class:`Builder`; returns the builder and the form
+    of every compiled definition. ``mode`` picks how comparisons threshold."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     if mode == "relu" and (max_len is None or max_len < 0):

@@ -23,7 +23,8 @@ group with zero variance becomes 0); units in no group pass through unchanged. O
 ``(z, −z)`` it gives ``(sign z, −sign z)`` at any scale of z.
 
 Decision rules turn an output into a value: ``bool`` is ``out > 0.5``; ``count`` is
-``round(out · (t + 1))`` (counts are stored scaled by ``1/(t+1)``).
+``round(out · (t + 1))`` (counts are stored scaled by ``1/(t+1)``); ``int`` is
+``round(out)``; ``value`` is the raw number.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import numpy as np
 ACTIVATIONS = ("relu", "heaviside", "gelu")
 WEIGHTINGS = ("softmax", "hard", "hard-left", "hard-right")
 MASKS = ("causal", "strict", "past", "none")
-RULES = ("bool", "count")
+RULES = ("bool", "count", "int", "value")
 BOS = "<bos>"
 
 
@@ -80,7 +81,7 @@ class Layer:
 class Output:
     name: str
     weights: np.ndarray  # (d,)
-    rule: str  # "bool" or "count"
+    rule: str  # one of RULES
 
 
 @dataclass

@@ -255,11 +255,19 @@ def run(
     for out in model.outputs:
         raw = x @ out.weights.astype(dtype)
         outputs[out.name] = raw
-        if out.rule == "bool":
-            values[out.name] = raw > 0.5
-        else:
-            values[out.name] = np.rint(raw.astype(np.float64) * scale).astype(np.int64)
+        values[out.name] = decide(out.rule, raw, scale)
     return RunResult(outputs, values, lengths, trace if residuals else None)
+
+
+def decide(rule: str, raw: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """Apply a decision rule (see :mod:`crasp_compiler.model.model`); ``scale`` is t + 1."""
+    if rule == "bool":
+        return raw > 0.5
+    if rule == "count":
+        return np.rint(raw.astype(np.float64) * scale).astype(np.int64)
+    if rule == "int":
+        return np.rint(raw).astype(np.int64)
+    return raw
 
 
 def _cast_head(head: Head, dtype: type) -> Head:

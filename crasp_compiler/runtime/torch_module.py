@@ -332,8 +332,12 @@ class TorchTransformer(nn.Module):
             column = raw[..., k]
             if rule == "bool":
                 values[name] = column > 0.5
-            else:
+            elif rule == "count":
                 values[name] = torch.round(column.double() * steps[None]).to(torch.long)
+            elif rule == "int":
+                values[name] = torch.round(column).to(torch.long)
+            else:
+                values[name] = column
         return values
 
     @torch.no_grad()

@@ -1,0 +1,220 @@
+"""Build transformers by hand from cookbook blocks on named residual variables.
+
+::
+
+    from crasp_compiler import Builder
+    from crasp_compiler.cookbook import attention, ffn
+
+    b = Builder(["(", ")"])
+    depth = b.add(attention.average(b.token("(") - b.token(")"), "depth"))   # (#( − #))/(t+1)
+    neg = b.add(ffn.gt_zero(-depth, "neg", tolerance=...))
+    model = b.build({"depth": depth})
+
+A *variable* is one residual dimension, named; a :class:`Form` is a linear combination of
+variables. Inputs are declared (``bos``, ``nonbos``, ``token(a)``, ``embed``, ``feature``),
+blocks read forms and write new variables, and :meth:`Builder.build` schedules the blocks
+as early as their dependencies allow (independent blocks share a layer: parallel
+composition; a block that reads another's output comes later: serial composition),
+allocates one residual dimension per variable and lifts every block into global matrices
+(the routing lemma: reading, copying and dropping variables is a choice of rows and
+columns, never user index arithmetic). The result is a :class:`Model` that the numpy
+executor and the torch module run and that saves to the model file format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from crasp_compiler.assemble.assemble import assemble_layers
+from crasp_compiler.cookbook.blocks import Block, Form, var
+from crasp_compiler.model.features import check_feature
+from crasp_compiler.model.model import BOS, RULES, Guarantee, Model, Output
+
+BOS_VAR, NONBOS_VAR = "BOS", "nonbos"
+
+
+def token_var(symbol: str) -> str:
+    return f"token:{symbol}"
+
+
+class Builder:
+    """Declare inputs, add blocks, build a :class:`Model` (see the module docstring).
+
+    Always-present inputs: ``bos`` (1 at the BOS position, 0 at tokens), ``nonbos`` (the
+    opposite), ``one`` (their sum, 1 everywhere) and ``token(a)`` (1 where the token is
+    ``a``) for every symbol of the alphabet.
+    """
+
+    def __init__(self, alphabet: Sequence[str]) -> None:
+        symbols = list(alphabet)
+        if len(set(symbols)) != len(symbols) or BOS in symbols:
+            raise ValueError(f"the alphabet must be distinct symbols other than {BOS!r}")
+        self.vocab = [BOS, *symbols]
+        # variable -> value per vocabulary entry (index 0 is BOS)
+        self._embeddings: dict[str, list[float]] = {
+            BOS_VAR: [1.0] + [0.0] * len(symbols),
+            NONBOS_VAR: [0.0] + [1.0] * len(symbols),
+        }
+        for k, symbol in enumerate(symbols, start=1):
+            row = [0.0] * len(self.vocab)
+            row[k] = 1.0
+            self._embeddings[token_var(symbol)] = row
+        self.features: list[str] = []
+        self.blocks: list[Block] = []
+        self._written: dict[str, str] = {}  # variable -> label of the block that made it
+        self._counter = 0
+
+    # ------------------------------------------------------------------ inputs
+
+    @property
+    def bos(self) -> Form:
+        return var(BOS_VAR)
+
+    @property
+    def nonbos(self) -> Form:
+        return var(NONBOS_VAR)
+
+    @property
+    def one(self) -> Form:
+        """The constant 1 at every position (``bos + nonbos``)."""
+        return var(BOS_VAR) + var(NONBOS_VAR)
+
+    def token(self, symbol: str) -> Form:
+        """1 at positions holding ``symbol``, 0 elsewhere (BOS included)."""
+        if token_var(symbol) not in self._embeddings:
+            raise ValueError(f"{symbol!r} is not in the alphabet {self.vocab[1:]}")
+        return var(token_var(symbol))
+
+    def embed(self, name: str, values: Mapping[str, float], bos: float = 0.0) -> Form:
+        """A token-embedding variable: ``values[a]`` at tokens ``a`` (0 for symbols not
+        listed) and ``bos`` at BOS."""
+        self._check_new(name)
+        unknown = set(values) - set(self.vocab[1:])
+        if unknown:
+            raise ValueError(f"embedding {name!r} names symbols not in the alphabet: {unknown}")
+        self._embeddings[name] = [bos] + [float(values.get(s, 0.0)) for s in self.vocab[1:]]
+        return var(name)
+
+    def feature(self, name: str) -> Form:
+        """A positional feature (see :mod:`crasp_compiler.model.features`), declared once."""
+        check_feature(name)
+        if name not in self.features:
+            self.features.append(name)
+        return var(name)
+
+    def fresh(self, stem: str) -> str:
+        """A variable name not used yet: ``stem#k``."""
+        self._counter += 1
+        return f"{stem}#{self._counter}"
+
+    # ------------------------------------------------------------------ blocks
+
+    @property
+    def variables(self) -> list[str]:
+        """Every variable in residual order: embeddings, features, block outputs."""
+        return [*self._embeddings, *self.features, *self._written]
+
+    def add(self, block: Block) -> Form:
+        """Add ``block`` and return the form of its first output (read any others with
+        :func:`~crasp_compiler.cookbook.blocks.var`)."""
+        known = set(self.variables)
+        label = block.label or type(block).__name__
+        for name in sorted(block.reads - known):
+            raise ValueError(f"block {label!r} reads {name!r}, which is not defined yet")
+        for name in block.writes:
+            if name in block.in_place:
+                if name not in known:
+                    raise ValueError(f"block {label!r} updates {name!r}, which does not exist")
+            else:
+                self._check_new(name, label)
+        for name in block.writes:
+            if name not in known:
+                self._written[name] = label
+        self.blocks.append(block)
+        return var(block.writes[0]) if block.writes else Form()
+
+    def _check_new(self, name: str, label: str = "") -> None:
+        if name in self.variables:
+            where = f" (in block {label!r})" if label else ""
+            raise ValueError(
+                f"variable {name!r} is already defined{where}; "
+                "use a new name, or in_place to add to it"
+            )
+
+    # ------------------------------------------------------------------ model
+
+    def build(
+        self,
+        outputs: Mapping[str, Mapping[str, float] | tuple[Mapping[str, float], str]],
+        *,
+        guarantee: Guarantee | None = None,
+        accept: str | None = None,
+        options: Mapping[str, object] | None = None,
+        info: Mapping[str, object] | None = None,
+        source: str = "",
+    ) -> Model:
+        """The model whose named outputs are ``outputs``: ``name -> form`` (rule
+        ``value``, the raw number) or ``name -> (form, rule)`` with a rule from
+        :data:`crasp_compiler.model.model.RULES`. The guarantee defaults to the weakest
+        exactness condition of the blocks."""
+        residual = self.variables
+        index = {name: k for k, name in enumerate(residual)}
+        width = len(residual)
+        w_e = np.zeros((len(self.vocab), width))
+        for name, column in self._embeddings.items():
+            w_e[:, index[name]] = column
+        w_p = np.zeros((width, len(self.features)))
+        for column, name in enumerate(self.features):
+            w_p[index[name], column] = 1.0
+        inputs = set(self._embeddings) | set(self.features)
+        layers, _ = assemble_layers(self.blocks, residual, inputs)
+
+        model_outputs = []
+        for name, spec in outputs.items():
+            form, rule = spec if isinstance(spec, tuple) else (spec, "value")
+            if rule not in RULES:
+                raise ValueError(f"output {name!r}: rule must be one of {RULES}, not {rule!r}")
+            weights = np.zeros(width)
+            for variable, coef in form.items():
+                if variable not in index:
+                    raise ValueError(f"output {name!r} reads {variable!r}, which is not defined")
+                weights[index[variable]] += coef
+            model_outputs.append(Output(name, weights, rule))
+        if accept is not None and not any(
+            o.name == accept and o.rule == "bool" for o in model_outputs
+        ):
+            raise ValueError(f"accept must name a bool output, not {accept!r}")
+
+        return Model(
+            vocab=list(self.vocab),
+            w_e=w_e,
+            features=list(self.features),
+            w_p=w_p,
+            layers=layers,
+            outputs=model_outputs,
+            residual=list(residual),
+            guarantee=guarantee or self.guarantee(),
+            accept=accept,
+            options=dict(options or {}),
+            source=source,
+            info={"exactness": self.exactness(), **(info or {})},
+        )
+
+    def exactness(self) -> list[str]:
+        """The distinct exactness conditions of the blocks."""
+        return sorted({block.exact.text for block in self.blocks})
+
+    def guarantee(self) -> Guarantee:
+        """The weakest condition of the blocks: the shortest length bound, and whether any
+        block is approximate."""
+        bounds = [b.exact.max_len for b in self.blocks if b.exact.max_len is not None]
+        max_len = min(bounds) if bounds else None
+        approximate = [b.exact.text for b in self.blocks if not b.exact.exact]
+        if approximate:
+            where = f" for inputs of length <= {max_len}" if max_len is not None else ""
+            return Guarantee(max_len, f"approximate{where}: " + "; ".join(sorted(set(approximate))))
+        if max_len is None:
+            return Guarantee(None, "exact at every length in real arithmetic")
+        return Guarantee(max_len, f"exact for inputs of length <= {max_len}")
