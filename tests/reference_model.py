@@ -114,6 +114,8 @@ def _allowed(mask: str, t: int, s: int) -> bool:
         return s < t
     if mask == "past":
         return s >= t
+    if mask == "strict-past":
+        return s > t
     if mask == "none":
         return True
     raise ValueError(f"unknown mask {mask!r}")

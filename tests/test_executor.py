@@ -169,7 +169,8 @@ def test_random_models_exercise_the_family():
             hard_rows += len(probe.hard_maximal)
             tied_rows += sum(1 for count in probe.hard_maximal if count > 1)
     for key in [
-        *("softmax", "hard", "hard-left", "hard-right", "causal", "strict", "past", "none"),
+        *("softmax", "hard", "hard-left", "hard-right"),
+        *("causal", "strict", "past", "strict-past", "none"),
         *("relu", "heaviside", "gelu", "norm", "bias", "no bias", "uniform causal", "scored"),
         *("bool", "count", "features"),
     ]:
@@ -297,6 +298,32 @@ def test_past_mask_sees_itself_and_later_positions(weighting):
             want = is_b
         else:
             want = [is_b[-1]] * n
+        np.testing.assert_allclose(raw(result, "o", row), want, rtol=0, atol=1e-12)
+        np.testing.assert_array_equal(raw(result, "o", row), raw(run(model, [tokens]), "o"))
+
+
+@pytest.mark.parametrize("weighting", ["softmax", "hard", "hard-left", "hard-right"])
+def test_strict_past_mask_sees_later_positions_only(weighting):
+    """Mask ``strict-past`` (s > t): a uniform head averages is-b over positions
+    t+1..n of the query's own sequence; the last position has no key and reads 0;
+    unique-hard picks t + 1 (left) or n (right)."""
+    embed = {BOS: [1, 0, 0], "a": [1, 0, 0], "b": [1, 1, 0]}  # dims: one, is-b, out
+    model = make_model(
+        embed,
+        [Layer([head(3, None, None, 1, 2, weighting=weighting, mask="strict-past")], None)],
+        {"o": (2, "bool")},
+    )
+    inputs = [list("abbab"), list("ba"), []]
+    result = run(model, inputs)
+    for row, tokens in enumerate(inputs):
+        is_b = [0.0] + [1.0 if x == "b" else 0.0 for x in tokens]
+        n = len(is_b)
+        if weighting in ("softmax", "hard"):
+            want = [sum(is_b[t + 1 :]) / (n - t - 1) if t < n - 1 else 0.0 for t in range(n)]
+        elif weighting == "hard-left":
+            want = [*is_b[1:], 0.0]
+        else:
+            want = [*[is_b[-1]] * (n - 1), 0.0]
         np.testing.assert_allclose(raw(result, "o", row), want, rtol=0, atol=1e-12)
         np.testing.assert_array_equal(raw(result, "o", row), raw(run(model, [tokens]), "o"))
 

@@ -317,7 +317,17 @@ def test_random_models_cover_the_family():
                 seen |= set(layer.mlp.activations)
                 if layer.mlp.norm_groups:
                     seen.add("norm")
-    expected = {"softmax", "hard", "hard-left", "hard-right", "causal", "strict", "past", "none"}
+    expected = {
+        "softmax",
+        "hard",
+        "hard-left",
+        "hard-right",
+        "causal",
+        "strict",
+        "past",
+        "strict-past",
+        "none",
+    }
     expected |= {"bias", "no bias", "uniform causal", "fused", "chunked"}
     expected |= {"relu", "heaviside", "gelu", "norm"}
     assert expected <= seen, expected - seen

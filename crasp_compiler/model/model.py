@@ -13,8 +13,8 @@ is a sparse map from offsets to values (0 elsewhere). Weighting: ``softmax``;
 ``hard`` (average-hard: uniform over the maximal scores); ``hard-left`` / ``hard-right``
 (unique-hard: the leftmost / rightmost maximal score). Mask: ``causal`` (s ≤ t),
 ``strict`` (s < t; a row with no key attends to nothing and reads 0), ``past`` (s ≥ t:
-the past is masked, the query sees itself and later positions of its own sequence) or
-``none``.
+the past is masked, the query sees itself and later positions of its own sequence),
+``strict-past`` (s > t; the last position reads 0) or ``none``.
 Activations: ``relu``, ``heaviside`` (``1[z ≥ 0]``) and ``gelu`` (tanh form).
 
 ``N`` is the MLP's optional selective layer norm: each listed group g of hidden units is
@@ -36,7 +36,7 @@ import numpy as np
 
 ACTIVATIONS = ("relu", "heaviside", "gelu")
 WEIGHTINGS = ("softmax", "hard", "hard-left", "hard-right")
-MASKS = ("causal", "strict", "past", "none")
+MASKS = ("causal", "strict", "past", "strict-past", "none")
 RULES = ("bool", "count", "int", "value")
 BOS = "<bos>"
 

@@ -70,6 +70,8 @@ def _mask(head: Head, rows: np.ndarray, cols: np.ndarray, lengths: np.ndarray) -
         allowed = s < t
     elif head.mask == "past":
         allowed = s >= t
+    elif head.mask == "strict-past":
+        allowed = s > t
     else:
         allowed = np.ones((len(rows), len(cols)), dtype=bool)
     valid = cols[None, None, :] <= lengths[:, None, None]

@@ -195,6 +195,8 @@ class AttentionHead(nn.Module):
             allowed = s < t
         elif self.mask == "past":
             allowed = s >= t
+        elif self.mask == "strict-past":
+            allowed = s > t
         else:
             allowed = torch.ones(len(rows), len(cols), dtype=torch.bool, device=rows.device)
         return allowed[None] & (cols[None, None, :] <= lengths[:, None, None])
