@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from crasp_compiler.assemble.assemble import assemble_layers
-from crasp_compiler.cookbook.blocks import Block, Form, var
+from crasp_compiler.cookbook.blocks import Block, Exactness, FFNBlock, Form, HeadBlock, Unit, var
 from crasp_compiler.model.features import check_feature
 from crasp_compiler.model.model import BOS, RULES, Guarantee, Model, Output
 
@@ -121,19 +121,112 @@ class Builder:
         :func:`~crasp_compiler.cookbook.blocks.var`)."""
         known = set(self.variables)
         label = block.label or type(block).__name__
+        for name in sorted(block.in_place - known):
+            raise ValueError(f"block {label!r} updates {name!r}, which does not exist")
         for name in sorted(block.reads - known):
             raise ValueError(f"block {label!r} reads {name!r}, which is not defined yet")
         for name in block.writes:
-            if name in block.in_place:
-                if name not in known:
-                    raise ValueError(f"block {label!r} updates {name!r}, which does not exist")
-            else:
+            if name not in block.in_place:
                 self._check_new(name, label)
         for name in block.writes:
             if name not in known:
                 self._written[name] = label
         self.blocks.append(block)
         return var(block.writes[0]) if block.writes else Form()
+
+    def include(self, model: Model, prefix: str) -> dict[str, tuple[Form, str]]:
+        """Add a built model's computation and return its outputs as ``name -> (form, rule)``.
+
+        Every residual dimension of ``model`` becomes a form: its embedding column (a
+        variable ``prefix:k:label``) plus its positional part, plus one fresh variable per
+        sublayer that writes to it. Each head and each MLP becomes one block that reads
+        the forms as they stand before its layer, so the computation is the model's own
+        (the routing lemma: only rows and columns move). Including two models is their
+        parallel composition (independent blocks share layers); adding blocks that read
+        the returned forms is serial composition. The model's symbols must be in this
+        builder's alphabet; symbols it does not know embed as 0.
+        """
+        unknown = set(model.vocab[1:]) - set(self.vocab[1:])
+        if unknown:
+            raise ValueError(f"model {prefix!r} has symbols outside the alphabet: {unknown}")
+        exact = Exactness(f"{prefix}: {model.guarantee.text}", max_len=model.guarantee.max_len)
+        row = {symbol: k for k, symbol in enumerate(model.vocab)}
+        current: list[Form] = []
+        for k, label in enumerate(model.residual):
+            column = model.w_e[:, k]
+            form = Form()
+            if np.any(column):
+                values = {s: float(column[row[s]]) for s in self.vocab[1:] if s in row}
+                form = self.embed(f"{prefix}:{k}:{label}", values, bos=float(column[0]))
+            for f, name in enumerate(model.features):
+                if model.w_p[k, f]:
+                    form = form + float(model.w_p[k, f]) * self.feature(name)
+            current.append(form)
+
+        def read(row_weights: np.ndarray) -> Form:
+            out = Form()
+            for k in np.flatnonzero(row_weights):
+                out = out + float(row_weights[k]) * current[k]
+            return out
+
+        def written(where: str, k: int) -> str:
+            return self.fresh(f"{prefix}:{where}:{model.residual[k]}")
+
+        for number, layer in enumerate(model.layers, start=1):
+            updates: list[tuple[int, str]] = []
+            for h, head in enumerate(layer.heads):
+                mixed = head.w_o @ head.w_v  # residual <- residual through this head
+                values = {}
+                for k in np.flatnonzero(np.any(mixed != 0, axis=1)):
+                    name = written(f"L{number}h{h}", k)
+                    values[name] = read(mixed[k])
+                    updates.append((k, name))
+                if values:
+                    block = HeadBlock(
+                        query=[read(r) for r in head.w_q],
+                        key=[read(r) for r in head.w_k],
+                        values=values,
+                        exact=exact,
+                        bias=dict(head.bias),
+                        weighting=head.weighting,
+                        mask=head.mask,
+                        scale=head.scale,
+                        label=f"{prefix}: {head.label or f'layer {number} head {h}'}",
+                    )
+                    self.add(block)
+            for k, name in updates:
+                current[k] = current[k] + var(name)
+            if layer.mlp is None:
+                continue
+            mlp = layer.mlp
+            units = [
+                Unit(read(mlp.w1[u]), float(mlp.b1[u]), mlp.activations[u])
+                for u in range(len(mlp.b1))
+            ]
+            outputs: dict[str, dict[int, float]] = {}
+            constants: dict[str, float] = {}
+            targets = {
+                int(k): written(f"L{number}mlp", int(k))
+                for k in np.flatnonzero(np.any(mlp.w2 != 0, axis=1) | (mlp.b2 != 0))
+            }
+            for k, name in targets.items():
+                outputs[name] = {int(u): float(mlp.w2[k, u]) for u in np.flatnonzero(mlp.w2[k])}
+                if mlp.b2[k]:
+                    constants[name] = float(mlp.b2[k])
+            if targets:
+                self.add(
+                    FFNBlock(
+                        units,
+                        outputs,
+                        exact,
+                        label=f"{prefix}: layer {number} mlp",
+                        constants=constants,
+                        norm_groups=[list(g) for g in mlp.norm_groups],
+                    )
+                )
+                for k, name in targets.items():
+                    current[k] = current[k] + var(name)
+        return {out.name: (read(out.weights), out.rule) for out in model.outputs}
 
     def _check_new(self, name: str, label: str = "") -> None:
         if name in self.variables:
