@@ -83,12 +83,19 @@ class Probe:
 
 def feature_value(name: str, t: int) -> float:
     """Positional feature ``name`` at position ``t`` (BOS at t = 0), from its definition:
-    ``periodic:m:r`` is 1 iff ``t >= 1`` and ``(t - 1) mod m == r``. Feature kinds without a
-    definition here fall back to :func:`crasp_compiler.model.features.feature_matrix`."""
+    ``periodic:m:r`` is 1 iff ``t >= 1`` and ``(t - 1) mod m == r``; ``index`` is t,
+    ``index^2`` is t², ``inverse`` is 1/(t + 1), ``alternating`` is (−1)^t, ``onehot:k``
+    is 1[t = k]. Almost-orthogonal vectors (``ao:...``) are defined by their hash and fall
+    back to :func:`crasp_compiler.model.features.feature_matrix`."""
     match = _PERIODIC.match(name)
     if match:
         m, r = int(match[1]), int(match[2])
         return 1.0 if t >= 1 and (t - 1) % m == r else 0.0
+    simple = {"index": t, "index^2": t * t, "inverse": 1 / (t + 1), "alternating": (-1) ** t}
+    if name in simple:
+        return float(simple[name])
+    if name.startswith("onehot:"):
+        return 1.0 if t == int(name.split(":")[1]) else 0.0
     return float(feature_matrix([name], t + 1)[t, 0])
 
 
@@ -363,7 +370,7 @@ def random_model(
     """A small random model of the whole family. Ranges are inclusive ``(lo, hi)``.
 
     Vocabulary: BOS plus ``symbols`` of ``a, b, c, ...``; up to ``max_features`` distinct
-    ``periodic:m:r`` features (m in 1..4). Each layer has ``heads`` heads (weighting from
+    ``periodic:m:r`` (m in 1..4), ``inverse``, ``alternating`` or ``onehot`` features. Each layer has ``heads`` heads (weighting from
     ``weightings``, mask from ``masks``) and, with probability ``p_mlp``, an MLP whose
     units take activations from ``activations``; with probability ``p_norm`` (at least two
     units) the MLP has one or two disjoint layer-norm groups of size 2 or 3.
@@ -387,6 +394,7 @@ def random_model(
     else:
         w_e = rng.normal(size=(len(vocab), d))
     candidates = [f"periodic:{m}:{r}" for m in range(1, 5) for r in range(m)]
+    candidates += ["inverse", "alternating", "onehot:1", "onehot:3"]
     n_features = int(rng.integers(0, max_features + 1))
     features = [str(f) for f in rng.choice(candidates, size=n_features, replace=False)]
     if rng.random() < p_integer_embedding:

@@ -268,3 +268,17 @@ def test_include_refuses_symbols_outside_the_alphabet():
     _, model = compiled("dyck1.cr")
     with pytest.raises(ValueError, match="outside the alphabet"):
         Builder(["("]).include(model, "d")
+
+
+def test_crasp_check_compares_raw_value_outputs_to_a_tolerance(tmp_path):
+    """A hand-built model has no source: ``check_model`` compares numpy with torch, raw
+    ``value`` outputs to a tolerance and ``int`` / ``count`` outputs exactly."""
+    from crasp_compiler.verify import check_model
+
+    b = Builder(["(", ")"])
+    depth = b.add(average(b.embed("o", {"(": 1.0, ")": -1.0}), "depth"))
+    model = b.build({"depth": depth, "balance": (depth * 1, "count"), "o": (var("o"), "int")})
+    report = check_model(model, samples=40, max_len=30)
+    assert report.runtimes == ["numpy", "torch"]
+    assert report.disagreements == 0
+    assert report.max_raw_difference < 1e-12

@@ -1,0 +1,89 @@
+"""Positional features against their definitions (crasp_compiler/model/features.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from crasp_compiler.model.features import (
+    almost_orthogonal,
+    check_feature,
+    feature_matrix,
+    onehot,
+    periodic,
+)
+from tests.reference_model import feature_value
+
+DEFINED = [
+    "index",
+    "index^2",
+    "inverse",
+    "alternating",
+    onehot(0),
+    onehot(3),
+    periodic(1, 0),
+    periodic(3, 2),
+]
+
+
+@pytest.mark.parametrize("name", DEFINED)
+def test_features_match_their_definitions(name):
+    table = feature_matrix([name], 40)
+    want = [feature_value(name, t) for t in range(40)]
+    np.testing.assert_array_equal(table[:, 0], want)
+
+
+def test_definitions_spelled_out():
+    t = np.arange(6)
+    table = feature_matrix(["index", "index^2", "inverse", "alternating", "onehot:2"], 6)
+    np.testing.assert_array_equal(table[:, 0], t)
+    np.testing.assert_array_equal(table[:, 1], t * t)
+    np.testing.assert_array_equal(table[:, 2], 1 / (t + 1))
+    np.testing.assert_array_equal(table[:, 3], [1, -1, 1, -1, 1, -1])
+    np.testing.assert_array_equal(table[:, 4], [0, 0, 1, 0, 0, 0])
+
+
+def test_almost_orthogonal_vectors_are_fixed_signs_over_root_m():
+    """The hash is part of the file format: these signs must never change."""
+    names = [almost_orthogonal(0, 16, k) for k in range(4)]
+    table = feature_matrix(names, 6)
+    assert set(np.unique(np.abs(table))) == {0.25}
+    assert (np.sign(table)).astype(int).tolist() == [
+        [-1, 1, -1, 1],
+        [1, 1, -1, -1],
+        [-1, 1, 1, -1],
+        [-1, 1, -1, -1],
+        [1, -1, -1, -1],
+        [-1, 1, -1, 1],
+    ]
+
+
+def test_almost_orthogonal_shift_reads_another_position():
+    base = feature_matrix([almost_orthogonal(7, 32, 5)], 30)[:, 0]
+    back = feature_matrix([almost_orthogonal(7, 32, 5, shift=-1)], 30)[:, 0]
+    ahead = feature_matrix([almost_orthogonal(7, 32, 5, shift=2)], 30)[:, 0]
+    np.testing.assert_array_equal(back[1:], base[:-1])
+    np.testing.assert_array_equal(ahead[:-2], base[2:])
+
+
+def test_almost_orthogonal_vectors_are_nearly_orthogonal():
+    """With m = 256 the 64 vectors of positions 0..63 have unit norm and small overlaps."""
+    m = 256
+    vectors = feature_matrix([almost_orthogonal(1, m, k) for k in range(m)], 64)
+    gram = vectors @ vectors.T
+    np.testing.assert_allclose(np.diag(gram), 1.0)
+    off = np.abs(gram - np.eye(64))
+    assert off.max() <= 0.35
+    assert off.mean() < 0.1
+    # different seeds give different vectors
+    other = feature_matrix([almost_orthogonal(2, m, k) for k in range(m)], 64)
+    assert not np.array_equal(vectors, other)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["periodic:0:0", "periodic:3:3", "onehot:-1", "ao:0:4:4:0", "ao:0:4:1", "indexx", "sin:1"],
+)
+def test_malformed_features_are_refused(name):
+    with pytest.raises(ValueError, match="unknown positional feature"):
+        check_feature(name)
