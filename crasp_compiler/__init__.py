@@ -9,6 +9,7 @@ The Python API::
     trace.values["C_open"]                 # counts at the empty prefix and each position
 """
 
+from crasp_compiler.assemble.builder import Builder
 from crasp_compiler.errors import CraspError, Diagnostic, Span
 from crasp_compiler.ir import (
     Program,
@@ -26,6 +27,7 @@ from crasp_compiler.program import load_program, parse_program, tokenize, with_a
 __version__ = "0.1.0"
 
 __all__ = [
+    "Builder",
     "CraspError",
     "Diagnostic",
     "Program",

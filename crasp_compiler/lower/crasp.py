@@ -50,6 +50,8 @@ BOS, NONBOS, ONE = BOS_VAR, NONBOS_VAR, "ONE"
 MODES = ("heaviside", "relu", "layernorm")
 # A truth-table FFN with more rows than this is split into smaller formulas.
 MAX_TABLE_UNITS = 256
+# ReLU as a piecewise-linear function: one unit, ReLU(z).
+RELU_KNOTS = ((-1.0, 0.0), (0.0, 0.0), (1.0, 1.0))
 
 
 class _Lowerer:
@@ -162,7 +164,7 @@ class _Lowerer:
             return {NONBOS: 1.0} if values.pop() else {}
         out = self.fresh("bool")
 
-        block = ffn.boolean_function(forms, table, out, NONBOS, label=f"formula -> {out}")
+        block = ffn.boolean_function(forms, table, out, nonbos=NONBOS, label=f"formula -> {out}")
         self.add(block, {out: 1})
         return {out: 1.0}
 
@@ -191,14 +193,19 @@ class _Lowerer:
         """A Boolean variable holding ``1[z ≥ 0]`` at tokens and 0 at BOS."""
         out = self.fresh("cmp")
         bound = self.bound(z)
-        if self.mode == "heaviside":
-            block = ffn.threshold(z, out, bound, BOS, label=f"threshold -> {out}")
-        elif self.mode == "layernorm":
+        if self.mode == "layernorm":
             block = ffn.sign_threshold(z, out, bound, BOS, label=f"sign -> {out}")
         else:
-            assert self.max_len is not None
-            margin = 1 / (2 * (self.max_len + 1))
-            block = ffn.ramp(z, out, margin, bound, BOS, label=f"ramp -> {out}")
+            # heaviside: one Heaviside unit; relu: GEZero_δ with δ = 1/(2(N+1)), exact
+            # since |z| ≥ ONE/2 ≥ δ for t ≤ N. The BOS guard −M·bos (M = bound + 1 + δ)
+            # puts z ≤ −1 − δ at BOS, so BOS reads 0.
+            if self.mode == "heaviside":
+                tolerance, kind = 0.0, "threshold"
+            else:
+                assert self.max_len is not None
+                tolerance, kind = 1 / (2 * (self.max_len + 1)), "ramp"
+            guarded = form_add((1, z), (-(bound + 1 + tolerance), {BOS: 1.0}))
+            block = ffn.ge_zero(guarded, out, tolerance=tolerance, label=f"{kind} -> {out}")
         self.add(block, {out: 1})
         return {out: 1.0}
 
@@ -230,12 +237,11 @@ class _Lowerer:
                 x, y = self.count(a), self.count(b)
                 sign = -1 if isinstance(node, Min) else 1
                 out = self.fresh("min" if sign < 0 else "max")
-                # min(x, y) = y − ReLU(y − x);  max(x, y) = y + ReLU(x − y)
+                # min(x, y) = y − ReLU(y − x);  max(x, y) = y + ReLU(x − y): one unit and
+                # a linear read (ffn.minimum/maximum write min/max itself, with 3 units)
                 z = form_add((sign, x), (-sign, y))
-                self.add(
-                    ffn.relu_of(z, out, label=f"{type(node).__name__.lower()} -> {out}"),
-                    {out: self.bound(z)},
-                )
+                label = f"{type(node).__name__.lower()} -> {out}"
+                self.add(ffn.cpwl(z, RELU_KNOTS, out, label=label), {out: self.bound(z)})
                 form = form_add((1, y), (sign, {out: 1.0}))
             case Cond(c, a, b):
                 # c ? x : y  =  y + c·(x − y), by big-M gating
@@ -243,9 +249,10 @@ class _Lowerer:
                 diff = form_add((1, x), (-1, y))
                 out = self.fresh("cond")
                 bound = self.bound(diff)
-                self.add(
-                    ffn.gate(bit, diff, bound, out, label=f"conditional -> {out}"), {out: bound}
+                gate = ffn.conditional_bigm(
+                    bit, diff, Form(), out, bound=bound, label=f"conditional -> {out}"
                 )
+                self.add(gate, {out: bound})
                 form = form_add((1, y), (1, {out: 1.0}))
             case _:  # pragma: no cover
                 raise TypeError(node)
@@ -269,10 +276,12 @@ class _Lowerer:
                 lookup = attention.soft_offset_lookup(
                     arg, offset, bit, constant, BOS, self.max_len, label=lookup_label
                 )
-                gate = ffn.soft_gate({bit: 1.0}, one, 1.0, out, label=gate_label)
+                gate = ffn.soft_gate({bit: 1.0}, one, out, bound=1.0, label=gate_label)
             else:
                 lookup = attention.offset_lookup(arg, offset, bit, constant, BOS, lookup_label)
-                gate = ffn.gate({bit: 1.0}, one, 1.0, out, label=gate_label)
+                gate = ffn.conditional_bigm(
+                    {bit: 1.0}, one, Form(), out, bound=1.0, label=gate_label
+                )
             self.add(lookup, {bit: 1})
             self.add(gate, {out: 1})
             form = form_add((1, form), (1, {out: 1.0}))
