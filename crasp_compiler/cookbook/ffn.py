@@ -378,25 +378,6 @@ def eq_zero(x: Form, out: str, *, tolerance: float | Form, label: str = "") -> F
     return _comparator("eq", x, out, tolerance, label)
 
 
-def sign_threshold(z: Form, out: str, bound: float, bos: str, label: str = "") -> FFNBlock:
-    """``out = 1[z ≥ 0]`` with ReLU units and layer norm (Yang & Chiang's sign).
-
-    The pair ``(z', −z')`` with ``z' = z − M·bos`` is layer-normalised (ε = 0) to
-    ``(sign z', −sign z')``; ``ReLU`` of the first is ``1[z' > 0]``. Exact at every length
-    in real arithmetic when z is never 0 (comparisons threshold at half-integer multiples
-    of ``ONE``) and ``|z| ≤ bound`` at BOS (M = bound + 1), so BOS reads 0.
-    """
-    guarded = form_add((1, z), (-(bound + 1), {bos: 1}))
-    units = [Unit(guarded, 0.0), Unit(form_add((-1, guarded)), 0.0)]
-    return FFNBlock(
-        units,
-        {out: {0: 1.0}},
-        Exactness("exact at every length when z ≠ 0 (layer norm, ε = 0)"),
-        label,
-        norm_groups=[[0, 1]],
-    )
-
-
 # ---------------------------------------------------------------------------- Booleans
 
 

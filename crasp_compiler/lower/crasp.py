@@ -20,7 +20,7 @@ from __future__ import annotations
 from itertools import product
 
 from crasp_compiler.assemble.builder import BOS_VAR, NONBOS_VAR, Builder, token_var
-from crasp_compiler.cookbook import attention, ffn
+from crasp_compiler.cookbook import attention, ffn, layernorm
 from crasp_compiler.cookbook.blocks import Block, Form, form_add
 from crasp_compiler.ir.nodes import (
     Add,
@@ -194,7 +194,9 @@ class _Lowerer:
         out = self.fresh("cmp")
         bound = self.bound(z)
         if self.mode == "layernorm":
-            block = ffn.sign_threshold(z, out, bound, BOS, label=f"sign -> {out}")
+            # the BOS guard −M·bos (M = bound + 1) makes z ≤ −1 at BOS, so BOS reads 0
+            guarded = form_add((1, z), (-(bound + 1), {BOS: 1.0}))
+            block = layernorm.positive(guarded, out, label=f"sign -> {out}")
         else:
             # heaviside: one Heaviside unit; relu: GEZero_δ with δ = 1/(2(N+1)), exact
             # since |z| ≥ ONE/2 ≥ δ for t ≤ N. The BOS guard −M·bos (M = bound + 1 + δ)
