@@ -93,6 +93,11 @@ def check_model(
 
     from crasp_compiler.runtime.torch_module import TorchTransformer
 
+    if model.info.get("language") == "PCOC":
+        raise CraspError(
+            "crasp check compares C-RASP and hand-built models; compare a PCOC model with "
+            "its program by `crasp run` against `crasp interpret`"
+        )
     if not model.guarantee.covers(max_len):
         raise CraspError(
             f"--max-len {max_len} exceeds the model's guarantee ({model.guarantee.text})"
@@ -102,7 +107,7 @@ def check_model(
     torch_dtype = {"float64": torch.float64, "float32": torch.float32}[dtype]
     np_dtype = {"float64": np.float64, "float32": np.float32}[dtype]
     program = None
-    if model.source:
+    if model.source and model.info.get("language", "C-RASP") == "C-RASP":
         program = parse_program(model.source, "<model source>", alphabet=model.vocab[1:])
     runtimes = list(RUNTIMES) if program is not None else ["numpy", "torch"]
     try:
@@ -111,6 +116,7 @@ def check_model(
         raise CraspError(f"cannot use device {device!r}: {err}") from None
 
     rng = random.Random(seed)
+    np_rng = np.random.default_rng(seed)
     ranges = buckets(max_len)
     symbols = model.vocab[1:]
     by_length: dict[int, list[list[str]]] = defaultdict(list)
@@ -126,10 +132,14 @@ def check_model(
     worst = 0.0
     for n, words in sorted(by_length.items()):
         span = next(r for r in ranges if r[0] <= n <= r[1])
-        result = run(model, words, dtype=np_dtype)
+        # numeric inputs, if any: standard normal values at every token
+        values = [np_rng.normal(size=(n, len(model.inputs))) for _ in words]
+        numeric = values if model.inputs else None
+        result = run(model, words, dtype=np_dtype, values=numeric)
         ids, lengths = module.encode(words, device=device)
         with torch.no_grad():
-            raw = module(ids, lengths)
+            tensor = module.encode_values(values, lengths) if model.inputs else None
+            raw = module(ids, lengths, None if tensor is None else tensor.to(torch_dtype))
         decided = {k: v.cpu().numpy() for k, v in module.decide(raw).items()}
         raw_np = raw.double().cpu().numpy()
         expected = interpret_batch(program, words) if program is not None else {}

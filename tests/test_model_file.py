@@ -41,6 +41,9 @@ def assert_same_model(a: Model, b: Model) -> None:
     np.testing.assert_array_equal(a.w_p, b.w_p)
     assert a.w_p.shape == b.w_p.shape
     assert (a.vocab, a.features, a.residual) == (b.vocab, b.features, b.residual)
+    assert a.inputs == b.inputs
+    np.testing.assert_array_equal(a.numeric_weights, b.numeric_weights)
+    assert a.numeric_weights.shape == b.numeric_weights.shape
     assert (a.accept, a.options, a.source, a.info) == (b.accept, b.options, b.source, b.info)
     assert a.guarantee == b.guarantee
     assert len(a.layers) == len(b.layers)

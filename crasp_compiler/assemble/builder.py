@@ -62,6 +62,7 @@ class Builder:
             row[k] = 1.0
             self._embeddings[token_var(symbol)] = row
         self.features: list[str] = []
+        self.numeric_inputs: list[str] = []
         self.blocks: list[Block] = []
         self._written: dict[str, str] = {}  # variable -> label of the block that made it
         self._counter = 0
@@ -104,6 +105,13 @@ class Builder:
             self.features.append(name)
         return var(name)
 
+    def numeric(self, name: str) -> Form:
+        """A numeric input channel: the real number given for each token at run time
+        (``run(..., values=...)``), 0 at BOS."""
+        self._check_new(name)
+        self.numeric_inputs.append(name)
+        return var(name)
+
     def fresh(self, stem: str) -> str:
         """A variable name not used yet: ``stem#k``."""
         self._counter += 1
@@ -113,8 +121,9 @@ class Builder:
 
     @property
     def variables(self) -> list[str]:
-        """Every variable in residual order: embeddings, features, block outputs."""
-        return [*self._embeddings, *self.features, *self._written]
+        """Every variable in residual order: embeddings, features, numeric inputs, block
+        outputs."""
+        return [*self._embeddings, *self.features, *self.numeric_inputs, *self._written]
 
     def add(self, block: Block) -> Form:
         """Add ``block`` and return the form of its first output (read any others with
@@ -261,7 +270,10 @@ class Builder:
         w_p = np.zeros((width, len(self.features)))
         for column, name in enumerate(self.features):
             w_p[index[name], column] = 1.0
-        inputs = set(self._embeddings) | set(self.features)
+        w_x = np.zeros((width, len(self.numeric_inputs)))
+        for column, name in enumerate(self.numeric_inputs):
+            w_x[index[name], column] = 1.0
+        inputs = set(self._embeddings) | set(self.features) | set(self.numeric_inputs)
         layers, _ = assemble_layers(self.blocks, residual, inputs)
 
         model_outputs = []
@@ -293,6 +305,8 @@ class Builder:
             options=dict(options or {}),
             source=source,
             info={"exactness": self.exactness(), **(info or {})},
+            inputs=list(self.numeric_inputs),
+            w_x=w_x if self.numeric_inputs else None,
         )
 
     def exactness(self) -> list[str]:

@@ -11,8 +11,8 @@ when it computes its definition (in real arithmetic):
 - :func:`multiply`, ``x·y`` approximately, with GELU units (§4.6);
 - comparators :func:`gt_zero`, :func:`ge_zero`, :func:`eq_zero` with a fixed tolerance
   (ReLU, §4.7 eqs. 29–31), tolerance 0 (Heaviside units, the "rounding" of §7.1.1) or an
-  input-dependent tolerance form ε (eqs. 32–34, outputs scaled by ε); and
-  :func:`sign_threshold` (``1[z ≥ 0]`` by a layer-normalised pair, kept as is here);
+  input-dependent tolerance form ε (eqs. 32–34, outputs scaled by ε) (the layer-norm
+  comparison ``1[z > 0]`` is :func:`crasp_compiler.cookbook.layernorm.positive`);
 - :func:`boolean_function`, any Boolean function of m bits by its truth table (§4.8);
 - conditionals: :func:`conditional` (§4.9, values in [0, 1]), :func:`conditional_bigm`
   (big-M gating, values in [−M, M]) and :func:`soft_gate` (gating by a bit that is only

@@ -90,6 +90,8 @@ _HINT = (
 def _obstacles(model: Model) -> tuple[list[str], str]:
     """Every reason ``model`` does not fit, and the act_fn it would use."""
     problems: list[str] = []
+    if model.inputs:
+        problems.append(f"the model reads numeric inputs ({', '.join(model.inputs)})")
     units = {"relu": 0, "gelu": 0}
     for l_index, layer in enumerate(model.layers):
         for h_index, head in enumerate(layer.heads):

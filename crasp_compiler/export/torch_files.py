@@ -41,8 +41,8 @@ def state_dict_arrays(model: Model) -> dict[str, np.ndarray]:
     _, arrays = model_parts(model)
     out: dict[str, np.ndarray] = {}
     for name, array in arrays.items():
-        if name in ("w_e", "w_p"):
-            out[{"w_e": "embed.w_e", "w_p": "pos.w_p"}[name]] = array
+        if name in ("w_e", "w_p", "w_x"):
+            out[{"w_e": "embed.w_e", "w_p": "pos.w_p", "w_x": "numeric.w_x"}[name]] = array
         elif match := _HEAD.match(name):
             out[f"blocks.{match[1]}.attn.heads.{match[2]}.{match[3]}"] = array
         elif match := _MLP.match(name):
@@ -59,7 +59,7 @@ def _file_arrays(state: dict[str, np.ndarray], outputs: int) -> dict[str, np.nda
     """Inverse of :func:`state_dict_arrays`: back to the ``.npz`` array names."""
     arrays: dict[str, np.ndarray] = {}
     for name, array in state.items():
-        if name in ("embed.w_e", "pos.w_p"):
+        if name in ("embed.w_e", "pos.w_p", "numeric.w_x"):
             arrays[name.split(".")[1]] = array
         elif match := _MODULE_HEAD.match(name):
             arrays[f"layer{match[1]}.head{match[2]}.{match[3]}"] = array

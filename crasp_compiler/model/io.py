@@ -43,6 +43,8 @@ VERSION = 1
 def model_parts(model: Model) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """The JSON header and the named float64 arrays that describe ``model``."""
     arrays: dict[str, np.ndarray] = {"w_e": model.w_e, "w_p": model.w_p}
+    if model.inputs:
+        arrays["w_x"] = model.numeric_weights
     layers = []
     for l_index, layer in enumerate(model.layers):
         heads = []
@@ -75,6 +77,7 @@ def model_parts(model: Model) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         "version": VERSION,
         "vocab": model.vocab,
         "features": model.features,
+        "inputs": model.inputs,
         "residual": model.residual,
         "layers": layers,
         "outputs": [{"name": o.name, "rule": o.rule} for o in model.outputs],
@@ -192,6 +195,13 @@ def _parse(raw_header: Any, data) -> Model:
     d = len(header["residual"])
     w_e = _array(data, "w_e", (len(vocab), d))
     w_p = _array(data, "w_p", (d, len(features)))
+    inputs = header.get("inputs", [])
+    _expect(
+        isinstance(inputs, list) and all(isinstance(name, str) for name in inputs),
+        "header field 'inputs' is malformed",
+    )
+    _expect(len(set(inputs)) == len(inputs), "the numeric inputs have duplicate names")
+    w_x = _array(data, "w_x", (d, len(inputs))) if inputs else None
     layers = []
     for l_index, spec in enumerate(header["layers"]):
         _expect(
@@ -277,6 +287,8 @@ def _parse(raw_header: Any, data) -> Model:
         f"the acceptance output {accept!r} is not a Boolean output",
     )
     expected = {"header", "w_e", "w_p"} | {f"output{k}.weights" for k in range(len(outputs))}
+    if inputs:
+        expected.add("w_x")
     for l_index, layer in enumerate(layers):
         for h_index in range(len(layer.heads)):
             expected |= {
@@ -302,6 +314,8 @@ def _parse(raw_header: Any, data) -> Model:
         options=dict(header.get("options") or {}),
         source=header.get("source") or "",
         info=dict(header.get("info") or {}),
+        inputs=[str(name) for name in inputs],
+        w_x=w_x,
     )
 
 

@@ -2,11 +2,14 @@
 
 Input: ``BOS`` at position 0, tokens at positions 1..n. With residual width d:
 
-    x_t = W_E[token_t] + W_P · pos(t)                      (pos: named features)
+    x_t = W_E[token_t] + W_P · pos(t) + W_X · v_t          (pos: named features)
     for each layer:
         x_t += Σ_h W_O^h Σ_s α^h_{ts} W_V^h x_s             (attention)
         x_t += W_2 act(N(W_1 x_t + b_1)) + b_2              (MLP, act per hidden unit)
     out_k(t) = w_k · x_t                                    (named outputs)
+
+``v_t`` are the optional *numeric inputs*: one real number per named channel
+(``Model.inputs``) at every token, 0 at BOS (PCOC models read their data this way).
 
 Scores of head h: ``s_{ts} = scale · (W_Q x_t)·(W_K x_s) + bias(t − s)``, where ``bias``
 is a sparse map from offsets to values (0 elsewhere). Weighting: ``softmax``;
@@ -109,6 +112,13 @@ class Model:
     options: dict[str, Any] = field(default_factory=dict)
     source: str = ""
     info: dict[str, Any] = field(default_factory=dict)
+    inputs: list[str] = field(default_factory=list)  # numeric input channels
+    w_x: np.ndarray | None = None  # (d, len(inputs)); None when there are none
+
+    @property
+    def numeric_weights(self) -> np.ndarray:
+        """``W_X`` as a (d, m) array, (d, 0) for a model without numeric inputs."""
+        return self.w_x if self.w_x is not None else np.zeros((self.width, 0))
 
     @property
     def width(self) -> int:
@@ -125,7 +135,7 @@ class Model:
         raise KeyError(name)
 
     def parameter_count(self) -> int:
-        arrays = [self.w_e, self.w_p] + [o.weights for o in self.outputs]
+        arrays = [self.w_e, self.w_p, self.numeric_weights] + [o.weights for o in self.outputs]
         for layer in self.layers:
             for h in layer.heads:
                 arrays += [h.w_q, h.w_k, h.w_v, h.w_o]

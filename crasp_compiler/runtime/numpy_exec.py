@@ -205,8 +205,13 @@ def run(
     dtype: type = np.float64,
     residuals: bool = False,
     on_overlength: str = "error",
+    values: Sequence[np.ndarray] | None = None,
 ) -> RunResult:
     """Run a batch of token sequences (without BOS) through the model.
+
+    ``values`` gives a model with numeric inputs (``model.inputs``) one array per sequence,
+    shape ``(len(tokens), m)`` (or ``(len(tokens),)`` when m = 1): the inputs at the
+    tokens; BOS reads 0.
 
     ``on_overlength`` decides what happens when an input is longer than the model's
     guarantee covers: ``"error"`` raises :class:`CraspError`, ``"warn"`` warns, ``"ignore"``.
@@ -238,6 +243,9 @@ def run(
         model.w_e.astype(dtype)[ids]
         + (feature_matrix(model.features, size) @ model.w_p.T).astype(dtype)[None]
     )
+    if model.inputs or values is not None:
+        numeric = numeric_matrix(model.inputs, lengths, values)
+        x = x + (numeric @ model.numeric_weights.T).astype(dtype)
     trace: list[tuple[str, np.ndarray]] = [("embed", x.copy())] if residuals else []
     for number, layer in enumerate(model.layers, start=1):
         if layer.heads:
@@ -259,6 +267,32 @@ def run(
         outputs[out.name] = raw
         values[out.name] = decide(out.rule, raw, scale)
     return RunResult(outputs, values, lengths, trace if residuals else None)
+
+
+def numeric_matrix(
+    channels: list[str], lengths: np.ndarray, values: Sequence[np.ndarray] | None
+) -> np.ndarray:
+    """The numeric inputs as ``(B, T, m)`` float64, 0 at BOS and padding; CraspError when
+    they are missing or do not match the model's ``channels`` and the input lengths."""
+    m = len(channels)
+    if values is None:
+        raise CraspError(f"this model reads numeric inputs ({', '.join(channels)}): give values")
+    if len(values) != len(lengths):
+        raise CraspError(f"numeric inputs for {len(values)} sequences, tokens for {len(lengths)}")
+    size = int(lengths.max()) + 1 if len(lengths) else 1
+    out = np.zeros((len(lengths), size, m))
+    for row, (array, n) in enumerate(zip(values, lengths, strict=True)):
+        array = np.asarray(array, dtype=np.float64)
+        if m == 1 and array.ndim == 1:
+            array = array[:, None]
+        if array.shape != (n, m):
+            raise CraspError(
+                f"numeric inputs of sequence {row} have shape {array.shape}, expected ({n}, {m})"
+            )
+        if not np.all(np.isfinite(array)):
+            raise CraspError(f"numeric inputs of sequence {row} are not all finite")
+        out[row, 1 : 1 + n] = array
+    return out
 
 
 def decide(rule: str, raw: np.ndarray, scale: np.ndarray) -> np.ndarray:

@@ -31,7 +31,7 @@ from torch import nn
 from crasp_compiler.errors import CraspError
 from crasp_compiler.model.features import feature_matrix
 from crasp_compiler.model.model import MLP, Guarantee, Head, Layer, Model, Output, token_ids
-from crasp_compiler.runtime.numpy_exec import HARD_TOLERANCE, SCORE_BUDGET
+from crasp_compiler.runtime.numpy_exec import HARD_TOLERANCE, SCORE_BUDGET, numeric_matrix
 
 
 class Embedding(nn.Module):
@@ -41,6 +41,18 @@ class Embedding(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return self.w_e[ids]
+
+
+class NumericInputs(nn.Module):
+    """``W_X · v_t`` for the model's numeric input channels ``names``."""
+
+    def __init__(self, names: list[str], w_x: np.ndarray) -> None:
+        super().__init__()
+        self.names = list(names)
+        self.w_x = nn.Parameter(torch.tensor(w_x))
+
+    def forward(self, values: torch.Tensor) -> torch.Tensor:
+        return values.to(self.w_x.dtype) @ self.w_x.T
 
 
 class PositionalFeatures(nn.Module):
@@ -278,6 +290,8 @@ class TorchTransformer(nn.Module):
         super().__init__()
         self.embed = Embedding(model.w_e)
         self.pos = PositionalFeatures(model.features, model.w_p)
+        # only a model with numeric inputs has this submodule (and numeric.w_x)
+        self.numeric = NumericInputs(model.inputs, model.w_x) if model.inputs else None
         self.blocks = nn.ModuleList(Block(layer) for layer in model.layers)
         weights = np.stack([o.weights for o in model.outputs]) if model.outputs else None
         self.readout = nn.Linear(model.width, len(model.outputs), bias=False, dtype=torch.float64)
@@ -294,9 +308,15 @@ class TorchTransformer(nn.Module):
 
     # ------------------------------------------------------------------ running
 
-    def forward(self, ids: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        ids: torch.Tensor,
+        lengths: torch.Tensor | None = None,
+        values: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Raw outputs ``(B, T, K)`` for BOS-prefixed ids ``(B, T)``; ``lengths`` (B,)
-        counts the tokens after BOS (default: no padding)."""
+        counts the tokens after BOS (default: no padding); ``values`` ``(B, T, m)`` are the
+        numeric inputs of a model that has them (0 at BOS and padding; see ``encode``)."""
         batch, size = ids.shape
         if batch == 0:
             dtype = self.embed.w_e.dtype
@@ -304,6 +324,13 @@ class TorchTransformer(nn.Module):
         if lengths is None:
             lengths = torch.full((batch,), size - 1, device=ids.device)
         x = self.embed(ids) + self.pos(size)[None]
+        if self.numeric is not None:
+            if values is None:
+                raise CraspError(
+                    f"this model reads numeric inputs ({', '.join(self.numeric.names)}): "
+                    "give values"
+                )
+            x = x + self.numeric(values)
         for block in self.blocks:
             x = block(x, lengths)
         return self.readout(x)
@@ -326,6 +353,13 @@ class TorchTransformer(nn.Module):
         device = device if device is not None else self.embed.w_e.device
         return ids.to(device), lengths.to(device)
 
+    def encode_values(self, values: Sequence[np.ndarray], lengths: torch.Tensor) -> torch.Tensor:
+        """Numeric inputs, one array ``(len, m)`` per sequence, to the ``(B, T, m)`` tensor
+        ``forward`` takes (0 at BOS and padding)."""
+        names = self.numeric.names if self.numeric is not None else []
+        table = numeric_matrix(names, lengths.cpu().numpy(), values)
+        return torch.tensor(table, device=self.embed.w_e.device)
+
     def decide(self, raw: torch.Tensor) -> dict[str, torch.Tensor]:
         """Apply each output's decision rule to raw outputs ``(B, T, K)``."""
         steps = torch.arange(1, raw.shape[1] + 1, device=raw.device, dtype=torch.float64)
@@ -344,10 +378,14 @@ class TorchTransformer(nn.Module):
 
     @torch.no_grad()
     def run(
-        self, inputs: Sequence[Sequence[str]], on_overlength: str = "error"
+        self,
+        inputs: Sequence[Sequence[str]],
+        on_overlength: str = "error",
+        values: Sequence[np.ndarray] | None = None,
     ) -> dict[str, torch.Tensor]:
         """Decided outputs ``{name: (B, T)}`` for token sequences, like the numpy ``run``
-        (``on_overlength``: ``"error"``, ``"warn"`` or ``"ignore"``)."""
+        (``on_overlength``: ``"error"``, ``"warn"`` or ``"ignore"``; ``values``: numeric
+        inputs)."""
         if on_overlength not in ("error", "warn", "ignore"):
             raise ValueError(f"on_overlength must be error, warn or ignore, not {on_overlength!r}")
         ids, lengths = self.encode(inputs)
@@ -359,7 +397,8 @@ class TorchTransformer(nn.Module):
             if on_overlength == "error":
                 raise CraspError(message + "; allow it with on_overlength='warn'")
             warnings.warn(message, stacklevel=2)
-        return self.decide(self(ids, lengths))
+        numeric = self.encode_values(values, lengths) if self.numeric is not None else None
+        return self.decide(self(ids, lengths, numeric))
 
     # ------------------------------------------------------------------ conversion
 
@@ -409,6 +448,8 @@ class TorchTransformer(nn.Module):
             w_e=array(self.embed.w_e),
             features=list(self.pos.names),
             w_p=array(self.pos.w_p),
+            inputs=list(self.numeric.names) if self.numeric is not None else [],
+            w_x=array(self.numeric.w_x) if self.numeric is not None else None,
             layers=layers,
             outputs=outputs,
             residual=list(self.residual),
