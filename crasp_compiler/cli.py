@@ -19,6 +19,7 @@ from crasp_compiler.errors import CraspError
 from crasp_compiler.ir import format_expr, interpret
 from crasp_compiler.ir.nodes import Program, Sort
 from crasp_compiler.model import Model, load_model, save_model
+from crasp_compiler.pcoc.parse import PCOC_SUFFIXES
 from crasp_compiler.program import load_program, tokenize
 from crasp_compiler.runtime import run
 
@@ -90,14 +91,36 @@ def _located(err: CraspError, number: int) -> CraspError:
 @click.option("--trace", is_flag=True, help="Print every definition at every position.")
 @click.option("--outputs", is_flag=True, help="Print every named output at every position.")
 @_alphabet_option
+@click.option(
+    "--n", "machines", type=click.IntRange(min=1), help="Number of machines (PCOC programs)."
+)
 def interpret_command(
-    program: str, input: str | None, trace: bool, outputs: bool, alphabet: str | None
+    program: str,
+    input: str | None,
+    trace: bool,
+    outputs: bool,
+    alphabet: str | None,
+    machines: int | None,
 ) -> None:
     """Run PROGRAM with the reference interpreter on INPUT (or one input per stdin line).
 
     INPUT is a whitespace-separated token string, e.g. "( ( ) )". Prints True or False
     per input: whether the acceptance output holds at the last position.
+
+    A PCOC program (.pcoc) needs --n; INPUT is then a file of input vectors (default:
+    stdin), one per line: n numbers per input slot. Prints each output vector on one line
+    (`slot: ` first when there are several output slots), as `crasp run` does; --trace
+    prints every slot after every round.
     """
+    if _is_pcoc(program):
+        if alphabet is not None or outputs:
+            raise click.UsageError("--alphabet and --outputs are for C-RASP programs")
+        if machines is None:
+            raise click.UsageError("a PCOC program needs --n N, the number of machines")
+        _interpret_pcoc(program, input, machines, trace)
+        return
+    if machines is not None:
+        raise click.UsageError("--n is for PCOC programs (.pcoc)")
     prog = _load(program, alphabet)
     if prog.accept is None and not (trace or outputs):
         raise CraspError(
@@ -117,6 +140,81 @@ def interpret_command(
             click.echo(value_table(result.tokens, rows))
         if prog.accept is not None:
             click.echo(str(result.accepted))
+
+
+# ------------------------------------------------------------------ PCOC
+
+
+def _is_pcoc(path: str) -> bool:
+    return Path(path).suffix in PCOC_SUFFIXES
+
+
+def _vector_text(input: str | None) -> tuple[str, str]:
+    """The text of the input vectors: the file INPUT (``-`` or none: stdin)."""
+    if input is not None and input != "-":
+        try:
+            raw = Path(input).read_bytes()
+        except OSError as err:
+            raise CraspError(
+                f"cannot read the input vectors: {err.strerror}", filename=input
+            ) from None
+        filename = input
+    else:
+        if sys.stdin is None:
+            raise CraspError(
+                "no input: give a file of vectors, or vectors on stdin", filename="<stdin>"
+            )
+        stream = getattr(sys.stdin, "buffer", sys.stdin)
+        raw = stream.read()
+        filename = "<stdin>"
+    if isinstance(raw, str):
+        return raw, filename
+    try:
+        return raw.decode("utf-8"), filename
+    except UnicodeDecodeError as err:
+        raise CraspError(
+            f"the input is not valid UTF-8 (byte {raw[err.start]:#04x} at offset {err.start})",
+            filename=filename,
+        ) from None
+
+
+def _pcoc_vectors(input: str | None, n: int, slots: int) -> list[np.ndarray]:
+    """Input vectors, one ``(slots, n)`` array per non-empty line (a program without
+    input slots runs once, on nothing)."""
+    from crasp_compiler.pcoc.interpret import read_vectors
+
+    if slots == 0:
+        return [np.zeros((0, n))]
+    text, filename = _vector_text(input)
+    # `//` comment lines are skipped, as for token inputs
+    lines = ["" if line.strip().startswith("//") else line for line in text.split("\n")]
+    return read_vectors("\n".join(lines), n, filename, slots=slots)
+
+
+def _echo_pcoc(outputs: dict[str, np.ndarray], names: list[str]) -> None:
+    """One line per output slot: the vector (``slot: `` first with several slots)."""
+    from crasp_compiler.pcoc.interpret import format_vector
+
+    for name in names:
+        line = format_vector(outputs[name])
+        click.echo(f"{name}: {line}" if len(names) > 1 else line)
+
+
+def _interpret_pcoc(path: str, input: str | None, n: int, trace: bool) -> None:
+    from crasp_compiler.pcoc.interpret import check_pcoc, format_vector, interpret_pcoc
+    from crasp_compiler.pcoc.parse import load_pcoc
+
+    program = load_pcoc(path)
+    check_pcoc(program, n)
+    for vectors in _pcoc_vectors(input, n, len(program.inputs)):
+        result = interpret_pcoc(program, n, vectors)
+        if trace:
+            for number, memory in enumerate(result.rounds):
+                click.echo(f"== {'initial' if number == 0 else f'after round {number}'}")
+                for name, values in memory.items():
+                    click.echo(f"{name}: {format_vector(values)}")
+            click.echo("== outputs")
+        _echo_pcoc(result.outputs, list(program.outputs))
 
 
 def _is_export(path: str) -> bool:
@@ -286,21 +384,55 @@ def export_command(model_file: str, fmt: str, output: str, n_ctx: int | None) ->
 )
 @click.option(
     "--mode",
-    type=click.Choice(["heaviside", "relu", "layernorm"]),
-    default="heaviside",
-    show_default=True,
-    help="heaviside: Heaviside units, exact at every length; layernorm: ReLU units and "
-    "layer-norm signs, exact at every length; relu: plain softmax/ReLU model, exact up to "
-    "--max-len.",
+    type=click.Choice(["heaviside", "relu", "layernorm", "hard", "softmax"]),
+    help="C-RASP (default heaviside): heaviside: Heaviside units, exact at every length; "
+    "layernorm: ReLU units and layer-norm signs, exact at every length; relu: plain "
+    "softmax/ReLU model, exact up to --max-len. PCOC (default hard): hard: average-hard "
+    "routing, exact; softmax: softmax routing within --tolerance of it.",
 )
 @click.option(
     "--max-len", type=click.IntRange(min=0), help="Longest input a relu model must be exact for."
 )
 @_alphabet_option
+@click.option(
+    "--n", "machines", type=click.IntRange(min=1), help="Number of machines (PCOC programs)."
+)
+@click.option(
+    "--tolerance",
+    type=click.FloatRange(min=0, min_open=True),
+    help="PCOC softmax: largest distance of an output from the hard model (default 1e-6).",
+)
+@click.option(
+    "--dtype",
+    type=click.Choice(["float64", "float32"]),
+    help="PCOC softmax: the float type the tolerance is budgeted for (default float64).",
+)
 def compile_command(
-    program: str, output: str, mode: str, max_len: int | None, alphabet: str | None
+    program: str,
+    output: str,
+    mode: str | None,
+    max_len: int | None,
+    alphabet: str | None,
+    machines: int | None,
+    tolerance: float | None,
+    dtype: str | None,
 ) -> None:
-    """Compile PROGRAM into transformer weights written to OUTPUT."""
+    """Compile PROGRAM into transformer weights written to OUTPUT.
+
+    A PCOC program (.pcoc) compiles for exactly --n machines: one layer per round (plus
+    the MLP depth its local computations need), one routing head per source pattern."""
+    if _is_pcoc(program):
+        _compile_pcoc(program, output, mode, max_len, alphabet, machines, tolerance, dtype)
+        return
+    pcoc_only = {"--n": machines, "--tolerance": tolerance, "--dtype": dtype}
+    given = [name for name, value in pcoc_only.items() if value is not None]
+    if given:
+        raise click.UsageError(f"{', '.join(given)}: only for PCOC programs (.pcoc)")
+    mode = mode or "heaviside"
+    if mode in ("hard", "softmax"):
+        raise click.UsageError(
+            f"--mode {mode} is for PCOC programs; C-RASP modes are heaviside, relu, layernorm"
+        )
     if mode == "relu" and max_len is None:
         raise click.UsageError("--mode relu needs --max-len N")
     prog = _load(program, alphabet)
@@ -311,6 +443,66 @@ def compile_command(
         f"{model.info['dependency_bound']}), width {model.width}, "
         f"{model.parameter_count()} parameters; {model.guarantee.text}"
     )
+
+
+def _compile_pcoc(
+    path: str,
+    output: str,
+    mode: str | None,
+    max_len: int | None,
+    alphabet: str | None,
+    machines: int | None,
+    tolerance: float | None,
+    dtype: str | None,
+) -> None:
+    from crasp_compiler.pcoc.compile import compile_pcoc
+    from crasp_compiler.pcoc.parse import load_pcoc
+
+    if max_len is not None or alphabet is not None:
+        raise click.UsageError("--max-len and --alphabet are for C-RASP programs")
+    if machines is None:
+        raise click.UsageError("a PCOC program needs --n N, the number of machines")
+    mode = mode or "hard"
+    if mode not in ("hard", "softmax"):
+        raise click.UsageError(
+            f"--mode {mode} is for C-RASP programs; PCOC modes are hard, softmax"
+        )
+    if mode == "hard" and (tolerance is not None or dtype is not None):
+        raise click.UsageError("--tolerance and --dtype are for --mode softmax")
+    model = compile_pcoc(
+        load_pcoc(path),
+        machines,
+        mode=mode,
+        tolerance=1e-6 if tolerance is None else tolerance,
+        dtype=dtype or "float64",
+    )
+    save_model(model, output)
+    click.echo(
+        f"{output}: {_pcoc_shape(model)}, width {model.width}, "
+        f"{model.parameter_count()} parameters; {model.guarantee.text}"
+    )
+
+
+def _pcoc_shape(model: Model) -> str:
+    """Layers and heads next to the simulation theorem's counts."""
+    info = model.info
+    theorem = info.get("theorem", {})
+    return (
+        f"{len(model.layers)} layers for {info.get('rounds', '?')} round(s) (theorem: "
+        f"{theorem.get('layers', '?')} layers, {theorem.get('heads_per_layer', '?')} heads per "
+        f"layer), heads per layer {[len(layer.heads) for layer in model.layers]}"
+    )
+
+
+def _run_pcoc(model: Model, input: str | None, float32: bool) -> None:
+    from crasp_compiler.pcoc.compile import machines, run_pcoc
+
+    n = machines(model)
+    batch = _pcoc_vectors(input, n, len(model.inputs))
+    outputs = run_pcoc(model, batch, dtype=np.float32 if float32 else np.float64)
+    names = [out.name for out in model.outputs]
+    for row in range(len(batch)):
+        _echo_pcoc({name: outputs[name][row] for name in names}, names)
 
 
 @main.command("run")
@@ -334,8 +526,19 @@ def run_command(
     float32: bool,
     beyond_guarantee: str,
 ) -> None:
-    """Run a compiled MODEL on INPUT (or one input per stdin line), like `crasp interpret`."""
+    """Run a compiled MODEL on INPUT (or one input per stdin line), like `crasp interpret`.
+
+    A model compiled from PCOC reads INPUT as a file of input vectors (default: stdin),
+    one per line with exactly n numbers per input slot, and prints each output vector on
+    one line (`slot: ` first when there are several output slots)."""
     model = _load_model(model_file)
+    from crasp_compiler.pcoc.compile import is_pcoc
+
+    if is_pcoc(model):
+        if outputs or trace:
+            raise click.UsageError("--outputs and --trace are for C-RASP models")
+        _run_pcoc(model, input, float32)
+        return
     if model.accept is None and not (trace or outputs):
         raise CraspError(
             "the model has no acceptance output; use --outputs or --trace", filename=model_file
@@ -373,10 +576,21 @@ def info_command(model_file: str) -> None:
     model = _load_model(model_file)
     info = model.info
     click.echo(f"{model_file}")
-    click.echo(f"  source:      {info.get('language', '?')} {info.get('class', '')}")
-    click.echo(
-        f"  layers:      {len(model.layers)} (dependency bound {info.get('dependency_bound', '?')})"
-    )
+    if info.get("language") == "PCOC":
+        click.echo(f"  source:      PCOC, n = {info.get('n', '?')} machines")
+        click.echo(f"  layers:      {_pcoc_shape(model)}")
+        click.echo(f"  inputs:      {', '.join(model.inputs) or '(none)'} (numeric)")
+        if info.get("temperature") is not None:
+            click.echo(
+                f"  softmax:     temperature {info['temperature']:.6g}, tolerance "
+                f"{info.get('tolerance', '?')} ({info.get('dtype', '?')})"
+            )
+    else:
+        click.echo(f"  source:      {info.get('language', '?')} {info.get('class', '')}")
+        click.echo(
+            f"  layers:      {len(model.layers)} (dependency bound "
+            f"{info.get('dependency_bound', '?')})"
+        )
     click.echo(f"  heads:       {[len(layer.heads) for layer in model.layers]} per layer")
     click.echo(f"  width:       {model.width}")
     click.echo(f"  mlp width:   {model.mlp_width}")

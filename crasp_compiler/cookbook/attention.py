@@ -14,7 +14,9 @@
 - :func:`tie_break` (§5.6): average-hard attention acting as leftmost/rightmost
   unique-hard attention;
 - :func:`sharpen` (§5.7, Lemma 5.3): a softmax head within a stated distance of a
-  tieless average-hard head, for inputs up to a maximum length.
+  tieless average-hard head, for inputs up to a maximum length;
+- :func:`route`: positional routing (PCOC communication, Back de Luca et al., Lemma B.2):
+  every position reads a fixed source position, one-hot queries and keys.
 
 Positions. The paper's positions i = 1..n are our tokens t = 1..n; our model adds BOS at
 t = 0, which every causal row sees. Each docstring says what the construction reads at
@@ -218,8 +220,8 @@ def lookup_onehot(
 
     ``query[k]`` is the form of ``1[q_t = k]`` for positions k = 0..N (N =
     ``len(query) − 1``; k = 0 is BOS); keys are the features ``onehot:k``. The score
-    ``e_{q_t}·e_s = 1[s = q_t]`` is maximal only at s = q_t, gap 1 (BOS and positions
-    beyond N score 0). Exact for ``q_t ∈ {0..min(t, N)}``, hence for inputs of length
+    ``e_{q_t}·e_s = 1[s = q_t]`` is maximal only at s = q_t, gap 1 (every other key,
+    BOS included unless q_t = 0, and positions beyond N score 0). Exact for ``q_t ∈ {0..min(t, N)}``, hence for inputs of length
     ≤ N, under ``hard``, ``hard-left`` and ``hard-right``; softmax through
     :func:`sharpen` with gap 1. Width: N + 1 query/key dimensions; 1 head.
     """
@@ -553,6 +555,7 @@ def soft_offset_lookup(
         exact=Exactness(
             f"output within 1/4 of the {{0,1}} value for lengths <= {max_len} (softmax)",
             max_len=max_len,
+            error=0.25,
         ),
     )
 
@@ -735,3 +738,84 @@ def sharpen(
     if label is not None:
         sharp.label = label
     return sharp
+
+
+# ---------------------------------------------------------------------------- routing
+
+
+def route(
+    sources: Sequence[int],
+    values: Mapping[str, Mapping[str, float]],
+    *,
+    n: int,
+    weighting: str = "hard",
+    scale: float | None = None,
+    value_range: float = 1.0,
+    label: str = "",
+) -> HeadBlock:
+    """Positional routing: position t reads position ``sources[t]``,
+    ``out_t = value_{sources[t]}`` for every output ``out`` of ``values`` (one head, any
+    number of values). This is the communication step of the positional transformer that
+    simulates PCOC (Back de Luca et al., Lemma B.2, with P = I_{n+1}).
+
+    Positions t = 0..n (0 is BOS, the *sink*); ``sources`` has one source position in
+    0..n per position, BOS included (a row with nothing to read points at the sink,
+    ``sources[t] = 0``). Keys are the features ``onehot:k`` for every position k that some
+    row reads; the query component for key k is ``Σ_{t: sources[t] = k} onehot:t``, so
+    the score is ``q_t·k_s = 1[s = sources[t]]``: the source is the unique maximum of the
+    row, gap 1. The mask is ``none`` (a row may read a later position). Keys that no
+    row reads are left out (a zero query component scores 0 either way), so the width is
+    the number of distinct sources. The caller declares the ``onehot`` features it reads.
+
+    - ``weighting="hard"`` (average-hard): exact for inputs of length n (``max_len`` = n;
+      in a shorter input a row whose source lies beyond it averages its keys uniformly).
+    - ``weighting="softmax"`` with ``scale`` T > 0: the scores ×T, i.e.
+      :func:`sharpen` of the hard head with gap 1, N = n and ``ℓ = 2n·e^{−T}``. Each row
+      has n non-maximal keys, so the source carries weight ``e^T/(e^T + n) ≥ 1 − n·e^{−T}``
+      and ``|out_t − value_{sources[t]}| ≤ n·e^{−T}·R`` for values in a range of width R
+      = ``value_range`` over all positions (R ≤ 2B for ``|value| ≤ B``); ``error`` =
+      ``n·e^{−T}·R``, ``max_len`` = n.
+
+    1 head; query/key width = the number of distinct sources.
+    """
+    n = _length("n", n)
+    sources = list(sources)
+    if len(sources) != n + 1:
+        raise ValueError(
+            f"route needs one source per position 0..{n} ({n + 1}), got {len(sources)}"
+        )
+    for t, s in enumerate(sources):
+        if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or not 0 <= s <= n:
+            raise ValueError(
+                f"route: the source of position {t} must be a position in 0..{n}, not {s!r}"
+            )
+    if not values:
+        raise ValueError("route needs at least one value to read")
+    _choice("weighting", weighting, ("hard", "softmax"))
+    readers: dict[int, list[int]] = {}
+    for t, s in enumerate(sources):
+        readers.setdefault(int(s), []).append(t)
+    keys = sorted(readers)
+    head = HeadBlock(
+        [form_add(*((1, var(onehot(t))) for t in readers[k])) for k in keys],
+        [var(onehot(k)) for k in keys],
+        {_out(out): _form(value) for out, value in values.items()},
+        Exactness(
+            f"exact for inputs of length {n} (positional routing, one-hot scores, gap 1)",
+            max_len=n,
+        ),
+        weighting="hard",
+        mask="none",
+        label=label,
+    )
+    if weighting == "hard":
+        if scale is not None:
+            raise ValueError("route: scale is for weighting='softmax' (hard heads use scale 1)")
+        return head
+    if scale is None:
+        raise ValueError("route with weighting='softmax' needs scale (the temperature T > 0)")
+    temperature = _positive("scale", scale)
+    l1 = 2 * n * math.exp(-temperature)
+    if l1 <= 0:
+        raise ValueError(f"route: scale {scale!r} is too large (e^-scale underflows)")
+    return sharpen(head, gap=1.0, max_len=n, l1=l1, value_range=value_range)

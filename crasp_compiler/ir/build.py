@@ -42,6 +42,7 @@ from crasp_compiler.ir.nodes import (
     TokenIs,
     fold_periodic,
 )
+from crasp_compiler.syntax.lark_tools import span as _span
 
 # Predicates of the community interpreter, available after ``#import NAME``.
 PREDEFINED_UNARY = {"pos_even": Periodic(2, frozenset({0}))}
@@ -93,19 +94,6 @@ class _Linear:
     def value(self, env: dict[str, int]) -> int:
         v = sum(c * env[x] for x, c in self.coefs.items()) + self.const
         return v % self.modulus if self.modulus else v
-
-
-def _span(item: Tree | Token) -> Span | None:
-    if isinstance(item, Token):
-        if item.line is None:
-            return None
-        return Span(
-            item.line, item.column, item.end_line or item.line, item.end_column or item.column + 1
-        )
-    meta = item.meta
-    if getattr(meta, "empty", True):
-        return None
-    return Span(meta.line, meta.column, meta.end_line, meta.end_column)
 
 
 def _unquote(text: str) -> str:

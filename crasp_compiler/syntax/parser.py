@@ -8,7 +8,6 @@ in a file is reported at once (up to ``MAX_ERRORS``).
 from __future__ import annotations
 
 import re
-from copy import copy
 from functools import cache
 from importlib import resources
 
@@ -16,6 +15,7 @@ from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from crasp_compiler.errors import CraspError, Diagnostic, Span
+from crasp_compiler.syntax.lark_tools import BracketContinuation, accepted_terminals
 
 MAX_ERRORS = 20
 # Deepest expression accepted. The checker, interpreter, printer and compiler recurse over
@@ -43,23 +43,6 @@ _TERMINAL_NAMES = {
 }
 
 
-class _ParenContinuation:
-    """Post-lexer: newlines inside (), [] or {} continue the statement."""
-
-    always_accept = ("_NL",)
-
-    def process(self, stream):
-        depth = 0
-        for token in stream:
-            if token.type in _OPEN:
-                depth += 1
-            elif token.type in _CLOSE:
-                depth = max(0, depth - 1)
-            elif token.type == "_NL" and depth > 0:
-                continue
-            yield token
-
-
 @cache
 def _parser() -> Lark:
     grammar = resources.files("crasp_compiler.grammars").joinpath("crasp.lark").read_text("utf-8")
@@ -67,40 +50,13 @@ def _parser() -> Lark:
         grammar,
         parser="lalr",
         propagate_positions=True,
-        postlex=_ParenContinuation(),
+        postlex=BracketContinuation(_OPEN, _CLOSE),
         maybe_placeholders=False,
     )
 
 
 _ENDS = {"RPAR": ")", "RSQB": "]", "COMMA": ",", "COLON": ":", "ELSE": "else"}
 _SHOWN_TOKEN = 24  # longest token text quoted in full in a message
-
-
-def _accepted(state) -> set[str] | None:
-    """The terminals that really let the parser advance from ``state``.
-
-    Lark's own ``expected`` set is unreliable here: when the contextual lexer rejects a
-    token it reports the lexer's terminals, which leave out keywords (lexed as NAME) and
-    include ``_NL`` (always accepted for the post-lexer). So ask the parse table, and keep
-    only the terminals that survive the reductions they trigger.
-    """
-    try:
-        choices = state.parse_conf.states[state.position]
-        conf = copy(state.parse_conf)
-        conf.callbacks = {}
-        accepted = set()
-        for name in choices:
-            if not name.isupper():  # a rule, not a terminal
-                continue
-            trial = type(state)(conf, state.lexer, list(state.state_stack), [])
-            try:
-                trial.feed_token(Token(name, ""), is_end=name == "$END")
-            except (UnexpectedToken, AssertionError, KeyError, IndexError):
-                continue
-            accepted.add(name)
-    except Exception:  # Lark's internals differ between versions: fall back
-        return None
-    return accepted or None
 
 
 def _describe_expected(expected: set[str], parser: Lark) -> str:
@@ -183,7 +139,7 @@ _STATEMENT_START = re.compile(
 def _diagnostic(err: UnexpectedInput, parser: Lark, text: str) -> tuple[Diagnostic, int, int]:
     """The diagnostic for a Lark error, and the range of lines to blank before re-parsing."""
     line, column = max(err.line, 1), max(err.column, 1)
-    expected = _accepted(getattr(err, "state", None))
+    expected = accepted_terminals(getattr(err, "state", None))
     if isinstance(err, UnexpectedToken):
         token = err.token
         if token.type == "$END":

@@ -1,0 +1,76 @@
+"""Lark helpers shared by the C-RASP and PCOC front ends: a post-lexer that continues
+statements inside brackets, source spans of tree items, and the terminals a parser state
+really accepts (for "expected ..." messages)."""
+
+from __future__ import annotations
+
+from copy import copy
+
+from lark import Token, Tree
+from lark.exceptions import UnexpectedToken
+
+from crasp_compiler.errors import Span
+
+
+class BracketContinuation:
+    """Post-lexer: newlines inside the ``opening`` … ``closing`` bracket terminals continue
+    the statement (they are dropped)."""
+
+    always_accept = ("_NL",)
+
+    def __init__(self, opening: set[str], closing: set[str]) -> None:
+        self.opening, self.closing = opening, closing
+
+    def process(self, stream):
+        depth = 0
+        for token in stream:
+            if token.type in self.opening:
+                depth += 1
+            elif token.type in self.closing:
+                depth = max(0, depth - 1)
+            elif token.type == "_NL" and depth > 0:
+                continue
+            yield token
+
+
+def span(item: Tree | Token | None) -> Span | None:
+    """The source span of a token or a tree (None when Lark recorded no position)."""
+    if item is None:
+        return None
+    if isinstance(item, Token):
+        if item.line is None:
+            return None
+        return Span(
+            item.line, item.column, item.end_line or item.line, item.end_column or item.column + 1
+        )
+    meta = item.meta
+    if getattr(meta, "empty", True):
+        return None
+    return Span(meta.line, meta.column, meta.end_line, meta.end_column)
+
+
+def accepted_terminals(state) -> set[str] | None:
+    """The terminals that really let the parser advance from ``state``.
+
+    Lark's own ``expected`` set is unreliable here: when the contextual lexer rejects a
+    token it reports the lexer's terminals, which leave out keywords (lexed as NAME) and
+    include ``_NL`` (always accepted for the post-lexer). So ask the parse table, and keep
+    only the terminals that survive the reductions they trigger.
+    """
+    try:
+        choices = state.parse_conf.states[state.position]
+        conf = copy(state.parse_conf)
+        conf.callbacks = {}
+        accepted = set()
+        for name in choices:
+            if not name.isupper():  # a rule, not a terminal
+                continue
+            trial = type(state)(conf, state.lexer, list(state.state_stack), [])
+            try:
+                trial.feed_token(Token(name, ""), is_end=name == "$END")
+            except (UnexpectedToken, AssertionError, KeyError, IndexError):
+                continue
+            accepted.add(name)
+    except Exception:  # Lark's internals differ between versions: fall back
+        return None
+    return accepted or None
