@@ -3,6 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import settings
+
+# Property tests draw the same examples on every run (``derandomize``), so a test run is
+# reproducible and CI cannot fail by chance; ``pytest --hypothesis-profile=explore``
+# draws fresh random examples to hunt for new counterexamples.
+settings.register_profile("default", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile("default")
 
 
 @pytest.fixture(scope="module")

@@ -55,7 +55,8 @@ def normalize(xs: Sequence[Form], outs: Sequence[str], *, label: str = "") -> FF
     layer norm (ε = 0) gives ``u = (c·x, −c·x)`` with ``c = 1/√(mean_j x_j²) = √m/‖x‖``;
     ``out_k = ReLU(u_k) − ReLU(u_{k+m}) = c·x_k``. The output has ``Σ out_k² = m``, any
     scale of x gives the same output. Exact whenever some x_k ≠ 0; when every x_k = 0
-    the group has zero variance and every output is 0. 2m units, one norm group.
+    the group has zero variance and every output is 0 (in float64: while the squares of
+    the x_k do not underflow, |x_k| above about 1e-150). 2m units, one norm group.
     """
     xs = [_form(x) for x in xs]
     if not xs:
