@@ -487,10 +487,17 @@ def _pcoc_shape(model: Model) -> str:
     """Layers and heads next to the simulation theorem's counts."""
     info = model.info
     theorem = info.get("theorem", {})
+    benes = info.get("benes")
+    sends = (
+        f"; {benes['send_rounds']} send round(s) routed by Beneš in those rounds "
+        f"(theorem: 2R⌈log₂ n⌉ = {benes['bound_2Rlog2n']})"
+        if benes
+        else ""
+    )
     return (
         f"{len(model.layers)} layers for {info.get('rounds', '?')} round(s) (theorem: "
         f"{theorem.get('layers', '?')} layers, {theorem.get('heads_per_layer', '?')} heads per "
-        f"layer), heads per layer {[len(layer.heads) for layer in model.layers]}"
+        f"layer{sends}), heads per layer {[len(layer.heads) for layer in model.layers]}"
     )
 
 

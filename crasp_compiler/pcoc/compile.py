@@ -19,7 +19,8 @@ import numpy as np
 from crasp_compiler.errors import CraspError
 from crasp_compiler.lower.pcoc import MODES, TOKEN, lower_pcoc
 from crasp_compiler.model.model import Guarantee, Model
-from crasp_compiler.pcoc.nodes import Program
+from crasp_compiler.pcoc.benes import has_sends, lower_sends
+from crasp_compiler.pcoc.nodes import Program, unroll
 from crasp_compiler.runtime.numpy_exec import run
 
 DTYPES = {"float64": np.float64, "float32": np.float32}
@@ -123,6 +124,9 @@ def compile_pcoc(
             f"the tolerance must be a number > 0, not {tolerance!r}", filename=program.filename
         )
     _check(program, n)
+    original = program
+    if has_sends(program):
+        program = lower_sends(program, n)
     temperature = None
     softmax: dict[str, object] = {}
     if mode == "softmax":
@@ -193,6 +197,15 @@ def compile_pcoc(
     model.info["layers"] = len(model.layers)
     model.info["heads"] = [len(layer.heads) for layer in model.layers]
     model.info["extra_depth"] = len(model.layers) - rounds
+    if program is not original:
+        k = (n - 1).bit_length()
+        sends = sum(1 for rnd, _ in unroll(original, n) if rnd.sends)
+        model.info["benes"] = {
+            "send_rounds": sends,
+            "rounds": rounds,
+            "layers": len(model.layers),
+            "bound_2Rlog2n": 2 * sends * k,
+        }
     return model
 
 

@@ -551,6 +551,36 @@ class _Machine:
         out[:, ~valid] = default
         return out
 
+    def send(self, values: np.ndarray, dests: np.ndarray, send) -> np.ndarray:
+        """``send``: machine i's ``values`` go to machine ``dests[i]`` (nothing when it is
+        outside 0..n-1); CraspError for a destination that is not an integer, or two
+        senders to one machine."""
+        n = self.n
+        out = np.full((self.batch, n), send.default, dtype=np.float64)
+        for b in range(self.batch):
+            seen: dict[int, int] = {}
+            for i in range(n):
+                d = float(dests[b, i])
+                if d != math.floor(d):
+                    raise self.fail(
+                        f"`send` to a destination that is not an integer: machine i = {i} "
+                        f"sends to {d!r} (for {_env_text(self.env, None)})",
+                        send.span,
+                    )
+                if not 0 <= d < n:
+                    continue
+                j = int(d)
+                if j in seen:
+                    batch = f", input {b}" if self.batch > 1 else ""
+                    raise self.fail(
+                        f"`send` collision in round r = {self.env.get('r')}: machines "
+                        f"{seen[j]} and {i} both send to machine {j}{batch}",
+                        send.span,
+                    )
+                seen[j] = i
+                out[b, j] = values[b, i]
+        return out
+
     def check_bounds(self, mem: dict, when: str) -> None:
         for slot in self.program.slots:
             if slot.bound is None:
@@ -585,6 +615,8 @@ class _Machine:
                 receive.target: self.receive(start[receive.slot], receive.source, receive.default)
                 for receive in round_.receives
             }
+            for send in round_.sends:
+                temps[send.target] = self.send(start[send.slot], start[send.dest], send)
             active = np.ones((self.batch, n), dtype=bool) if self.check else None
             mem, _ = self.block(round_.body, dict(mem), temps, active)
             if self.check:

@@ -183,10 +183,26 @@ class Receive:
 
 
 @dataclass(frozen=True)
+class Send:
+    """``target = send slot to dest default value``: every machine i sends ``slot`` to
+    machine ``dest`` (a slot holding an integer); ``target`` is the value sent to this
+    machine, or ``default`` when none is. A ``dest`` outside ``0..n-1`` sends nothing;
+    two senders to one machine are an error. Reads the memory at the start of the round.
+    Lowered to fixed-pattern rounds by :mod:`crasp_compiler.pcoc.benes`."""
+
+    target: str
+    slot: str
+    dest: str
+    default: float
+    span: Span | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
 class Round:
     receives: tuple[Receive, ...]
     body: tuple[Stmt, ...]
     span: Span | None = field(default=None, compare=False)
+    sends: tuple[Send, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ from crasp_compiler.pcoc.nodes import (
     SBin,
     Scale,
     SCall,
+    Send,
     Slot,
     SNot,
     SNum,
@@ -70,6 +71,7 @@ PCOC_SUFFIXES = (".pcoc",)
 
 KEYWORDS = frozenset(
     {"input", "slot", "output", "bound", "round", "for", "in", "recv", "from", "default"}
+    | {"send"}
     | {"if", "else", "margin", "and", "or", "not", "div"}
 )
 STATIC_VARS = {"i": "the machine index", "r": "the round number", "n": "the number of machines"}
@@ -439,7 +441,7 @@ class _Builder:
                 built = self.round_or_for(item, _Scope())
                 if built is not None:
                     rounds.append(built)
-            elif item.data in ("receive", "assign", "if_stmt"):
+            elif item.data in ("receive", "send", "assign", "if_stmt"):
                 self.error(
                     "a statement outside a round",
                     self._head(item),
@@ -607,7 +609,7 @@ class _Builder:
         stack = [item]
         while stack:
             node = stack.pop()
-            if node.data in ("assign", "receive"):
+            if node.data in ("assign", "receive", "send"):
                 name = str(node.children[0])
                 if name not in self.slots:
                     self.program_temps.setdefault(name, _span(where))
@@ -675,16 +677,29 @@ class _Builder:
             stack = [child]
             while stack:
                 node = stack.pop()
-                if node.data in ("assign", "receive"):
+                if node.data in ("assign", "receive", "send"):
                     name = str(node.children[0])
                     if name not in self.slots:
                         state.temps.setdefault(name, _span(node.children[0]))
                 stack.extend(c for c in node.children if isinstance(c, Tree))
         inner = _Scope(scope.loops, state)
         receives: list[Receive] = []
+        sends: list[Send] = []
         statements: list[Stmt] = []
         for child in self.body_items(body):
-            if child.data == "receive":
+            if child.data == "send":
+                if statements:
+                    self.error(
+                        "a `send` after a local statement",
+                        self._head(child),
+                        "sends come first in a round (they read the memory as it was at "
+                        "the start of the round): move it above the statements",
+                    )
+                    continue
+                sent = self.send(child, inner)
+                if sent is not None:
+                    sends.append(sent)
+            elif child.data == "receive":
                 if statements:
                     self.error(
                         "a `recv` after a local statement",
@@ -700,7 +715,58 @@ class _Builder:
                 stmt = self.statement(child, inner, "a round")
                 if stmt is not None:
                     statements.append(stmt)
-        return Round(tuple(receives), tuple(statements), _span(round_tok))
+        return Round(tuple(receives), tuple(statements), _span(round_tok), tuple(sends))
+
+    def send(self, item: Tree, scope: _Scope) -> Send | None:
+        target_tok, slot_tok, dest_tok, default_t = item.children
+        target = str(target_tok)
+        state = scope.round
+        assert state is not None
+        ok = True
+        if target in RESERVED:
+            self.error(f"cannot receive into {target!r}", target_tok, _reserved_why(target))
+            ok = False
+        elif target in self.slots:
+            self.error(
+                f"cannot send into the slot {target!r}",
+                target_tok,
+                f"send into a new name and assign it: `got = send ...` then `{target} = got`",
+            )
+            ok = False
+        elif target in scope.loops:
+            self.error(f"cannot send into the loop variable {target!r}", target_tok)
+            ok = False
+        elif target in state.defined:
+            self.error(f"{target!r} is received twice in this round", target_tok)
+            ok = False
+        for tok, what in ((slot_tok, "the value of a `send`"), (dest_tok, "the destination")):
+            name = str(tok)
+            if name not in self.slots:
+                ok = False
+                hint = self._suggest(name, list(self.slots)) or "expected a declared slot"
+                self.error(f"{what} must be a slot, and {name!r} is not a declared slot", tok, hint)
+        dest = str(dest_tok)
+        if dest in self.slots and self.slots[dest].bound is None:
+            self.error(
+                f"the destination slot {dest!r} needs a declared bound",
+                dest_tok,
+                f"declare it with a bound, e.g. `slot {dest} bound 1e6`: routing by "
+                "destination compares it with machine indices",
+            )
+            ok = False
+        try:
+            default = self._finite(
+                self._constant(default_t, scope, "the default of a `send`"),
+                default_t,
+                "the default",
+            )
+        except _Invalid:
+            ok = False
+        if target not in RESERVED and target not in self.slots:
+            state.defined.add(target)
+        if not ok:
+            return None
+        return Send(target, str(slot_tok), dest, default, _span(item))
 
     def receive(self, item: Tree, scope: _Scope) -> Receive | None:
         target_tok, slot_tok, source_t, default_t = item.children
@@ -766,9 +832,10 @@ class _Builder:
             return self.assign(item, scope)
         if item.data == "if_stmt":
             return self.if_stmt(item, scope)
-        if item.data == "receive":
+        if item.data in ("receive", "send"):
+            word = "recv" if item.data == "receive" else "send"
             self.error(
-                "a `recv` inside an `if`",
+                f"a `{word}` inside an `if`",
                 self._head(item),
                 "receives happen for every machine at the start of the round: receive "
                 "before the statements and use the value in the branch",

@@ -1,0 +1,181 @@
+"""Data-dependent ``send`` in PCOC and its Beneš lowering (crasp_compiler.pcoc.benes).
+
+The interpreter on the original program (reference semantics of ``send``) against the
+interpreter on the lowered program (fixed-pattern rounds only) on random permutations and
+random partial permutations; every tuple copy survives every routing step (Facts 1–2:
+loads ≤ s, or the compaction would drop one); the round counts; collisions and parser
+checks; the compiled model (average-hard) against the interpreter for small n.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from crasp_compiler.errors import CraspError
+from crasp_compiler.pcoc import interpret_pcoc, interpret_pcoc_batch, load_pcoc, parse_pcoc
+from crasp_compiler.pcoc.benes import has_sends, lower_sends, routing_rounds
+from crasp_compiler.pcoc.compile import compile_pcoc, run_pcoc
+from crasp_compiler.pcoc.nodes import Round
+
+# Not in examples/pcoc: the example tests there feed random inputs (collisions here) and
+# list every example's counts.
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "pcoc_sends" / "permute.pcoc"
+
+TWO = """
+input x bound 1e6
+input d bound 100
+slot y bound 1e6 = 0
+output x, y
+for k in 0 .. 2 {
+  round {
+    a = send x to d default -7
+    b = send d to d default -1
+    left = recv x from i - 1 default 0
+    x = a + k
+    y = b + left
+  }
+}
+"""
+
+
+def _program():
+    return load_pcoc(EXAMPLE)
+
+
+def _inputs(rng, n: int, batch: int, partial: float, integers: bool = False) -> np.ndarray:
+    """(batch, 2, n): values and destinations (a permutation, some sent out of range)."""
+    xs = rng.uniform(-1e6, 1e6, (batch, n)).round(0 if integers else 3)
+    ds = np.array([rng.permutation(n) for _ in range(batch)], dtype=float)
+    drop = rng.random((batch, n)) < partial
+    ds[drop] = rng.choice([-1.0, -5.0, float(n), n + 3.0, 999.0], int(drop.sum()))
+    return np.stack([xs, ds], axis=1)
+
+
+def _reference(inputs: np.ndarray) -> np.ndarray:
+    """numpy definition of permute.pcoc: out[d_i] = x_i, 0 elsewhere."""
+    batch, _, n = inputs.shape
+    out = np.zeros((batch, n))
+    for b in range(batch):
+        for i in range(n):
+            d = int(inputs[b, 1, i])
+            if 0 <= d < n:
+                out[b, d] = inputs[b, 0, i]
+    return out
+
+
+SIZES = [*range(1, 19), 23, 31, 32, 33, 47, 64]
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_lowered_program_agrees_with_the_interpreter(n):
+    rng = np.random.default_rng(n)
+    program = _program()
+    batch = 6 if n <= 32 else 2
+    inputs = np.concatenate([_inputs(rng, n, batch, 0.0), _inputs(rng, n, batch, 0.4)])
+    expected = interpret_pcoc_batch(program, n, inputs).outputs["x"]
+    assert np.array_equal(expected, _reference(inputs))
+    lowered = lower_sends(program, n)
+    assert not has_sends(lowered) and all(isinstance(r, Round) for r in lowered.rounds)
+    assert len(lowered.rounds) == routing_rounds(n)
+    k = (n - 1).bit_length()
+    assert len(lowered.rounds) == max(2 * k - 1, 1)  # 2k with the last local step fused
+    trace = interpret_pcoc_batch(lowered, n, inputs, check_promises=n <= 16)
+    assert np.array_equal(trace.outputs["x"], expected)
+    # Facts 1-2: every step keeps all s copies of every valid tuple (a load above s would
+    # make the compaction drop one). Count the valid flags of the real lanes.
+    if k >= 2:
+        s = 2 ** (k - 1)
+        valid = ((inputs[:, 1] >= 0) & (inputs[:, 1] < n)).sum(axis=1)
+        hosts_b = np.array([n - s <= i < s for i in range(n)])
+        for memory in trace.rounds[1:-1]:
+            total = np.zeros(len(inputs))
+            for name, values in memory.items():
+                if name.startswith("_bn") and name.endswith("_v"):
+                    lane = name.split("_")[3][0]
+                    total += (values * (hosts_b if lane == "B" else 1)).sum(axis=1)
+            assert np.array_equal(total, s * valid), (n, total, s * valid)
+
+
+def test_two_sends_in_a_loop_with_a_receive():
+    program = parse_pcoc(TWO)
+    rng = np.random.default_rng(1)
+    for n in (1, 2, 5, 8, 11):
+        inputs = _inputs(rng, n, 4, 0.3)
+        expected = interpret_pcoc_batch(program, n, inputs)
+        lowered = lower_sends(program, n)
+        assert len(lowered.rounds) == 2 * routing_rounds(n)
+        got = interpret_pcoc_batch(lowered, n, inputs)
+        for name in ("x", "y"):
+            assert np.array_equal(got.outputs[name], expected.outputs[name]), (n, name)
+
+
+def test_send_semantics_by_hand():
+    program = _program()
+    out = interpret_pcoc(program, 4, [[1, 2, 3, 4], [2, 0, 9, -1]]).outputs["x"]
+    assert out.tolist() == [2, 0, 1, 0]
+
+
+def test_collision_is_reported_with_round_and_machines():
+    with pytest.raises(CraspError, match=r"collision in round r = 0: machines 0 and 2 both send"):
+        interpret_pcoc(_program(), 4, [[1, 2, 3, 4], [2, 0, 2, 1]])
+
+
+def test_non_integer_destination_is_reported():
+    with pytest.raises(CraspError, match="not an integer"):
+        interpret_pcoc(_program(), 3, [[1, 2, 3], [0.5, 1, 2]])
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "input x bound 1\ninput d\noutput x\nround { g = send x to d default 0\n x = g }",
+            "needs a declared bound",
+        ),
+        (
+            "input x bound 1\ninput d bound 9\noutput x\nround { g = send x to e default 0\n"
+            " x = g }",
+            "not a declared slot",
+        ),
+        (
+            "input x bound 1\ninput d bound 9\noutput x\nround { x = 1\n g = send x to d default 0"
+            " }",
+            "a `send` after a local statement",
+        ),
+        (
+            "input x bound 1\ninput d bound 9\noutput x\nround { x = send x to d default 0 }",
+            "cannot send into the slot",
+        ),
+        (
+            "input x bound 1\ninput d bound 9\noutput x\nround { if i > 0 {\n g = send x to d "
+            "default 0\n } }",
+            "inside an `if`",
+        ),
+        (
+            "input x bound 1\ninput d bound 9\noutput x\nround { g = send x to d default i }",
+            "must be a constant number",
+        ),
+    ],
+)
+def test_parser_checks(text, message):
+    with pytest.raises(CraspError, match=message):
+        parse_pcoc(text)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8])
+def test_compiled_model_agrees_with_the_interpreter(n):
+    rng = np.random.default_rng(100 + n)
+    program = _program()
+    model = compile_pcoc(program, n)
+    k = (n - 1).bit_length()
+    info = model.info["benes"]
+    assert info["send_rounds"] == 1 and info["rounds"] == routing_rounds(n)
+    assert info["bound_2Rlog2n"] == 2 * k
+    assert info["layers"] == len(model.layers) >= info["rounds"]
+    inputs = np.concatenate([_inputs(rng, n, 6, 0.0, True), _inputs(rng, n, 6, 0.4, True)])
+    expected = interpret_pcoc_batch(program, n, inputs).outputs["x"]
+    got = run_pcoc(model, [list(row) for row in inputs])["x"]
+    assert np.array_equal(got, expected)
