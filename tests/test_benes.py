@@ -179,3 +179,22 @@ def test_compiled_model_agrees_with_the_interpreter(n):
     expected = interpret_pcoc_batch(program, n, inputs).outputs["x"]
     got = run_pcoc(model, [list(row) for row in inputs])["x"]
     assert np.array_equal(got, expected)
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_softmax_model_with_sends_is_within_its_stated_bound(n):
+    """The softmax model of a send program stays within its stated bound of the hard
+    model (values with 3 decimals, permutations and partial permutations)."""
+    rng = np.random.default_rng(300 + n)
+    program = _program()
+    hard = compile_pcoc(program, n)
+    soft = compile_pcoc(program, n, mode="softmax", tolerance=1e-6)
+    assert soft.options["temperature"] > 0 and "softmax" in soft.guarantee.text
+    inputs = np.concatenate([_inputs(rng, n, 6, 0.0), _inputs(rng, n, 6, 0.4)])
+    inputs[:, 0] /= 1e3  # |x| <= 1e3: float64 rounding well below the tolerance
+    batch = [list(row) for row in inputs]
+    want = run_pcoc(hard, batch)["x"]
+    got = run_pcoc(soft, batch)["x"]
+    bound = max(soft.info["error_bound"].values())
+    assert np.abs(got - want).max() <= bound
+    np.testing.assert_allclose(want, _reference(inputs), rtol=0, atol=1e-6)
