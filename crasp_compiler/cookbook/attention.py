@@ -39,7 +39,16 @@ from dataclasses import replace
 import numpy as np
 
 from crasp_compiler.cookbook import ffn
-from crasp_compiler.cookbook.blocks import Block, Exactness, Form, HeadBlock, form_add, var
+from crasp_compiler.cookbook.blocks import (
+    Block,
+    Exactness,
+    Form,
+    HeadBlock,
+    as_form,
+    form_add,
+    output_name,
+    var,
+)
 from crasp_compiler.model.features import almost_orthogonal, ao_signs, onehot
 from crasp_compiler.model.model import MASKS
 
@@ -49,16 +58,6 @@ EVERY_LENGTH = Exactness("exact at every length")
 
 
 # ---------------------------------------------------------------------------- helpers
-
-
-def _form(x: Mapping[str, float]) -> Form:
-    return form_add((1, x))
-
-
-def _out(out: str) -> str:
-    if not isinstance(out, str) or not out:
-        raise ValueError(f"output variable names must be non-empty strings, not {out!r}")
-    return out
 
 
 def _positive(name: str, value: float) -> float:
@@ -106,7 +105,7 @@ def identity(x: Form, out: str, *, weighting: str = "hard", label: str = "") -> 
     return HeadBlock(
         [],
         [],
-        {_out(out): _form(x)},
+        {output_name(out): as_form(x)},
         Exactness("exact at every length (own position, score gap 1)"),
         bias={0: 1.0},
         weighting=_hard(weighting),
@@ -139,7 +138,13 @@ def average(
     _choice("mask", mask, MASKS)
     _choice("weighting", weighting, UNIFORM, " (zero scores pick one key under unique-hard)")
     return HeadBlock(
-        [], [], {_out(out): _form(value)}, EVERY_LENGTH, weighting=weighting, mask=mask, label=label
+        [],
+        [],
+        {output_name(out): as_form(value)},
+        EVERY_LENGTH,
+        weighting=weighting,
+        mask=mask,
+        label=label,
     )
 
 
@@ -188,7 +193,7 @@ def first(
     1 head (output ``out + ".avg"``) then 2 hidden units; 1 layer.
     """
     _choice("mask", mask, ("strict", "causal"))
-    out = _out(out)
+    out = output_name(out)
     head = average(alternating, f"{out}.avg", mask=mask, weighting=weighting, label=label)
     where = "the first token (t = 1)" if mask == "strict" else "BOS (t = 0)"
     head.exact = Exactness(f"exact at every length: 1 at {where}, ≤ 1/3 elsewhere")
@@ -229,9 +234,9 @@ def lookup_onehot(
         raise ValueError("lookup_onehot needs a query of at least 2 components (positions 0..N)")
     n = len(query) - 1
     return HeadBlock(
-        [_form(q) for q in query],
+        [as_form(q) for q in query],
         [var(onehot(k)) for k in range(n + 1)],
-        {_out(out): _form(value)},
+        {output_name(out): as_form(value)},
         Exactness(f"exact for inputs of length <= {n} (one-hot lookup, gap 1)", max_len=n),
         weighting=_hard(weighting),
         label=label,
@@ -321,9 +326,9 @@ def lookup_almost_orthogonal(
         f"m = {dim}: overlap {overlap:.3g} <= 1/4, gap >= 3/4)"
     )
     return HeadBlock(
-        [_form(q) for q in query],
+        [as_form(q) for q in query],
         [var(almost_orthogonal(seed, dim, k)) for k in range(dim)],
-        {_out(out): _form(value)},
+        {output_name(out): as_form(value)},
         Exactness(text, max_len=max_len),
         weighting=_hard(weighting),
         label=label,
@@ -367,9 +372,9 @@ def lookup_layernorm_hash(
     if len(query) != 2 or len(key) != 2:
         raise ValueError("lookup_layernorm_hash needs (a, b) forms for the query and the key")
     return HeadBlock(
-        [_form(q) for q in query],
-        [_form(k) for k in key],
-        {_out(out): _form(value)},
+        [as_form(q) for q in query],
+        [as_form(k) for k in key],
+        {output_name(out): as_form(value)},
         Exactness(
             "exact at every length in real arithmetic (layer-norm hash lookup; "
             "gap ~2/N^4 at positions <= N, resolved in float64 for N <= 200)"
@@ -405,9 +410,9 @@ def lookup_quadratic(
     index = var("index") if index is None else index
     index_sq = var("index^2") if index_sq is None else index_sq
     return HeadBlock(
-        [_form(query), _form(s)],
-        [_form(index) * 2.0, -_form(index_sq)],
-        {_out(out): _form(value)},
+        [as_form(query), as_form(s)],
+        [as_form(index) * 2.0, -as_form(index_sq)],
+        {output_name(out): as_form(value)},
         Exactness("exact at every length for integer queries 0 <= q_t <= t (gap s_t)"),
         weighting=_hard(weighting),
         label=label,
@@ -450,13 +455,13 @@ def predecessor_alternating(
     ``out + ".odd"``) and one FFN, 1 layer.
     """
     _choice("weighting", weighting, ("hard-right", "hard"))
-    out = _out(out)
-    alternating = var("alternating") if alternating is None else _form(alternating)
-    value = _form(value)
+    out = output_name(out)
+    alternating = var("alternating") if alternating is None else as_form(alternating)
+    value = as_form(value)
     text = "exact at every length (rightmost hard attention on (-1)^s)"
     heads = [
         HeadBlock(
-            [_form(one)],
+            [as_form(one)],
             [sign * alternating],
             {f"{out}.{name}": value},
             Exactness(text),
@@ -504,12 +509,12 @@ def predecessor_strict(
         query: list[Form] = []
         key: list[Form] = []
     else:
-        index = var("index") if index is None else _form(index)
+        index = var("index") if index is None else as_form(index)
         query, key = [index], [index]
     return HeadBlock(
         query,
         key,
-        {_out(out): _form(value)},
+        {output_name(out): as_form(value)},
         exact,
         weighting=weighting,
         mask="strict",
@@ -579,7 +584,7 @@ def multi_head(heads: Sequence[HeadBlock], out: str, *, label: str = "") -> list
     heads = list(heads)
     if not heads:
         raise ValueError("multi_head needs at least one head")
-    out = _out(out)
+    out = output_name(out)
     for h, head in enumerate(heads):
         if not isinstance(head, HeadBlock):
             raise ValueError(f"multi_head: item {h} is not a HeadBlock: {head!r}")
@@ -657,22 +662,22 @@ def tie_break(
                 f"tie_break with positional='index' needs keys s ≤ t (mask causal or strict), "
                 f"not mask {head.mask!r}; use positional='inverse'"
             )
-        inverse = var("inverse") if inverse is None else _form(inverse)
+        inverse = var("inverse") if inverse is None else as_form(inverse)
         term_q = inverse * (gap if side == "right" else -gap)
-        term_k = var("index") if index is None else _form(index)
+        term_k = var("index") if index is None else as_form(index)
     else:
         if one is None:
             raise ValueError("tie_break with positional='inverse' needs the constant form one")
-        term_q = _form(one) * (gap if side == "left" else -gap)
-        term_k = var("inverse") if inverse is None else _form(inverse)
-    query = [_form(q) * head.scale for q in head.query]
+        term_q = as_form(one) * (gap if side == "left" else -gap)
+        term_k = var("inverse") if inverse is None else as_form(inverse)
+    query = [as_form(q) * head.scale for q in head.query]
     text = (
         f"{head.exact.text}; tie-broken to the {side}most maximum (scores tied or >= {gap:g} apart)"
     )
     return replace(
         head,
         query=[*query, term_q],
-        key=[*(_form(k) for k in head.key), term_k],
+        key=[*(as_form(k) for k in head.key), term_k],
         scale=1.0,
         exact=Exactness(text, max_len=head.exact.max_len, error=head.exact.error),
         label=head.label if label is None else label,
@@ -799,7 +804,7 @@ def route(
     head = HeadBlock(
         [form_add(*((1, var(onehot(t))) for t in readers[k])) for k in keys],
         [var(onehot(k)) for k in keys],
-        {_out(out): _form(value) for out, value in values.items()},
+        {output_name(out): as_form(value) for out, value in values.items()},
         Exactness(
             f"exact for inputs of length {n} (positional routing, one-hot scores, gap 1)",
             max_len=n,

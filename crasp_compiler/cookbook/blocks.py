@@ -58,6 +58,18 @@ def form_add(*terms: tuple[float, Mapping[str, float]]) -> Form:
     return Form({name: value for name, value in out.items() if value != 0})
 
 
+def as_form(x: Mapping[str, float]) -> Form:
+    """A clean :class:`Form` copy of ``x`` (zero coefficients dropped)."""
+    return form_add((1, x))
+
+
+def output_name(out: str) -> str:
+    """``out`` if it is a usable variable name; ValueError otherwise."""
+    if not isinstance(out, str) or not out:
+        raise ValueError(f"output variable names must be non-empty strings, not {out!r}")
+    return out
+
+
 @dataclass(frozen=True)
 class Exactness:
     """When a block computes its definition.

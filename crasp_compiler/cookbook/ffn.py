@@ -33,7 +33,17 @@ import numbers
 from collections.abc import Callable, Mapping, Sequence
 from itertools import pairwise, product
 
-from crasp_compiler.cookbook.blocks import EXACT, Exactness, FFNBlock, Form, Unit, form_add, var
+from crasp_compiler.cookbook.blocks import (
+    EXACT,
+    Exactness,
+    FFNBlock,
+    Form,
+    Unit,
+    as_form,
+    form_add,
+    output_name,
+    var,
+)
 
 # GELU (tanh form): gelu(z) = z/2 · (1 + tanh(A (z + B z³))).
 _GELU_A = math.sqrt(2 / math.pi)
@@ -47,11 +57,6 @@ MULTIPLY_SCALE = 0.01
 # ---------------------------------------------------------------------------- helpers
 
 
-def _form(x: Mapping[str, float]) -> Form:
-    """A clean copy of ``x`` (zero coefficients dropped)."""
-    return form_add((1, x))
-
-
 def _number(name: str, value: float, *, positive: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"{name} must be a number, not {value!r}")
@@ -60,12 +65,6 @@ def _number(name: str, value: float, *, positive: bool = False) -> float:
         need = "a finite number > 0" if positive else "a finite number ≥ 0"
         raise ValueError(f"{name} must be {need}, not {value!r}")
     return value
-
-
-def _out(out: str) -> str:
-    if not isinstance(out, str) or not out:
-        raise ValueError(f"output variable names must be non-empty strings, not {out!r}")
-    return out
 
 
 def _block(
@@ -103,8 +102,10 @@ def identity(x: Form, out: str, *, label: str = "") -> FFNBlock:
 
     ``x`` is any linear form, so every linear map of the residual stream into one fresh
     variable is this block (the paper's d-dimensional identity, eq. 22, is d copies)."""
-    x = _form(x)
-    return _block([Unit(x, 0.0), Unit(-x, 0.0)], {_out(out): {0: 1.0, 1: -1.0}}, EXACT, label)
+    x = as_form(x)
+    return _block(
+        [Unit(x, 0.0), Unit(-x, 0.0)], {output_name(out): {0: 1.0, 1: -1.0}}, EXACT, label
+    )
 
 
 def add(x: Form, y: Form, out: str, *, label: str = "") -> FFNBlock:
@@ -134,7 +135,7 @@ def assign(name: str, value: Form, *, label: str = "") -> FFNBlock:
     f' stacks f's units with the pair ``±I`` on ``name``; since f is linear here the two
     identity pairs merge into one. ``value`` may read ``name`` itself (the block sees
     the old value). Exact; 2 units."""
-    block = identity(form_add((1, value), (-1, var(name))), _out(name), label=label)
+    block = identity(form_add((1, value), (-1, var(name))), output_name(name), label=label)
     block.in_place = frozenset({name})
     return block
 
@@ -149,7 +150,7 @@ def cancel(name: str, *, label: str = "") -> FFNBlock:
 
 
 def _min_max(x: Form, y: Form, out: str, sign: float, label: str) -> FFNBlock:
-    x, y = _form(x), _form(y)
+    x, y = as_form(x), as_form(y)
     block = identity(x, out, label=label)
     # min(x, y) = x − ReLU(x − y);  max(x, y) = x + ReLU(y − x)
     block.units.append(Unit(form_add((-sign, x), (sign, y)), 0.0))
@@ -201,8 +202,8 @@ def cpwl(x: Form, knots: Sequence[tuple[float, float]], out: str, *, label: str 
     xs, ys = [p[0] for p in points], [p[1] for p in points]
     if any(b <= a for a, b in pairwise(xs)):
         raise ValueError(f"cpwl knots need strictly increasing x: {xs}")
-    x = _form(x)
-    out = _out(out)
+    x = as_form(x)
+    out = output_name(out)
     slopes = [(ys[k + 1] - ys[k]) / (xs[k + 1] - xs[k]) for k in range(len(xs) - 1)]
     # breakpoints: (x_k, y_k, slope left, slope right) with a slope change
     breaks = [
@@ -284,7 +285,7 @@ def multiply(
     bound = _number("bound", bound, positive=True)
     lam = MULTIPLY_SCALE / bound if scale is None else _number("scale", scale, positive=True)
     error = multiply_error(bound, lam)
-    x, y = _form(x), _form(y)
+    x, y = as_form(x), as_form(y)
     units = [
         Unit(form_add((lam, x), (lam, y)), 0.0, "gelu"),
         Unit(form_add((lam, x)), 0.0, "gelu"),
@@ -292,7 +293,9 @@ def multiply(
     ]
     c = math.sqrt(math.pi / 2) / lam**2
     text = f"approximate: |out − xy| ≤ {_up(error)} for |x|, |y| ≤ {_g(bound)} (GELU)"
-    return _block(units, {_out(out): {0: c, 1: -c, 2: -c}}, Exactness(text, error=error), label)
+    return _block(
+        units, {output_name(out): {0: c, 1: -c, 2: -c}}, Exactness(text, error=error), label
+    )
 
 
 # ---------------------------------------------------------------------------- comparators
@@ -301,7 +304,7 @@ def multiply(
 def _comparator(
     kind: str, x: Form, out: str, tolerance: float | Mapping[str, float], label: str
 ) -> FFNBlock:
-    x, out = _form(x), _out(out)
+    x, out = as_form(x), output_name(out)
     # unit offsets and output coefficients of the paper's ReLU constructions (eqs. 29–34):
     # out·δ = Σ coef · ReLU(x + offset·δ)
     relu = {
@@ -311,7 +314,7 @@ def _comparator(
     }[kind]
     what = {"gt": "1[x > 0]", "ge": "1[x ≥ 0]", "eq": "1[x = 0]"}[kind]
     if isinstance(tolerance, Mapping):
-        eps = _form(tolerance)
+        eps = as_form(tolerance)
         if not eps:
             raise ValueError("the tolerance form is zero; use tolerance=0.0 for Heaviside units")
         units = [Unit(form_add((1, x), (offset, eps)), 0.0) for offset, _ in relu]
@@ -402,7 +405,7 @@ def boolean_function(
     unit): at BOS every unit is ≤ 0, so the output is 0 there whatever the {0,1} inputs.
     Exact for {0,1} inputs.
     """
-    inputs = [_form(x) for x in inputs]
+    inputs = [as_form(x) for x in inputs]
     rows = list(product((False, True), repeat=len(inputs)))
     true_rows = [row for row in rows if table(row)]
     complement = len(true_rows) > len(rows) // 2
@@ -421,9 +424,9 @@ def boolean_function(
             coefs[len(units)] = 1.0
             units.append(Unit(one, 0.0))
         else:
-            constants[_out(out)] = 1.0
+            constants[output_name(out)] = 1.0
     text = "exact for {0,1} inputs" + (" (0 at BOS)" if nonbos is not None else "")
-    return _block(units, {_out(out): coefs}, Exactness(text), label, constants)
+    return _block(units, {output_name(out): coefs}, Exactness(text), label, constants)
 
 
 # ---------------------------------------------------------------------------- conditionals
@@ -434,11 +437,11 @@ def conditional(p: Form, x: Form, y: Form, out: str, *, label: str = "") -> FFNB
 
     For p = 1 this is ``ReLU(x) + ReLU(y − 1) = x``, for p = 0 ``ReLU(x − 1) + ReLU(y) = y``.
     Exact for p ∈ {0, 1} and x, y ∈ [0, 1]; 2 units."""
-    p, x, y = _form(p), _form(x), _form(y)
+    p, x, y = as_form(p), as_form(x), as_form(y)
     units = [Unit(form_add((1, x), (1, p)), -1.0), Unit(form_add((1, y), (-1, p)), 0.0)]
     return _block(
         units,
-        {_out(out): {0: 1.0, 1: 1.0}},
+        {output_name(out): {0: 1.0, 1: 1.0}},
         Exactness("exact for p ∈ {0, 1} and x, y ∈ [0, 1]"),
         label,
     )
@@ -456,7 +459,7 @@ def conditional_bigm(
     ``conditional_bigm(p, x, Form(), …) = p·x`` is 2 units. Exact for p ∈ {0, 1} and
     ``|x|, |y| ≤ M``; 4 units."""
     m = _number("bound", bound)
-    p, x, y = _form(p), _form(x), _form(y)
+    p, x, y = as_form(p), as_form(x), as_form(y)
     units: list[Unit] = []
     if x:
         units += [Unit(form_add((1, x), (m, p)), -m), Unit(form_add((-1, x), (m, p)), -m)]
@@ -464,7 +467,7 @@ def conditional_bigm(
         units += [Unit(form_add((1, y), (-m, p)), 0.0), Unit(form_add((-1, y), (-m, p)), 0.0)]
     coefs = {k: (1.0 if k % 2 == 0 else -1.0) for k in range(len(units))}
     text = f"exact for p ∈ {{0, 1}} and |x|, |y| ≤ {_g(m)}"
-    return _block(units, {_out(out): coefs}, Exactness(text), label)
+    return _block(units, {output_name(out): coefs}, Exactness(text), label)
 
 
 def soft_gate(p: Form, x: Form, out: str, *, bound: float, label: str = "") -> FFNBlock:
@@ -480,7 +483,7 @@ def soft_gate(p: Form, x: Form, out: str, *, bound: float, label: str = "") -> F
     units = [Unit(form_add((1, x), (1, gap)), -0.75 * k), Unit(gap, -0.75 * k)]
     return _block(
         units,
-        {_out(out): {0: 1.0, 1: -1.0}},
+        {output_name(out): {0: 1.0, 1: -1.0}},
         Exactness(f"exact for p ∉ (1/4, 3/4), 0 ≤ x ≤ {_g(bound)}"),
         label,
     )

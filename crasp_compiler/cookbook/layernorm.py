@@ -18,13 +18,18 @@ group with zero variance becomes 0), the W^(N)-before-LN architecture of §5.3.3
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
-from crasp_compiler.cookbook.blocks import EXACT, Exactness, FFNBlock, Form, Unit, form_add, var
-
-
-def _form(x: Mapping[str, float]) -> Form:
-    return form_add((1, x))
+from crasp_compiler.cookbook.blocks import (
+    EXACT,
+    Exactness,
+    FFNBlock,
+    Form,
+    Unit,
+    as_form,
+    output_name,
+    var,
+)
 
 
 def _names(outs: Sequence[str], count: int) -> list[str]:
@@ -32,8 +37,7 @@ def _names(outs: Sequence[str], count: int) -> list[str]:
     if len(outs) != count:
         raise ValueError(f"expected {count} output names, got {len(outs)}")
     for out in outs:
-        if not isinstance(out, str) or not out:
-            raise ValueError(f"output variable names must be non-empty strings, not {out!r}")
+        output_name(out)
     if len(set(outs)) != len(outs):
         raise ValueError(f"output names must be distinct: {outs}")
     return outs
@@ -58,7 +62,7 @@ def normalize(xs: Sequence[Form], outs: Sequence[str], *, label: str = "") -> FF
     the group has zero variance and every output is 0 (in float64: while the squares of
     the x_k do not underflow, |x_k| above about 1e-150). 2m units, one norm group.
     """
-    xs = [_form(x) for x in xs]
+    xs = [as_form(x) for x in xs]
     if not xs:
         raise ValueError("normalize needs at least one input")
     m = len(xs)
@@ -76,7 +80,7 @@ def clip(x: Form, out: str, *, delta: float, label: str = "") -> FFNBlock:
     every x; 2 units (the paper's ``b_2 = [−δ, δ]`` is this for the pair (x, −x))."""
     delta = _delta(delta)
     (out,) = _names([out], 1)
-    units = [Unit(_form(x), delta), Unit(_form(x), -delta)]
+    units = [Unit(as_form(x), delta), Unit(as_form(x), -delta)]
     return FFNBlock(units, {out: {0: 1.0, 1: -1.0}}, EXACT, label, constants={out: -delta})
 
 
@@ -94,7 +98,7 @@ def sign(
     norm one pair per group (:func:`positive`) needs no clipping and one layer.
     """
     delta = _delta(delta)
-    xs = [_form(x) for x in xs]
+    xs = [as_form(x) for x in xs]
     if not xs:
         raise ValueError("sign needs at least one input")
     outs = _names(outs, len(xs))
