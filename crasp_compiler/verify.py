@@ -133,12 +133,13 @@ def check_model(
     for n, words in sorted(by_length.items()):
         span = next(r for r in ranges if r[0] <= n <= r[1])
         # numeric inputs, if any: standard normal values at every token
-        values = [np_rng.normal(size=(n, len(model.inputs))) for _ in words]
-        numeric = values if model.inputs else None
+        numeric = (
+            [np_rng.normal(size=(n, len(model.inputs))) for _ in words] if model.inputs else None
+        )
         result = run(model, words, dtype=np_dtype, values=numeric)
         ids, lengths = module.encode(words, device=device)
         with torch.no_grad():
-            tensor = module.encode_values(values, lengths) if model.inputs else None
+            tensor = module.encode_values(numeric, lengths) if numeric is not None else None
             raw = module(ids, lengths, None if tensor is None else tensor.to(torch_dtype))
         decided = {k: v.cpu().numpy() for k, v in module.decide(raw).items()}
         raw_np = raw.double().cpu().numpy()

@@ -717,28 +717,34 @@ class _Builder:
                     statements.append(stmt)
         return Round(tuple(receives), tuple(statements), _span(round_tok), tuple(sends))
 
+    def _target_ok(self, target_tok: Token, scope: _Scope, word: str) -> bool:
+        """Whether the name a `recv` / `send` defines is a new round-local name (reports
+        the error otherwise)."""
+        target = str(target_tok)
+        verb = "receive" if word == "recv" else "send"
+        assert scope.round is not None
+        if target in RESERVED:
+            self.error(f"cannot receive into {target!r}", target_tok, _reserved_why(target))
+        elif target in self.slots:
+            self.error(
+                f"cannot {verb} into the slot {target!r}",
+                target_tok,
+                f"{verb} into a new name and assign it: `got = {word} ...` then `{target} = got`",
+            )
+        elif target in scope.loops:
+            self.error(f"cannot {verb} into the loop variable {target!r}", target_tok)
+        elif target in scope.round.defined:
+            self.error(f"{target!r} is received twice in this round", target_tok)
+        else:
+            return True
+        return False
+
     def send(self, item: Tree, scope: _Scope) -> Send | None:
         target_tok, slot_tok, dest_tok, default_t = item.children
         target = str(target_tok)
         state = scope.round
         assert state is not None
-        ok = True
-        if target in RESERVED:
-            self.error(f"cannot receive into {target!r}", target_tok, _reserved_why(target))
-            ok = False
-        elif target in self.slots:
-            self.error(
-                f"cannot send into the slot {target!r}",
-                target_tok,
-                f"send into a new name and assign it: `got = send ...` then `{target} = got`",
-            )
-            ok = False
-        elif target in scope.loops:
-            self.error(f"cannot send into the loop variable {target!r}", target_tok)
-            ok = False
-        elif target in state.defined:
-            self.error(f"{target!r} is received twice in this round", target_tok)
-            ok = False
+        ok = self._target_ok(target_tok, scope, "send")
         for tok, what in ((slot_tok, "the value of a `send`"), (dest_tok, "the destination")):
             name = str(tok)
             if name not in self.slots:
@@ -773,23 +779,7 @@ class _Builder:
         target, slot = str(target_tok), str(slot_tok)
         state = scope.round
         assert state is not None
-        ok = True
-        if target in RESERVED:
-            self.error(f"cannot receive into {target!r}", target_tok, _reserved_why(target))
-            ok = False
-        elif target in self.slots:
-            self.error(
-                f"cannot receive into the slot {target!r}",
-                target_tok,
-                f"receive into a new name and assign it: `got = recv ... ` then `{target} = got`",
-            )
-            ok = False
-        elif target in scope.loops:
-            self.error(f"cannot receive into the loop variable {target!r}", target_tok)
-            ok = False
-        elif target in state.defined:
-            self.error(f"{target!r} is received twice in this round", target_tok)
-            ok = False
+        ok = self._target_ok(target_tok, scope, "recv")
         if slot not in self.slots:
             ok = False
             if slot in state.temps or slot in self.program_temps:
