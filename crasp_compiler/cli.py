@@ -441,7 +441,7 @@ def compile_command(
     click.echo(
         f"{output}: {len(model.layers)} layers (dependency bound "
         f"{model.info['dependency_bound']}), width {model.width}, "
-        f"{model.parameter_count()} parameters; {model.guarantee.text}"
+        f"{_parameters(model)}; {model.guarantee.text}"
     )
 
 
@@ -479,8 +479,15 @@ def _compile_pcoc(
     save_model(model, output)
     click.echo(
         f"{output}: {_pcoc_shape(model)}, width {model.width}, "
-        f"{model.parameter_count()} parameters; {model.guarantee.text}"
+        f"{_parameters(model)}; {model.guarantee.text}"
     )
+
+
+def _parameters(model: Model) -> str:
+    """``N parameters``, with the nonzero count when the weights are stored sparse."""
+    if model.is_sparse():
+        return f"{model.parameter_count()} parameters ({model.nonzero_count()} nonzero, sparse)"
+    return f"{model.parameter_count()} parameters"
 
 
 def _pcoc_shape(model: Model) -> str:
@@ -602,6 +609,8 @@ def info_command(model_file: str) -> None:
     click.echo(f"  width:       {model.width}")
     click.echo(f"  mlp width:   {model.mlp_width}")
     click.echo(f"  parameters:  {model.parameter_count()}")
+    if model.is_sparse():
+        click.echo(f"  nonzero:     {model.nonzero_count()} (large matrices stored sparse)")
     click.echo(f"  vocabulary:  {' '.join(model.vocab)}")
     click.echo(f"  positional:  {', '.join(model.features) or '(none)'}")
     click.echo(f"  outputs:     {', '.join(f'{o.name} ({o.rule})' for o in model.outputs)}")

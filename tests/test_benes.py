@@ -181,6 +181,23 @@ def test_compiled_model_agrees_with_the_interpreter(n):
     assert np.array_equal(got, expected)
 
 
+@pytest.mark.parametrize(("n", "batch"), [(16, 6), (32, 4), (64, 3)])
+def test_compiled_routing_at_large_n(n, batch):
+    """Random permutations (and partial ones) through the compiled model at n up to 64:
+    the weights are sparse there (a dense n = 64 model would hold 8·10¹⁰ numbers), and
+    every message arrives exactly (integer payloads, so float64 is exact too)."""
+    rng = np.random.default_rng(500 + n)
+    program = _program()
+    model = compile_pcoc(program, n)
+    assert model.is_sparse()
+    k = (n - 1).bit_length()
+    assert model.info["benes"]["rounds"] == 2 * k - 1
+    inputs = np.concatenate([_inputs(rng, n, batch - 1, 0.0, True), _inputs(rng, n, 1, 0.3, True)])
+    got = run_pcoc(model, [list(row) for row in inputs])["x"]
+    assert np.array_equal(got, _reference(inputs))
+    assert np.array_equal(got, interpret_pcoc_batch(program, n, inputs).outputs["x"])
+
+
 @pytest.mark.parametrize("n", [2, 4, 8])
 def test_softmax_model_with_sends_is_within_its_stated_bound(n):
     """The softmax model of a send program stays within its stated bound of the hard

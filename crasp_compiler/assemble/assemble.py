@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from crasp_compiler.cookbook.blocks import Block, FFNBlock, HeadBlock
-from crasp_compiler.model.model import MLP, Head, Layer
+from crasp_compiler.model.model import MLP, Head, Layer, Matrix, matrix
 
 
 def schedule(blocks: list[Block], inputs: set[str]) -> list[int]:
@@ -36,11 +36,15 @@ def schedule(blocks: list[Block], inputs: set[str]) -> list[int]:
     return slots
 
 
-def _row(form: Mapping[str, float], index: dict[str, int], width: int) -> np.ndarray:
-    row = np.zeros(width)
-    for var, coef in form.items():
-        row[index[var]] += coef
-    return row
+def _stack(forms: list[Mapping[str, float]], index: dict[str, int], width: int) -> Matrix:
+    """One row per form, over the residual layout."""
+    rows, cols, values = [], [], []
+    for r, form in enumerate(forms):
+        for var, coef in form.items():
+            rows.append(r)
+            cols.append(index[var])
+            values.append(coef)
+    return matrix((len(forms), width), rows, cols, values)
 
 
 def assemble_layers(
@@ -66,14 +70,15 @@ def assemble_layers(
 
 
 def _head(block: HeadBlock, index: dict[str, int], width: int) -> Head:
-    def stack(forms: list[Mapping[str, float]]) -> np.ndarray:
-        if not forms:
-            return np.zeros((1, width))
-        return np.stack([_row(f, index, width) for f in forms])
+    def stack(forms: list[Mapping[str, float]]) -> Matrix:
+        return _stack(forms or [{}], index, width)
 
-    w_o = np.zeros((width, len(block.values)))
-    for column, var in enumerate(block.values):
-        w_o[index[var], column] = 1.0
+    w_o = matrix(
+        (width, len(block.values)),
+        [index[var] for var in block.values],
+        range(len(block.values)),
+        [1.0] * len(block.values),
+    )
     return Head(
         w_q=stack(block.query),
         w_k=stack(block.key),
@@ -89,9 +94,9 @@ def _head(block: HeadBlock, index: dict[str, int], width: int) -> Head:
 
 def _mlp(parts: list[FFNBlock], index: dict[str, int], width: int) -> MLP:
     units = [unit for part in parts for unit in part.units]
-    w1 = np.stack([_row(unit.form, index, width) for unit in units])
+    w1 = _stack([unit.form for unit in units], index, width)
     b1 = np.array([unit.bias for unit in units])
-    w2 = np.zeros((width, len(units)))
+    rows, cols, values = [], [], []
     b2 = np.zeros(width)
     labels = []
     groups = []
@@ -100,9 +105,12 @@ def _mlp(parts: list[FFNBlock], index: dict[str, int], width: int) -> MLP:
         groups += [[start + unit for unit in group] for group in part.norm_groups]
         for var, coefs in part.outputs.items():
             for unit, coef in coefs.items():
-                w2[index[var], start + unit] += coef
+                rows.append(index[var])
+                cols.append(start + unit)
+                values.append(coef)
         for var, value in part.constants.items():
             b2[index[var]] += value
         labels += [part.label] * len(part.units)
         start += len(part.units)
+    w2 = matrix((width, len(units)), rows, cols, values)
     return MLP(w1, b1, w2, b2, [unit.activation for unit in units], labels, groups)

@@ -30,7 +30,7 @@ import numpy as np
 from crasp_compiler.assemble.assemble import assemble_layers
 from crasp_compiler.cookbook.blocks import Block, Exactness, FFNBlock, Form, HeadBlock, Unit, var
 from crasp_compiler.model.features import check_feature
-from crasp_compiler.model.model import BOS, RULES, Guarantee, Model, Output
+from crasp_compiler.model.model import BOS, RULES, Guarantee, Model, Output, dense, matrix
 
 BOS_VAR, NONBOS_VAR = "BOS", "nonbos"
 
@@ -128,17 +128,18 @@ class Builder:
     def add(self, block: Block) -> Form:
         """Add ``block`` and return the form of its first output (read any others with
         :func:`~crasp_compiler.cookbook.blocks.var`)."""
-        known = set(self.variables)
         label = block.label or type(block).__name__
-        for name in sorted(block.in_place - known):
-            raise ValueError(f"block {label!r} updates {name!r}, which does not exist")
-        for name in sorted(block.reads - known):
-            raise ValueError(f"block {label!r} reads {name!r}, which is not defined yet")
+        for name in sorted(block.in_place):
+            if not self._defined(name):
+                raise ValueError(f"block {label!r} updates {name!r}, which does not exist")
+        for name in sorted(block.reads):
+            if not self._defined(name):
+                raise ValueError(f"block {label!r} reads {name!r}, which is not defined yet")
         for name in block.writes:
             if name not in block.in_place:
                 self._check_new(name, label)
         for name in block.writes:
-            if name not in known:
+            if name not in block.in_place:
                 self._written[name] = label
         self.blocks.append(block)
         return var(block.writes[0]) if block.writes else Form()
@@ -160,6 +161,7 @@ class Builder:
             raise ValueError(f"model {prefix!r} has symbols outside the alphabet: {unknown}")
         exact = Exactness(f"{prefix}: {model.guarantee.text}", max_len=model.guarantee.max_len)
         row = {symbol: k for k, symbol in enumerate(model.vocab)}
+        w_p = dense(model.w_p)
         current: list[Form] = []
         for k, label in enumerate(model.residual):
             column = model.w_e[:, k]
@@ -168,8 +170,8 @@ class Builder:
                 values = {s: float(column[row[s]]) for s in self.vocab[1:] if s in row}
                 form = self.embed(f"{prefix}:{k}:{label}", values, bos=float(column[0]))
             for f, name in enumerate(model.features):
-                if model.w_p[k, f]:
-                    form = form + float(model.w_p[k, f]) * self.feature(name)
+                if w_p[k, f]:
+                    form = form + float(w_p[k, f]) * self.feature(name)
             current.append(form)
 
         def read(row_weights: np.ndarray) -> Form:
@@ -184,7 +186,7 @@ class Builder:
         for number, layer in enumerate(model.layers, start=1):
             updates: list[tuple[int, str]] = []
             for h, head in enumerate(layer.heads):
-                mixed = head.w_o @ head.w_v  # residual <- residual through this head
+                mixed = dense(head.w_o) @ dense(head.w_v)  # residual <- residual via this head
                 values = {}
                 for k in np.flatnonzero(np.any(mixed != 0, axis=1)):
                     name = written(f"L{number}h{h}", k)
@@ -192,8 +194,8 @@ class Builder:
                     updates.append((k, name))
                 if values:
                     block = HeadBlock(
-                        query=[read(r) for r in head.w_q],
-                        key=[read(r) for r in head.w_k],
+                        query=[read(r) for r in dense(head.w_q)],
+                        key=[read(r) for r in dense(head.w_k)],
                         values=values,
                         exact=exact,
                         bias=dict(head.bias),
@@ -208,18 +210,18 @@ class Builder:
             if layer.mlp is None:
                 continue
             mlp = layer.mlp
+            w1, w2 = dense(mlp.w1), dense(mlp.w2)
             units = [
-                Unit(read(mlp.w1[u]), float(mlp.b1[u]), mlp.activations[u])
-                for u in range(len(mlp.b1))
+                Unit(read(w1[u]), float(mlp.b1[u]), mlp.activations[u]) for u in range(len(mlp.b1))
             ]
             outputs: dict[str, dict[int, float]] = {}
             constants: dict[str, float] = {}
             targets = {
                 int(k): written(f"L{number}mlp", int(k))
-                for k in np.flatnonzero(np.any(mlp.w2 != 0, axis=1) | (mlp.b2 != 0))
+                for k in np.flatnonzero(np.any(w2 != 0, axis=1) | (mlp.b2 != 0))
             }
             for k, name in targets.items():
-                outputs[name] = {int(u): float(mlp.w2[k, u]) for u in np.flatnonzero(mlp.w2[k])}
+                outputs[name] = {int(u): float(w2[k, u]) for u in np.flatnonzero(w2[k])}
                 if mlp.b2[k]:
                     constants[name] = float(mlp.b2[k])
             if targets:
@@ -237,8 +239,16 @@ class Builder:
                     current[k] = current[k] + var(name)
         return {out.name: (read(out.weights), out.rule) for out in model.outputs}
 
+    def _defined(self, name: str) -> bool:
+        return (
+            name in self._embeddings
+            or name in self._written
+            or name in self.features
+            or name in self.numeric_inputs
+        )
+
     def _check_new(self, name: str, label: str = "") -> None:
-        if name in self.variables:
+        if self._defined(name):
             where = f" (in block {label!r})" if label else ""
             raise ValueError(
                 f"variable {name!r} is already defined{where}; "
@@ -267,9 +277,12 @@ class Builder:
         w_e = np.zeros((len(self.vocab), width))
         for name, column in self._embeddings.items():
             w_e[:, index[name]] = column
-        w_p = np.zeros((width, len(self.features)))
-        for column, name in enumerate(self.features):
-            w_p[index[name], column] = 1.0
+        w_p = matrix(
+            (width, len(self.features)),
+            [index[name] for name in self.features],
+            range(len(self.features)),
+            [1.0] * len(self.features),
+        )
         w_x = np.zeros((width, len(self.numeric_inputs)))
         for column, name in enumerate(self.numeric_inputs):
             w_x[index[name], column] = 1.0

@@ -62,7 +62,7 @@ import numpy as np
 
 from crasp_compiler.errors import CraspError, Diagnostic
 from crasp_compiler.model.features import feature_matrix
-from crasp_compiler.model.model import BOS, Model
+from crasp_compiler.model.model import BOS, Model, densified, require_dense
 
 FORMAT = "crasp-lens-export"
 VERSION = 1
@@ -151,6 +151,7 @@ def lens_state_dict(
     exact at every length needs it given. Raises :class:`CraspError` naming every
     obstacle when the model does not fit (see the module docstring).
     """
+    require_dense(model, "the lens export")
     problems, act_fn = _obstacles(model)
     n_ctx, n_ctx_problem = _resolve_n_ctx(model, n_ctx)
     if n_ctx_problem:
@@ -160,6 +161,7 @@ def lens_state_dict(
         diagnostics[-1] = Diagnostic(diagnostics[-1].message, hint=_HINT)
         raise CraspError(diagnostics, filename="lens export")
     assert n_ctx is not None
+    model = densified(model)
 
     d_model = model.width
     heads = [h for layer in model.layers for h in layer.heads]

@@ -24,7 +24,7 @@ import numpy as np
 
 from crasp_compiler.errors import CraspError
 from crasp_compiler.model.io import model_from_parts, model_parts
-from crasp_compiler.model.model import Model
+from crasp_compiler.model.model import Model, require_dense
 
 FORMAT = "crasp-torch-export"
 VERSION = 1
@@ -38,7 +38,8 @@ _MODULE_MLP = re.compile(r"^blocks\.(\d+)\.mlp\.(w1|b1|w2|b2)$")
 
 def state_dict_arrays(model: Model) -> dict[str, np.ndarray]:
     """The model's arrays under the torch module's parameter names."""
-    _, arrays = model_parts(model)
+    require_dense(model, "a torch export")
+    _, arrays = model_parts(model, dense_only=True)
     out: dict[str, np.ndarray] = {}
     for name, array in arrays.items():
         if name in ("w_e", "w_p", "w_x"):

@@ -2,7 +2,9 @@
 
 The archive holds ``header`` (a JSON string) and the weight arrays, named ``w_e``, ``w_p``,
 ``layer{L}.head{H}.{w_q,w_k,w_v,w_o}``, ``layer{L}.mlp.{w1,b1,w2,b2}`` and
-``output{K}.weights``. The header holds everything else: format name and version,
+``output{K}.weights``. A sparse matrix ``M`` (see :data:`~crasp_compiler.model.model.DENSE_LIMIT`)
+is stored in CSR form as ``M.data`` (float64), ``M.indices`` and ``M.indptr`` (int64) in
+place of ``M``; its shape follows from the header. The header holds everything else: format name and version,
 vocabulary (``vocab[0]`` is BOS), positional features, residual labels, per-head
 settings, MLP activations and layer-norm groups, outputs and decision rules, guarantee, compile options,
 source text and compile information.
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy import sparse
 
 from crasp_compiler.errors import CraspError
 from crasp_compiler.model.features import check_feature
@@ -32,17 +35,23 @@ from crasp_compiler.model.model import (
     Guarantee,
     Head,
     Layer,
+    Matrix,
     Model,
     Output,
+    dense,
+    is_sparse,
 )
 
 FORMAT = "crasp-model"
 VERSION = 1
 
 
-def model_parts(model: Model) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """The JSON header and the named float64 arrays that describe ``model``."""
-    arrays: dict[str, np.ndarray] = {"w_e": model.w_e, "w_p": model.w_p}
+def model_parts(
+    model: Model, dense_only: bool = False
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The JSON header and the named arrays that describe ``model``: float64, plus the
+    int64 index arrays of sparse matrices (stored dense when ``dense_only``)."""
+    arrays: dict[str, Matrix] = {"w_e": model.w_e, "w_p": model.w_p}
     if model.inputs:
         arrays["w_x"] = model.numeric_weights
     layers = []
@@ -87,7 +96,15 @@ def model_parts(model: Model) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         "source": model.source,
         "info": model.info,
     }
-    return header, {k: np.asarray(v, dtype=np.float64) for k, v in arrays.items()}
+    out: dict[str, np.ndarray] = {}
+    for name, array in arrays.items():
+        if is_sparse(array) and not dense_only:
+            out[f"{name}.data"] = np.asarray(array.data, dtype=np.float64)
+            out[f"{name}.indices"] = np.asarray(array.indices, dtype=np.int64)
+            out[f"{name}.indptr"] = np.asarray(array.indptr, dtype=np.int64)
+        else:
+            out[name] = np.asarray(dense(array), dtype=np.float64)
+    return header, out
 
 
 def save_model(model: Model, path: str | Path) -> None:
@@ -137,6 +154,44 @@ def _array(data, name: str, shape: tuple[int, ...]) -> np.ndarray:
     _expect(array.shape == shape, f"array {name!r} has shape {array.shape}, expected {shape}")
     _expect(bool(np.isfinite(array).all()), f"array {name!r} has non-finite values")
     return array.astype(np.float64)
+
+
+def _matrix(data, name: str, shape: tuple[int, int]) -> Matrix:
+    """A weight matrix stored dense (``name``) or in CSR parts (``name.data`` ...)."""
+    if f"{name}.data" not in data.files:
+        return _array(data, name, shape)
+    values = _member(data, f"{name}.data")
+    indices, indptr = _member(data, f"{name}.indices"), _member(data, f"{name}.indptr")
+    _expect(values.dtype.kind == "f", f"array {name!r} is not floating point")
+    _expect(
+        indices.dtype.kind in "iu" and indptr.dtype.kind in "iu",
+        f"sparse matrix {name!r} has non-integer indices",
+    )
+    rows, cols = shape
+    _expect(
+        values.ndim == indices.ndim == indptr.ndim == 1
+        and len(indptr) == rows + 1
+        and len(values) == len(indices) == int(indptr[-1])
+        and int(indptr[0]) == 0
+        and bool(np.all(np.diff(indptr) >= 0)),
+        f"sparse matrix {name!r} is malformed (expected {rows} rows)",
+    )
+    _expect(
+        bool(np.all((indices >= 0) & (indices < cols))),
+        f"sparse matrix {name!r} has a column index outside 0..{cols - 1}",
+    )
+    _expect(bool(np.isfinite(values).all()), f"array {name!r} has non-finite values")
+    return sparse.csr_array(
+        (values.astype(np.float64), indices.astype(np.int64), indptr.astype(np.int64)),
+        shape=shape,
+    )
+
+
+def _names(data, name: str) -> set[str]:
+    """The archive members of matrix ``name`` (dense or CSR)."""
+    if f"{name}.data" in data.files:
+        return {f"{name}.data", f"{name}.indices", f"{name}.indptr"}
+    return {name}
 
 
 def _member(data, name: str) -> np.ndarray:
@@ -194,7 +249,7 @@ def _parse(raw_header: Any, data) -> Model:
             raise _Invalid(str(err)) from None
     d = len(header["residual"])
     w_e = _array(data, "w_e", (len(vocab), d))
-    w_p = _array(data, "w_p", (d, len(features)))
+    w_p = _matrix(data, "w_p", (d, len(features)))
     inputs = header.get("inputs", [])
     _expect(
         isinstance(inputs, list) and all(isinstance(name, str) for name in inputs),
@@ -230,10 +285,10 @@ def _parse(raw_header: Any, data) -> Model:
             )
             heads.append(
                 Head(
-                    _array(data, f"{prefix}.w_q", (dk, d)),
-                    _array(data, f"{prefix}.w_k", (dk, d)),
-                    _array(data, f"{prefix}.w_v", (dv, d)),
-                    _array(data, f"{prefix}.w_o", (d, dv)),
+                    _matrix(data, f"{prefix}.w_q", (dk, d)),
+                    _matrix(data, f"{prefix}.w_k", (dk, d)),
+                    _matrix(data, f"{prefix}.w_v", (dv, d)),
+                    _matrix(data, f"{prefix}.w_o", (d, dv)),
                     scale,
                     bias,
                     hs["weighting"],
@@ -266,9 +321,9 @@ def _parse(raw_header: Any, data) -> Model:
                 f"{prefix}: norm_groups must be disjoint lists of hidden-unit indices",
             )
             mlp = MLP(
-                _array(data, f"{prefix}.w1", (hidden, d)),
+                _matrix(data, f"{prefix}.w1", (hidden, d)),
                 _array(data, f"{prefix}.b1", (hidden,)),
-                _array(data, f"{prefix}.w2", (d, hidden)),
+                _matrix(data, f"{prefix}.w2", (d, hidden)),
                 _array(data, f"{prefix}.b2", (d,)),
                 list(ms["activations"]),
                 labels,
@@ -286,16 +341,19 @@ def _parse(raw_header: Any, data) -> Model:
         accept is None or any(o.name == accept and o.rule == "bool" for o in outputs),
         f"the acceptance output {accept!r} is not a Boolean output",
     )
-    expected = {"header", "w_e", "w_p"} | {f"output{k}.weights" for k in range(len(outputs))}
+    expected = {"header", "w_e"} | _names(data, "w_p")
+    expected |= {f"output{k}.weights" for k in range(len(outputs))}
     if inputs:
         expected.add("w_x")
     for l_index, layer in enumerate(layers):
         for h_index in range(len(layer.heads)):
-            expected |= {
-                f"layer{l_index}.head{h_index}.{key}" for key in ("w_q", "w_k", "w_v", "w_o")
-            }
+            for key in ("w_q", "w_k", "w_v", "w_o"):
+                expected |= _names(data, f"layer{l_index}.head{h_index}.{key}")
         if layer.mlp is not None:
-            expected |= {f"layer{l_index}.mlp.{key}" for key in ("w1", "b1", "w2", "b2")}
+            expected |= {f"layer{l_index}.mlp.b1", f"layer{l_index}.mlp.b2"}
+            expected |= _names(data, f"layer{l_index}.mlp.w1") | _names(
+                data, f"layer{l_index}.mlp.w2"
+            )
     extra = sorted(set(data.files) - expected)
     _expect(not extra, f"unexpected array(s) for parts the header does not declare: {extra}")
     g = header["guarantee"]
@@ -320,6 +378,10 @@ def _parse(raw_header: Any, data) -> Model:
 
 
 def _rows(data, name: str) -> int:
+    if f"{name}.indptr" in data.files:
+        indptr = _member(data, f"{name}.indptr")
+        _expect(indptr.ndim == 1 and len(indptr) >= 1, f"sparse matrix {name!r} is malformed")
+        return len(indptr) - 1
     array = _member(data, name)
     _expect(array.ndim == 2, f"array {name!r} is not a matrix")
     return int(array.shape[0])

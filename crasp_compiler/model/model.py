@@ -25,6 +25,11 @@ replaced by ``(z_g − mean z_g) / std z_g`` (population std, ε = 0, no gain or
 group with zero variance becomes 0); units in no group pass through unchanged. On a pair
 ``(z, −z)`` it gives ``(sign z, −sign z)`` at any scale of z.
 
+Weight matrices are dense ``numpy`` arrays, or ``scipy.sparse.csr_array`` when a dense
+one would be large (:data:`DENSE_LIMIT` entries): compiled models are mostly zeros, and
+programs such as Beneš routing at n = 64 have residual widths in the hundreds of
+thousands. Every runtime accepts both (:func:`matmul_t`, :func:`dense`).
+
 Decision rules turn an output into a value: ``bool`` is ``out > 0.5``; ``count`` is
 ``round(out · (t + 1))`` (counts are stored scaled by ``1/(t+1)``); ``int`` is
 ``round(out)``; ``value`` is the raw number.
@@ -32,24 +37,98 @@ Decision rules turn an output into a value: ``bool`` is ``out > 0.5``; ``count``
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+from scipy import sparse
+
+from crasp_compiler.errors import CraspError
 
 ACTIVATIONS = ("relu", "heaviside", "gelu")
 WEIGHTINGS = ("softmax", "hard", "hard-left", "hard-right")
 MASKS = ("causal", "strict", "past", "strict-past", "none")
 RULES = ("bool", "count", "int", "value")
 BOS = "<bos>"
+# A weight matrix with more entries than this is assembled as a CSR sparse matrix.
+DENSE_LIMIT = 1 << 16
+
+Matrix = np.ndarray | sparse.csr_array
+
+
+def is_sparse(w: Matrix) -> bool:
+    return sparse.issparse(w)
+
+
+def dense(w: Matrix) -> np.ndarray:
+    """``w`` as a dense array."""
+    return w.toarray() if sparse.issparse(w) else w
+
+
+def matrix(shape: tuple[int, int], rows, cols, values) -> Matrix:
+    """The matrix with ``values`` summed at (``rows``, ``cols``): dense up to
+    :data:`DENSE_LIMIT` entries, CSR beyond."""
+    rows, cols = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
+    values = np.asarray(values, dtype=np.float64)
+    if shape[0] * shape[1] <= DENSE_LIMIT:
+        out = np.zeros(shape)
+        np.add.at(out, (rows, cols), values)
+        return out
+    out = sparse.csr_array(sparse.coo_array((values, (rows, cols)), shape=shape))
+    out.sum_duplicates()
+    out.eliminate_zeros()
+    return out
+
+
+def matmul_t(x: np.ndarray, w: Matrix) -> np.ndarray:
+    """``x @ w.T`` over the last axis of ``x``, for dense or sparse ``w``."""
+    if not sparse.issparse(w):
+        return x @ w.T
+    flat = x.reshape(-1, x.shape[-1])
+    return np.asarray(w @ flat.T).T.reshape(*x.shape[:-1], w.shape[0])
+
+
+# The torch module and the exports hold dense weights: at most this many parameters.
+TORCH_DENSE_LIMIT = 1 << 27
+
+
+def require_dense(model: Model, what: str) -> None:
+    """CraspError when ``model`` is too large to hold densely (``what`` needs that)."""
+    count = model.parameter_count()
+    if count > TORCH_DENSE_LIMIT:
+        raise CraspError(
+            f"{what} holds dense weights, and this model has {count:,} parameters "
+            f"({count * 8 / 2**30:.1f} GiB in float64; {model.nonzero_count():,} nonzero); "
+            "run it with the numpy executor (`crasp run`, runtime.numpy_exec.run), which "
+            "keeps large matrices sparse"
+        )
+
+
+def densified(model: Model) -> Model:
+    """``model`` with every weight matrix dense (the same object when none is sparse)."""
+    if not model.is_sparse():
+        return model
+    layers = []
+    for layer in model.layers:
+        heads = [
+            replace(h, **{k: dense(getattr(h, k)) for k in ("w_q", "w_k", "w_v", "w_o")})
+            for h in layer.heads
+        ]
+        mlp = layer.mlp and replace(layer.mlp, w1=dense(layer.mlp.w1), w2=dense(layer.mlp.w2))
+        layers.append(Layer(heads, mlp))
+    return replace(model, w_p=dense(model.w_p), layers=layers)
+
+
+def any_nonzero(w: Matrix) -> bool:
+    return bool(w.count_nonzero()) if sparse.issparse(w) else bool(np.any(w))
 
 
 @dataclass
 class Head:
-    w_q: np.ndarray  # (dk, d)
-    w_k: np.ndarray  # (dk, d)
-    w_v: np.ndarray  # (dv, d)
-    w_o: np.ndarray  # (d, dv)
+    w_q: Matrix  # (dk, d)
+    w_k: Matrix  # (dk, d)
+    w_v: Matrix  # (dv, d)
+    w_o: Matrix  # (d, dv)
     scale: float = 1.0
     bias: dict[int, float] = field(default_factory=dict)
     weighting: str = "softmax"
@@ -59,15 +138,15 @@ class Head:
     @property
     def is_uniform(self) -> bool:
         """True when every score is 0, so any weighting is the uniform average."""
-        no_scores = not np.any(self.w_q) or not np.any(self.w_k) or self.scale == 0
+        no_scores = not any_nonzero(self.w_q) or not any_nonzero(self.w_k) or self.scale == 0
         return no_scores and not any(self.bias.values())
 
 
 @dataclass
 class MLP:
-    w1: np.ndarray  # (h, d)
+    w1: Matrix  # (h, d)
     b1: np.ndarray  # (h,)
-    w2: np.ndarray  # (d, h)
+    w2: Matrix  # (d, h)
     b2: np.ndarray  # (d,)
     activations: list[str]  # one per hidden unit
     labels: list[str] = field(default_factory=list)  # one per hidden unit
@@ -103,7 +182,7 @@ class Model:
     vocab: list[str]  # vocab[0] is BOS
     w_e: np.ndarray  # (V, d)
     features: list[str]  # positional feature names
-    w_p: np.ndarray  # (d, F)
+    w_p: Matrix  # (d, F)
     layers: list[Layer]
     outputs: list[Output]
     residual: list[str]  # label of each residual dimension
@@ -142,7 +221,27 @@ class Model:
             if layer.mlp:
                 m = layer.mlp
                 arrays += [m.w1, m.b1, m.w2, m.b2]
-        return int(sum(a.size for a in arrays))
+        return int(sum(np.prod(a.shape) for a in arrays))
+
+    def nonzero_count(self) -> int:
+        """The number of nonzero weights."""
+        arrays = [self.w_e, self.w_p, self.numeric_weights] + [o.weights for o in self.outputs]
+        for layer in self.layers:
+            arrays += [m for h in layer.heads for m in (h.w_q, h.w_k, h.w_v, h.w_o)]
+            if layer.mlp:
+                arrays += [layer.mlp.w1, layer.mlp.b1, layer.mlp.w2, layer.mlp.b2]
+        return int(
+            sum(a.count_nonzero() if sparse.issparse(a) else np.count_nonzero(a) for a in arrays)
+        )
+
+    def is_sparse(self) -> bool:
+        """Whether any weight matrix is stored sparse."""
+        arrays = [self.w_p]
+        for layer in self.layers:
+            arrays += [m for h in layer.heads for m in (h.w_q, h.w_k, h.w_v, h.w_o)]
+            if layer.mlp:
+                arrays += [layer.mlp.w1, layer.mlp.w2]
+        return any(sparse.issparse(a) for a in arrays)
 
     def token_ids(self, tokens: list[str]) -> list[int]:
         """Map tokens (without BOS) to vocabulary ids; ValueError names a bad token."""

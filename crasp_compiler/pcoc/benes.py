@@ -26,7 +26,9 @@ The construction, for ``p = 2^k`` virtual machines and memory ``s = 2^{k−1}`` 
   computation before the send writes the tuples whose destination bit b equals the
   machine's into slots ``0..s−1`` ("stay") and the others into ``s..2s−1`` ("go"),
   compacted by rank (ranks are sums of 0/1 flags; slot j takes the tuple whose key
-  ``rank + 2s·(1 − flag)`` equals j, a comparison with margin 0.5 on integers); the
+  ``rank + 2s·(1 − flag)`` equals j, a comparison with margin 0.5 on integers; each
+  key is made one variable by a ReLU unit first, one MLP layer that keeps the 4s²
+  comparisons from each reading an O(s)-term sum); the
   round then keeps its own first half and receives the partner's second half. Fact 2
   (loads ≤ s) means no tuple is ever dropped; the tests check the total count.
 - **Recombination** (fused into the last collection round): every copy carries the same
@@ -309,7 +311,10 @@ class _Sender:
         keys: list[Expr] = []
         rank: Expr = Num(0.0)
         for z, flag in enumerate(flags):
-            keys.append(self.let("key", Add(rank, Scale(2.0 * self.s, Sub(Num(1.0), flag))), body))
+            key: Expr = Add(rank, Scale(2.0 * self.s, Sub(Num(1.0), flag)))
+            if width > 1:  # read by `width` comparisons: one unit makes it one variable
+                key = Call("relu", (key,))
+            keys.append(self.let("key", key, body))
             if z + 1 < len(flags):
                 rank = self.let("rank", Add(rank, flag), body)
         out = []

@@ -18,7 +18,7 @@ import numpy as np
 
 from crasp_compiler.errors import CraspError
 from crasp_compiler.model.features import feature_matrix
-from crasp_compiler.model.model import MLP, Head, Model
+from crasp_compiler.model.model import MLP, Head, Model, matmul_t
 
 # Score entries materialised at once per head (batch × query rows × keys).
 SCORE_BUDGET = 1 << 23
@@ -80,14 +80,14 @@ def _mask(head: Head, rows: np.ndarray, cols: np.ndarray, lengths: np.ndarray) -
 
 def _attend(head: Head, x: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Σ_s α_ts W_V x_s for every query t, shape (B, T, dv)."""
-    v = x @ head.w_v.T
+    v = matmul_t(x, head.w_v)
     batch, size, _ = x.shape
     if head.is_uniform and head.mask == "causal" and head.weighting in ("softmax", "hard"):
         # Accumulate in float64: a float32 running sum stops counting at 2^24.
         sums = np.cumsum(v, axis=1, dtype=np.float64)
         return (sums / np.arange(1, size + 1)[None, :, None]).astype(x.dtype)
-    q = x @ head.w_q.T
-    k = x @ head.w_k.T
+    q = matmul_t(x, head.w_q)
+    k = matmul_t(x, head.w_k)
     tolerance = HARD_TOLERANCE[x.dtype.type]
     if _keys_only_at_bos(head, k, lengths):
         return _bos_keyed(head, q, k, v, tolerance).astype(x.dtype)
@@ -195,8 +195,8 @@ def _bos_keyed(head: Head, q: np.ndarray, k: np.ndarray, v: np.ndarray, toleranc
 
 
 def _mlp(mlp: MLP, x: np.ndarray) -> np.ndarray:
-    hidden = _activate(_normalize(x @ mlp.w1.T + mlp.b1, mlp.norm_groups), mlp.activations)
-    return hidden @ mlp.w2.T + mlp.b2
+    hidden = _activate(_normalize(matmul_t(x, mlp.w1) + mlp.b1, mlp.norm_groups), mlp.activations)
+    return matmul_t(hidden, mlp.w2) + mlp.b2
 
 
 def run(
@@ -241,7 +241,7 @@ def run(
         ids[row, 1 : 1 + len(seq)] = seq
     x = (
         model.w_e.astype(dtype)[ids]
-        + (feature_matrix(model.features, size) @ model.w_p.T).astype(dtype)[None]
+        + matmul_t(feature_matrix(model.features, size), model.w_p).astype(dtype)[None]
     )
     if model.inputs or values is not None:
         numeric = numeric_matrix(model.inputs, lengths, values)
@@ -252,7 +252,7 @@ def run(
             update = np.zeros_like(x)
             for head in layer.heads:
                 cast = _cast_head(head, dtype)
-                update += _attend(cast, x, lengths) @ cast.w_o.T
+                update += matmul_t(_attend(cast, x, lengths), cast.w_o)
             x = x + update
             if residuals:
                 trace.append((f"layer {number} attention", x.copy()))

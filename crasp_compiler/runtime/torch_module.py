@@ -30,7 +30,17 @@ from torch import nn
 
 from crasp_compiler.errors import CraspError
 from crasp_compiler.model.features import feature_matrix
-from crasp_compiler.model.model import MLP, Guarantee, Head, Layer, Model, Output, token_ids
+from crasp_compiler.model.model import (
+    MLP,
+    Guarantee,
+    Head,
+    Layer,
+    Model,
+    Output,
+    dense,
+    require_dense,
+    token_ids,
+)
 from crasp_compiler.runtime.numpy_exec import HARD_TOLERANCE, SCORE_BUDGET, numeric_matrix
 
 
@@ -61,7 +71,7 @@ class PositionalFeatures(nn.Module):
     def __init__(self, names: list[str], w_p: np.ndarray) -> None:
         super().__init__()
         self.names = list(names)
-        self.w_p = nn.Parameter(torch.tensor(w_p))
+        self.w_p = nn.Parameter(torch.tensor(dense(w_p)))
 
     def forward(self, size: int) -> torch.Tensor:
         table = torch.tensor(feature_matrix(self.names, size), device=self.w_p.device)
@@ -75,7 +85,7 @@ class AttentionHead(nn.Module):
     def __init__(self, head: Head) -> None:
         super().__init__()
         for key in ("w_q", "w_k", "w_v", "w_o"):
-            setattr(self, key, nn.Parameter(torch.tensor(getattr(head, key))))
+            setattr(self, key, nn.Parameter(torch.tensor(dense(getattr(head, key)))))
         self.scale = float(head.scale)
         self.bias = dict(head.bias)
         self.weighting = head.weighting
@@ -245,7 +255,7 @@ class FeedForward(nn.Module):
     def __init__(self, mlp: MLP) -> None:
         super().__init__()
         for key in ("w1", "b1", "w2", "b2"):
-            setattr(self, key, nn.Parameter(torch.tensor(getattr(mlp, key))))
+            setattr(self, key, nn.Parameter(torch.tensor(dense(getattr(mlp, key)))))
         self.activations = list(mlp.activations)
         self.labels = list(mlp.labels)
         self.norm_groups = [list(g) for g in mlp.norm_groups]
@@ -288,6 +298,7 @@ class TorchTransformer(nn.Module):
 
     def __init__(self, model: Model) -> None:
         super().__init__()
+        require_dense(model, "the torch module")
         self.embed = Embedding(model.w_e)
         self.pos = PositionalFeatures(model.features, model.w_p)
         # only a model with numeric inputs has this submodule (and numeric.w_x)
