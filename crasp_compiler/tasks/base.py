@@ -1,0 +1,115 @@
+"""The task interface shared by the registry, the training harness and the comparison.
+
+A :class:`SequenceTask` maps token sequences to a label at every scored position; a
+:class:`NumericTask` maps a vector of n reals to n reals. Both draw examples with a
+``numpy.random.Generator`` so every data set is reproducible from a seed.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+PROGRAMS = Path(__file__).parent / "programs"
+
+FAMILIES = ("regular", "algorithmic", "numeric", "chomsky")
+# Expressivity classes of the C-RASP paper (Tables 2 and 3): the smallest class with a
+# program, or "none" (no program exists or none was found).
+CLASSES = ("C-RASP[∅]", "C-RASP[periodic,local]", "none")
+
+
+@dataclass(frozen=True)
+class Example:
+    """One sequence: the model input (special tokens included) and, per position, the
+    label the model must output there (``None``: not scored). ``length`` is the task's
+    LEN (the quantity the length bins use)."""
+
+    tokens: tuple[str, ...]
+    targets: tuple[str | None, ...]
+    length: int
+
+    def __post_init__(self) -> None:
+        if len(self.tokens) != len(self.targets):
+            raise ValueError("one target per token")
+
+
+@dataclass(frozen=True)
+class NumericExample:
+    """n input values and the n target values (one per machine / position)."""
+
+    inputs: np.ndarray
+    targets: np.ndarray
+
+
+@dataclass
+class Task(ABC):
+    name: str
+    family: str
+    description: str
+    # the smallest C-RASP class with a program (or "none"); numeric tasks: "PCOC"
+    crasp_class: str = "none"
+    # file name under tasks/programs (C-RASP ".cr" or PCOC ".pcoc"), or None
+    program: str | None = None
+    notes: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def program_path(self) -> Path | None:
+        return None if self.program is None else PROGRAMS / self.program
+
+
+@dataclass
+class SequenceTask(Task):
+    """Token sequences with per-position labels.
+
+    ``vocab``: every input token (specials included, in a fixed order); ``labels``: every
+    output class. ``min_length``/``train_max``: the training range of LEN. ``encoder``:
+    the model may look at the whole sequence (Chomsky tasks); otherwise causal.
+    """
+
+    vocab: tuple[str, ...] = ()
+    labels: tuple[str, ...] = ()
+    min_length: int = 1
+    train_max: int = 50
+    encoder: bool = False
+
+    @abstractmethod
+    def sample(self, rng: np.random.Generator, length: int) -> Example:
+        """A random example of LEN ``length`` (from the task's generator)."""
+
+    def compiled_labels(
+        self, examples: list[Example], backend: str = "compiled"
+    ) -> list[list[str | None]]:
+        """The labels the task's program gives at every position of every example
+        (aligned with ``Example.tokens``; ``None`` where the example's target is
+        ``None``). ``backend``: ``"interpreter"`` (the reference interpreter) or
+        ``"compiled"`` (the compiled model on the numpy executor, compiled once and
+        cached). Tasks with a program override this."""
+        raise NotImplementedError(f"task {self.name!r} has no program")
+
+
+@dataclass
+class NumericTask(Task):
+    """Vectors of ``n`` reals: training values uniform in ``[-value_range, value_range]``,
+    test values scaled by a factor ``c`` (value generalisation)."""
+
+    value_range: float = 2.0
+
+    @abstractmethod
+    def target(self, inputs: np.ndarray) -> np.ndarray:
+        """The n target values for n inputs."""
+
+    def compiled_values(
+        self, inputs: np.ndarray, mode: str = "hard", backend: str = "compiled"
+    ) -> np.ndarray:
+        """The program's outputs for a batch ``inputs`` of shape (batch, n): the PCOC
+        interpreter (``backend="interpreter"``) or the model compiled for n machines
+        (``mode`` hard or softmax; compiled once per (n, mode) and cached)."""
+        raise NotImplementedError(f"task {self.name!r} has no program")
+
+    def sample(self, rng: np.random.Generator, n: int, scale: float = 1.0) -> NumericExample:
+        inputs = scale * rng.uniform(-self.value_range, self.value_range, size=n)
+        return NumericExample(inputs, self.target(inputs))

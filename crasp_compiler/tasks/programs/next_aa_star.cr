@@ -1,0 +1,6 @@
+// Next symbols of (aa)* over {a} after a valid prefix: {a}, plus EOS iff the prefix has even length. C-RASP[periodic].
+alphabet "a"
+// positions are 0-indexed: the prefix up to position i has i + 1 symbols (the empty prefix is i = -1)
+NEXT_a = true
+NEXT_EOS = i % 2 == 1
+output NEXT_a, NEXT_EOS

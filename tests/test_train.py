@@ -1,0 +1,418 @@
+"""The training harness (:mod:`crasp_compiler.train`) on small tasks defined here.
+
+Checked: model shapes, causal masking and padding; the four positional encodings (APE
+offsets, sorted randomized positions, sinusoid values); the positional numeric model's
+attention does not depend on the data (the standard one's does); tensors, bins and test
+sets of the data module; the metrics; short training runs on a sequence task and a numeric
+task write the three files with the documented keys, the loss falls on an easy task,
+``load`` reproduces the trained model's outputs, runs are deterministic by seed, and a
+parameter filter freezes the other weights.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import torch
+
+from crasp_compiler.errors import CraspError
+from crasp_compiler.tasks.base import Example, NumericTask, SequenceTask
+from crasp_compiler.train import (
+    NumericModel,
+    NumericModelConfig,
+    SequenceModel,
+    SequenceModelConfig,
+    TrainConfig,
+    load,
+    load_config,
+    train,
+)
+from crasp_compiler.train.data import (
+    IGNORE,
+    default_bins,
+    encode,
+    feasible_lengths,
+    make_numeric_test_sets,
+    make_test_sets,
+)
+from crasp_compiler.train.evaluate import numeric_metrics, predict, same_where_scored
+from crasp_compiler.train.models import sinusoid
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@dataclass
+class Majority(SequenceTask):
+    """Label at each position: does ``a`` lead in the prefix? Its "program" is the truth."""
+
+    def sample(self, rng: np.random.Generator, length: int) -> Example:
+        tokens = tuple(str(t) for t in rng.choice(["a", "b"], size=length))
+        lead, targets = 0, []
+        for token in tokens:
+            lead += 1 if token == "a" else -1
+            targets.append("1" if lead > 0 else "0")
+        return Example(tokens, tuple(targets), length)
+
+    def compiled_labels(self, examples, backend="compiled"):
+        return [list(ex.targets) for ex in examples]
+
+
+@dataclass
+class Copy(SequenceTask):
+    """Label = the current token after a ``<s>`` (unscored); even LEN only."""
+
+    def sample(self, rng: np.random.Generator, length: int) -> Example:
+        body = tuple(str(t) for t in rng.choice(["a", "b", "c"], size=length))
+        return Example(("<s>", *body), (None, *body), length)
+
+    def lengths(self, lo: int, hi: int) -> list[int]:
+        return [n for n in range(max(lo, self.min_length), hi + 1) if n % 2 == 0]
+
+
+@dataclass
+class CumSum(NumericTask):
+    def target(self, inputs: np.ndarray) -> np.ndarray:
+        return np.cumsum(inputs)
+
+    def compiled_values(self, inputs, mode="hard", backend="compiled"):
+        return np.cumsum(inputs, axis=1)
+
+
+def majority(**kw) -> Majority:
+    args = dict(name="toy-majority", family="regular", description="prefix majority")
+    args |= dict(program="toy.cr", vocab=("a", "b"), labels=("0", "1"), train_max=8)
+    return Majority(**(args | kw))
+
+
+def copy_task() -> Copy:
+    return Copy(
+        name="toy-copy",
+        family="algorithmic",
+        description="copy the token",
+        vocab=("<s>", "a", "b", "c"),
+        labels=("a", "b", "c"),
+        min_length=2,
+        train_max=8,
+    )
+
+
+def cumsum() -> CumSum:
+    return CumSum(name="toy-cumsum", family="numeric", description="prefix sums", program="x")
+
+
+SEQUENCE_KEYS = {
+    "task", "family", "kind", "model_class", "config", "model_config", "device",
+    "n_parameters", "n_trainable", "steps", "early_stopped", "wall_time_s", "eval_time_s",
+    "final_loss", "loss_history", "eval_history", "compiled_error", "bins", "test_size",
+    "max_positions", "accuracy", "compiled_accuracy", "agreement",
+}  # fmt: skip
+SEQUENCE_ONLY = {"bins", "max_positions", "accuracy", "compiled_accuracy", "agreement"}
+NUMERIC_KEYS = SEQUENCE_KEYS - SEQUENCE_ONLY | {"n", "scales", "metrics", "compiled_metrics"}
+
+
+def small_model(pe: str, causal: bool = True, **kw) -> SequenceModel:
+    torch.manual_seed(0)
+    config = SequenceModelConfig(
+        vocab_size=3, n_labels=4, d_model=16, n_layers=2, n_heads=2, pe=pe, max_positions=40
+    )
+    config.causal = causal
+    for key, value in kw.items():
+        setattr(config, key, value)
+    return SequenceModel(config).eval()
+
+
+# --- models ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pe", ["ape", "nope", "sin", "random"])
+def test_causal_model_ignores_later_tokens(pe):
+    model = small_model(pe)
+    tokens = torch.tensor([[0, 1, 2, 1, 0, 1, 2], [2, 2, 1, 0, 0, 1, 1]])
+    positions = model.sample_positions(torch.tensor([7, 7]), 7, generator=torch.Generator())
+    changed = tokens.clone()
+    changed[:, 5] = (changed[:, 5] + 1) % 3
+    with torch.no_grad():
+        before, after = model(tokens, positions), model(changed, positions)
+    assert before.shape == (2, 7, 4)
+    torch.testing.assert_close(before[:, :5], after[:, :5])
+    assert not torch.allclose(before[:, 5:], after[:, 5:])
+
+
+def test_encoder_model_sees_later_tokens():
+    model = small_model("ape", causal=False)
+    tokens = torch.tensor([[0, 1, 2, 1, 0]])
+    changed = torch.tensor([[0, 1, 2, 1, 1]])
+    with torch.no_grad():
+        assert not torch.allclose(model(tokens)[:, 0], model(changed)[:, 0])
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_padding_does_not_change_outputs(causal):
+    model = small_model("sin", causal=causal)
+    short, long_ = [0, 2, 1], [1, 1, 0, 2, 2, 0]
+    pad = model.pad_id
+    batch = torch.tensor([short + [pad] * 3, long_])
+    with torch.no_grad():
+        together = model(batch)
+        alone = model(torch.tensor([short]))
+    torch.testing.assert_close(together[0, :3], alone[0])
+
+
+def test_ape_offsets_in_range():
+    model = small_model("ape")
+    lengths = torch.tensor([5, 40, 12, 1] * 50)
+    generator = torch.Generator().manual_seed(1)
+    positions = model.sample_positions(lengths, 40, train=True, generator=generator)
+    assert positions.shape == (200, 40)
+    starts = positions[:, 0]
+    assert (starts >= 0).all() and (starts + lengths <= 40).all()
+    assert (starts[1::4] == 0).all()  # a sequence as long as the table has no room
+    assert len(set(starts[::4].tolist())) > 10  # offsets of the short ones spread out
+    for row, n in zip(positions, lengths.tolist(), strict=True):
+        assert torch.equal(row[:n], row[0] + torch.arange(n))
+    assert positions.max() <= 39
+    test_positions = model.sample_positions(lengths, 40, generator=generator)
+    assert torch.equal(test_positions, torch.arange(40).expand(200, 40))
+    with pytest.raises(CraspError, match="max_positions"):
+        model.sample_positions(torch.tensor([41]), 41)
+
+
+@pytest.mark.parametrize("train_mode", [True, False])
+def test_random_positions_sorted_within_range(train_mode):
+    model = small_model("random")
+    generator = torch.Generator().manual_seed(3)
+    lengths = torch.tensor([9, 4, 9])
+    first = model.sample_positions(lengths, 9, train=train_mode, generator=generator)
+    second = model.sample_positions(lengths, 9, train=train_mode, generator=generator)
+    for positions in (first, second):
+        assert positions.shape == (3, 9)
+        assert (positions[:, 1:] > positions[:, :-1]).all()  # sorted, distinct
+        assert positions.min() >= 0 and positions.max() < 40
+        assert (positions == positions[0]).all()  # one draw per batch
+    assert not torch.equal(first, second)
+    with pytest.raises(CraspError, match="max_positions"):
+        model.sample_positions(torch.tensor([41]), 41)
+
+
+def test_sinusoid_values_and_nope_positions():
+    enc = sinusoid(torch.tensor([0, 3]), 8)
+    assert enc.shape == (2, 8)
+    torch.testing.assert_close(enc[0], torch.tensor([0.0] * 4 + [1.0] * 4))
+    freqs = 10_000 ** (-torch.arange(0, 8, 2).float() / 8)
+    torch.testing.assert_close(enc[1, :4], torch.sin(3 * freqs))
+    torch.testing.assert_close(enc[1, 4:], torch.cos(3 * freqs))
+    assert small_model("nope").sample_positions(torch.tensor([3]), 3) is None
+    assert small_model("nope").pos_table is None and small_model("sin").pos_table is None
+    assert small_model("random", random_base="learned").pos_table.num_embeddings == 40
+
+
+def test_bad_model_configs_raise():
+    with pytest.raises(CraspError, match="positional encoding"):
+        SequenceModelConfig(vocab_size=2, n_labels=2, pe="rope")
+    with pytest.raises(CraspError, match="multiple"):
+        SequenceModelConfig(vocab_size=2, n_labels=2, d_model=10, n_heads=3)
+    with pytest.raises(CraspError, match="numeric model"):
+        NumericModelConfig(kind="graph")
+
+
+@pytest.mark.parametrize("pe", ["onehot", "learned"])
+def test_positional_attention_does_not_depend_on_data(pe):
+    torch.manual_seed(0)
+    model = NumericModel(NumericModelConfig(n=8, kind="positional", d_model=16, pe=pe))
+    assert len(model.layers) == 4  # ceil(log2 8) + 1
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        out, attention = model(x, return_attention=True)
+        out2, attention2 = model(5 * torch.randn(3, 8) + 1, return_attention=True)
+    assert out.shape == (3, 8) and len(attention) == 4
+    assert attention[0].shape == (3, 2, 9, 9)  # 8 inputs and the scratchpad
+    for a, b in zip(attention, attention2, strict=True):
+        torch.testing.assert_close(a, b)
+    assert not torch.allclose(out, out2)
+    assert model(torch.randn(2, 5)).shape == (2, 5)  # fewer values than n
+    with pytest.raises(CraspError):
+        model(torch.randn(2, 9))
+
+
+def test_standard_attention_depends_on_data():
+    torch.manual_seed(0)
+    model = NumericModel(NumericModelConfig(n=4, kind="standard", d_model=16, n_layers=2))
+    with torch.no_grad():
+        _, attention = model(torch.randn(2, 4), return_attention=True)
+        _, attention2 = model(torch.randn(2, 4), return_attention=True)
+    assert not torch.allclose(attention[0], attention2[0])
+
+
+# --- data and metrics --------------------------------------------------------------------
+
+
+def test_encode_pads_and_ignores():
+    task = copy_task()
+    examples = [task.sample(np.random.default_rng(0), 2), task.sample(np.random.default_rng(1), 4)]
+    batch = encode(task, examples)
+    assert batch.tokens.shape == (2, 5) and batch.lengths.tolist() == [3, 5]
+    assert batch.tokens[0, 3:].tolist() == [4, 4]  # the padding id is len(vocab)
+    assert batch.labels[0].tolist()[0] == IGNORE and batch.labels[0, 3:].tolist() == [IGNORE] * 2
+    assert batch.labels[1, 1:].tolist() == [task.labels.index(t) for t in examples[1].tokens[1:]]
+    bad = Example(("<s>", "z"), (None, "a"), 1)
+    with pytest.raises(CraspError, match="'z'"):
+        encode(task, [bad])
+
+
+def test_bins_and_test_sets():
+    task = majority()
+    assert default_bins(majority(train_max=50)) == [(1, 50), (51, 100), (101, 150), (151, 500)]
+    assert default_bins(task) == [(1, 8), (9, 100), (101, 150), (151, 500)]
+    assert default_bins(task, train_max=120) == [(1, 120), (121, 150), (151, 500)]
+    assert feasible_lengths(copy_task(), 1, 9) == [2, 4, 6, 8]
+    sets = make_test_sets(task, [(1, 8), (9, 12), (30, 20)], 50, seed=5)
+    assert list(sets) == ["1-8", "9-12"]  # an empty bin is left out
+    assert all(9 <= ex.length <= 12 for ex in sets["9-12"])
+    assert len({ex.length for ex in sets["1-8"]}) > 4
+    again = make_test_sets(task, [(1, 8), (9, 12)], 50, seed=5)
+    assert again["9-12"] == sets["9-12"]
+    assert make_test_sets(task, [(1, 8)], 50, seed=6)["1-8"] != sets["1-8"]
+    numeric = make_numeric_test_sets(cumsum(), 8, [1, 10], 20, seed=0)
+    inputs, targets = numeric["10"]
+    assert inputs.shape == (20, 8) and np.abs(inputs).max() > 2
+    np.testing.assert_allclose(targets, np.cumsum(inputs, axis=1))
+
+
+def test_metrics():
+    targets = [np.array([IGNORE, 1, 0]), np.array([0, 0, IGNORE])]
+    predicted = [np.array([2, 1, 0]), np.array([0, 1, 1])]
+    assert same_where_scored(targets, predicted, targets).tolist() == [True, False]
+    other = [np.array([0, 1, 0]), np.array([0, 1, 0])]
+    assert same_where_scored(targets, predicted, other).tolist() == [True, True]
+    m = numeric_metrics(np.array([[1.0, 2.0], [0.0, 10.4]]), np.array([[1.0, 2.5], [0.0, 10.0]]))
+    assert m["mse"] == pytest.approx((0.25 + 0.16) / 4)
+    assert m["mae"] == pytest.approx(0.9 / 4)
+    assert m["rel_error"] == pytest.approx(0.9 / 13.5)
+    assert m["close_accuracy"] == 0.5  # 10.4 is within 0.05 + 5% of 10, 2.0 is not of 2.5
+
+
+# --- training ----------------------------------------------------------------------------
+
+
+def quick(task, out_dir=None, **kw) -> TrainConfig:
+    args = dict(task=task, steps=30, eval_every=10, test_size=40, d_model=16, progress=False)
+    args |= dict(out_dir=None if out_dir is None else str(out_dir), device="cpu")
+    return TrainConfig(**(args | kw))
+
+
+def test_sequence_run_writes_files_and_results(tmp_path):
+    config = quick(majority(), tmp_path, bins=[(1, 8), (9, 16)], early_stop=False)
+    results = train(config)
+    assert {p.name for p in tmp_path.iterdir()} == {
+        "model.safetensors",
+        "config.json",
+        "results.json",
+    }
+    on_disk = json.loads((tmp_path / "results.json").read_text())
+    assert set(on_disk) == SEQUENCE_KEYS
+    assert on_disk["accuracy"] == results["accuracy"]
+    assert set(results["accuracy"]) == {"1-8", "9-16"} == set(results["bins"])
+    assert results["steps"] == 30 and len(results["loss_history"]) == 3
+    assert results["kind"] == "sequence" and results["model_class"] == "SequenceModel"
+    assert results["max_positions"] == 16 and results["compiled_error"] is None
+    # the toy program is the ground truth: compiled accuracy 1, agreement = accuracy
+    assert results["compiled_accuracy"] == {"1-8": 1.0, "9-16": 1.0}
+    assert results["agreement"] == results["accuracy"]
+    assert load_config(tmp_path) == TrainConfig.from_dict(config.to_dict())
+    assert load_config(tmp_path).task == "toy-majority"
+
+
+def test_loss_falls_and_early_stop():
+    task = copy_task()
+    results = train(quick(task, steps=60, eval_every=20, lr=3e-3, early_stop=False, bins=[(2, 8)]))
+    assert results["compiled_accuracy"] is None and results["agreement"] is None
+    assert not results["early_stopped"] and results["steps"] == 60
+    history = [loss for _, loss in results["loss_history"]]
+    assert history[-1] < 0.2 * history[0]  # the loss falls on an easy task
+    results = train(quick(task, steps=400, lr=1e-2, bins=[(2, 8)]))
+    assert results["accuracy"] == {"2-8": 1.0} == {"2-8": results["eval_history"][-1][1]}
+    assert results["early_stopped"] and results["steps"] < 400
+
+
+@pytest.mark.parametrize("pe", ["ape", "random"])
+def test_load_reproduces_predictions(tmp_path, pe):
+    task = majority()
+    config = quick(task, tmp_path, pe=pe, bins=[(1, 8), (9, 16)], n_layers=1)
+    model = SequenceModel(
+        SequenceModelConfig(2, 2, d_model=16, n_layers=1, pe=pe, max_positions=64)
+    )
+    results = train(config, model=model)
+    loaded = load(tmp_path)
+    assert isinstance(loaded, SequenceModel) and loaded.config == model.config
+    examples = make_test_sets(task, [(9, 16)], 30, seed=0)["9-16"]
+    batch = encode(task, examples)
+    generator = torch.Generator().manual_seed(4)
+    positions = model.sample_positions(batch.lengths, 16, generator=generator)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(batch.tokens, positions), model(batch.tokens, positions))
+    assert all(
+        np.array_equal(a, b)
+        for a, b in zip(
+            predict(loaded, task, examples), predict(model, task, examples), strict=True
+        )
+    )
+    assert results["model_config"]["max_positions"] == 64
+
+
+def test_runs_are_deterministic_by_seed(tmp_path):
+    task = majority()
+    runs = [
+        train(quick(task, tmp_path / name, seed=seed, pe="random", early_stop=False))
+        for name, seed in (("a", 1), ("b", 1), ("c", 2))
+    ]
+    assert runs[0]["loss_history"] == runs[1]["loss_history"] != runs[2]["loss_history"]
+    states = [load(tmp_path / name).state_dict() for name in "abc"]
+    assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+    assert not torch.equal(states[0]["head.weight"], states[2]["head.weight"])
+
+
+def test_param_filter_freezes_other_weights():
+    task = majority()
+    torch.manual_seed(0)
+    model = SequenceModel(SequenceModelConfig(2, 2, d_model=16, n_layers=1, max_positions=16))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    results = train(
+        quick(task, bins=[(1, 8)], early_stop=False, steps=5),
+        model=model,
+        param_filter=lambda name, _: name.startswith("head."),
+    )
+    after = model.state_dict()
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed == {"head.weight", "head.bias"}
+    assert results["n_trainable"] == 16 * 2 + 2 < results["n_parameters"]
+
+
+def test_numeric_run(tmp_path):
+    results = train(quick(cumsum(), tmp_path, test_size=100, scales=(1, 2, 10), steps=40))
+    assert set(json.loads((tmp_path / "results.json").read_text())) == NUMERIC_KEYS
+    assert set(results["metrics"]) == {"1", "2", "10"} == set(results["compiled_metrics"])
+    assert results["compiled_metrics"]["10"]["mse"] == 0.0
+    assert results["compiled_metrics"]["10"]["close_accuracy"] == 1.0
+    mse = [results["metrics"][c]["mse"] for c in ("1", "10")]
+    assert 0 < mse[0] < mse[1]
+    history = [loss for _, loss in results["loss_history"]]
+    assert history[-1] < history[0]
+    assert results["model_config"]["n_layers"] == 4 and results["n"] == 8
+    model = load(tmp_path)
+    assert isinstance(model, NumericModel) and model.config.kind == "positional"
+    standard = train(quick(cumsum(), numeric_kind="standard", steps=2, scales=(1,)))
+    assert standard["model_config"]["kind"] == "standard"
+
+
+def test_bad_training_configs_raise(tmp_path):
+    with pytest.raises(CraspError, match="steps"):
+        train(quick(majority(), steps=0))
+    with pytest.raises(CraspError, match="feasible"):
+        train(quick(copy_task(), bins=[(3, 3)]))
+    with pytest.raises(CraspError, match=r"config\.json"):
+        load(tmp_path)
+    with pytest.raises(CraspError, match="unknown TrainConfig"):
+        TrainConfig.from_dict({"task": "x", "colour": 1})
