@@ -286,6 +286,10 @@ def _train_sequence(
     if not test_sets:
         raise CraspError(f"task {task.name!r}: no bin has a feasible length")
     longest = max(len(ex.tokens) for examples in test_sets.values() for ex in examples)
+    lengths = feasible_lengths(task, task.min_length, train_max)
+    if lengths:  # the training sequences need positions too
+        sample = task.sample(np.random.default_rng(config.seed), lengths[-1])
+        longest = max(longest, len(sample.tokens))
     max_positions = config.max_positions or (
         max(longest, RANDOM_PE_POSITIONS) if config.pe == "random" else longest
     )
