@@ -126,16 +126,16 @@ def test_tasks_filters_by_family():
 # ------------------------------------------------------------------ train
 
 
-def test_train_writes_the_files_and_prints_the_table(tmp_path):
-    with CliRunner().isolated_filesystem(temp_dir=tmp_path):
-        result = ok("train", "tomita2", *TINY, "--pe", "nope", "--seed", 3, "--bins", "1-8,9-16")
-        out = Path("runs/tomita2-nope-seed3")
-        assert sorted(p.name for p in out.iterdir()) == [
-            "config.json",
-            "model.safetensors",
-            "results.json",
-        ]
-        results = json.loads((out / "results.json").read_text())
+def test_train_writes_the_files_and_prints_the_table(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the default output directory is relative: runs/...
+    result = ok("train", "tomita2", *TINY, "--pe", "nope", "--seed", 3, "--bins", "1-8,9-16")
+    out = Path("runs/tomita2-nope-seed3")
+    assert sorted(p.name for p in out.iterdir()) == [
+        "config.json",
+        "model.safetensors",
+        "results.json",
+    ]
+    results = json.loads((out / "results.json").read_text())
     assert results["steps"] == 3
     assert results["config"]["pe"] == "nope" and results["config"]["seed"] == 3
     assert results["config"]["train_max"] == 8  # capped at the end of the first bin
