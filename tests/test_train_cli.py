@@ -253,6 +253,17 @@ def test_sweep_ray_address_without_ray(tmp_path):
     assert "ray is not installed" in user_error("sweep", path, "--ray-address", "auto").stderr
 
 
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")
+def test_sweep_as_ray_tasks(tmp_path):
+    """With ray installed (the `ray` extra), each run is a task on a local Ray instance."""
+    path = tmp_path / "grid.toml"
+    path.write_text(GRID)
+    result = ok("sweep", path, "--ray-address", "local")
+    runs = sorted(p.parent.name for p in (tmp_path / "runs").glob("*/results.json"))
+    assert len(runs) == 2
+    assert "2 of 2 runs finished" in result.output
+
+
 # ------------------------------------------------------------------ finetune
 
 
