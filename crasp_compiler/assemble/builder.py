@@ -30,7 +30,7 @@ import numpy as np
 from crasp_compiler.assemble.assemble import assemble_layers
 from crasp_compiler.cookbook.blocks import Block, Exactness, FFNBlock, Form, HeadBlock, Unit, var
 from crasp_compiler.model.features import check_feature
-from crasp_compiler.model.model import BOS, RULES, Guarantee, Model, Output, dense, matrix
+from crasp_compiler.model.model import BOS, RULES, Guarantee, Model, Output, densified, matrix
 
 BOS_VAR, NONBOS_VAR = "BOS", "nonbos"
 
@@ -160,8 +160,8 @@ class Builder:
         if unknown:
             raise ValueError(f"model {prefix!r} has symbols outside the alphabet: {unknown}")
         exact = Exactness(f"{prefix}: {model.guarantee.text}", max_len=model.guarantee.max_len)
+        model = densified(model)
         row = {symbol: k for k, symbol in enumerate(model.vocab)}
-        w_p = dense(model.w_p)
         current: list[Form] = []
         for k, label in enumerate(model.residual):
             column = model.w_e[:, k]
@@ -170,8 +170,8 @@ class Builder:
                 values = {s: float(column[row[s]]) for s in self.vocab[1:] if s in row}
                 form = self.embed(f"{prefix}:{k}:{label}", values, bos=float(column[0]))
             for f, name in enumerate(model.features):
-                if w_p[k, f]:
-                    form = form + float(w_p[k, f]) * self.feature(name)
+                if model.w_p[k, f]:
+                    form = form + float(model.w_p[k, f]) * self.feature(name)
             current.append(form)
 
         def read(row_weights: np.ndarray) -> Form:
@@ -186,7 +186,7 @@ class Builder:
         for number, layer in enumerate(model.layers, start=1):
             updates: list[tuple[int, str]] = []
             for h, head in enumerate(layer.heads):
-                mixed = dense(head.w_o) @ dense(head.w_v)  # residual <- residual via this head
+                mixed = head.w_o @ head.w_v  # residual <- residual through this head
                 values = {}
                 for k in np.flatnonzero(np.any(mixed != 0, axis=1)):
                     name = written(f"L{number}h{h}", k)
@@ -194,8 +194,8 @@ class Builder:
                     updates.append((k, name))
                 if values:
                     block = HeadBlock(
-                        query=[read(r) for r in dense(head.w_q)],
-                        key=[read(r) for r in dense(head.w_k)],
+                        query=[read(r) for r in head.w_q],
+                        key=[read(r) for r in head.w_k],
                         values=values,
                         exact=exact,
                         bias=dict(head.bias),
@@ -210,18 +210,18 @@ class Builder:
             if layer.mlp is None:
                 continue
             mlp = layer.mlp
-            w1, w2 = dense(mlp.w1), dense(mlp.w2)
             units = [
-                Unit(read(w1[u]), float(mlp.b1[u]), mlp.activations[u]) for u in range(len(mlp.b1))
+                Unit(read(mlp.w1[u]), float(mlp.b1[u]), mlp.activations[u])
+                for u in range(len(mlp.b1))
             ]
             outputs: dict[str, dict[int, float]] = {}
             constants: dict[str, float] = {}
             targets = {
                 int(k): written(f"L{number}mlp", int(k))
-                for k in np.flatnonzero(np.any(w2 != 0, axis=1) | (mlp.b2 != 0))
+                for k in np.flatnonzero(np.any(mlp.w2 != 0, axis=1) | (mlp.b2 != 0))
             }
             for k, name in targets.items():
-                outputs[name] = {int(u): float(w2[k, u]) for u in np.flatnonzero(w2[k])}
+                outputs[name] = {int(u): float(mlp.w2[k, u]) for u in np.flatnonzero(mlp.w2[k])}
                 if mlp.b2[k]:
                     constants[name] = float(mlp.b2[k])
             if targets:

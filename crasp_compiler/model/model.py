@@ -213,35 +213,31 @@ class Model:
                 return out
         raise KeyError(name)
 
-    def parameter_count(self) -> int:
-        arrays = [self.w_e, self.w_p, self.numeric_weights] + [o.weights for o in self.outputs]
-        for layer in self.layers:
-            for h in layer.heads:
-                arrays += [h.w_q, h.w_k, h.w_v, h.w_o]
-            if layer.mlp:
-                m = layer.mlp
-                arrays += [m.w1, m.b1, m.w2, m.b2]
-        return int(sum(np.prod(a.shape) for a in arrays))
-
-    def nonzero_count(self) -> int:
-        """The number of nonzero weights."""
+    def weights(self) -> list[Matrix]:
+        """Every weight array: embeddings, positional and numeric maps, outputs, then each
+        layer's head matrices and MLP weights and biases."""
         arrays = [self.w_e, self.w_p, self.numeric_weights] + [o.weights for o in self.outputs]
         for layer in self.layers:
             arrays += [m for h in layer.heads for m in (h.w_q, h.w_k, h.w_v, h.w_o)]
             if layer.mlp:
                 arrays += [layer.mlp.w1, layer.mlp.b1, layer.mlp.w2, layer.mlp.b2]
+        return arrays
+
+    def parameter_count(self) -> int:
+        return int(sum(np.prod(a.shape) for a in self.weights()))
+
+    def nonzero_count(self) -> int:
+        """The number of nonzero weights."""
         return int(
-            sum(a.count_nonzero() if sparse.issparse(a) else np.count_nonzero(a) for a in arrays)
+            sum(
+                a.count_nonzero() if sparse.issparse(a) else np.count_nonzero(a)
+                for a in self.weights()
+            )
         )
 
     def is_sparse(self) -> bool:
         """Whether any weight matrix is stored sparse."""
-        arrays = [self.w_p]
-        for layer in self.layers:
-            arrays += [m for h in layer.heads for m in (h.w_q, h.w_k, h.w_v, h.w_o)]
-            if layer.mlp:
-                arrays += [layer.mlp.w1, layer.mlp.w2]
-        return any(sparse.issparse(a) for a in arrays)
+        return any(sparse.issparse(a) for a in self.weights())
 
     def token_ids(self, tokens: list[str]) -> list[int]:
         """Map tokens (without BOS) to vocabulary ids; ValueError names a bad token."""

@@ -37,7 +37,7 @@ from crasp_compiler.model.model import (
     Layer,
     Model,
     Output,
-    dense,
+    densified,
     require_dense,
     token_ids,
 )
@@ -71,7 +71,7 @@ class PositionalFeatures(nn.Module):
     def __init__(self, names: list[str], w_p: np.ndarray) -> None:
         super().__init__()
         self.names = list(names)
-        self.w_p = nn.Parameter(torch.tensor(dense(w_p)))
+        self.w_p = nn.Parameter(torch.tensor(w_p))
 
     def forward(self, size: int) -> torch.Tensor:
         table = torch.tensor(feature_matrix(self.names, size), device=self.w_p.device)
@@ -85,7 +85,7 @@ class AttentionHead(nn.Module):
     def __init__(self, head: Head) -> None:
         super().__init__()
         for key in ("w_q", "w_k", "w_v", "w_o"):
-            setattr(self, key, nn.Parameter(torch.tensor(dense(getattr(head, key)))))
+            setattr(self, key, nn.Parameter(torch.tensor(getattr(head, key))))
         self.scale = float(head.scale)
         self.bias = dict(head.bias)
         self.weighting = head.weighting
@@ -255,7 +255,7 @@ class FeedForward(nn.Module):
     def __init__(self, mlp: MLP) -> None:
         super().__init__()
         for key in ("w1", "b1", "w2", "b2"):
-            setattr(self, key, nn.Parameter(torch.tensor(dense(getattr(mlp, key)))))
+            setattr(self, key, nn.Parameter(torch.tensor(getattr(mlp, key))))
         self.activations = list(mlp.activations)
         self.labels = list(mlp.labels)
         self.norm_groups = [list(g) for g in mlp.norm_groups]
@@ -299,6 +299,7 @@ class TorchTransformer(nn.Module):
     def __init__(self, model: Model) -> None:
         super().__init__()
         require_dense(model, "the torch module")
+        model = densified(model)
         self.embed = Embedding(model.w_e)
         self.pos = PositionalFeatures(model.features, model.w_p)
         # only a model with numeric inputs has this submodule (and numeric.w_x)

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from crasp_compiler.errors import CraspError
+from crasp_compiler.lower.pcoc import TOKEN
 from crasp_compiler.tasks.base import NumericTask
 from crasp_compiler.tasks.registry import get_task
 
@@ -47,17 +48,11 @@ class FinetuneConfig:
     seed: int = 0
 
 
-def _forward(module, values, output: int):
-    """The module's output slot at the n machine positions, for values (B, n)."""
-    import torch
-
-    batch, n = values.shape
-    ids = torch.zeros(batch, n + 1, dtype=torch.long)
-    ids[:, 1:] = 1  # the single machine token
-    lengths = torch.full((batch,), n, dtype=torch.long)
-    numeric = torch.zeros(batch, n + 1, 1, dtype=torch.float64)
-    numeric[:, 1:, 0] = values
-    return module(ids, lengths, numeric)[:, 1:, output]
+def _forward(module, inputs: np.ndarray, output: int):
+    """The module's output slot at the n machine positions, for inputs (B, n)."""
+    ids, lengths = module.encode([[TOKEN] * inputs.shape[1]] * len(inputs))
+    values = module.encode_values(list(inputs), lengths)
+    return module(ids, lengths, values)[:, 1:, output]
 
 
 def _evaluate(module, task: NumericTask, tests: dict[float, np.ndarray], output: int) -> dict:
@@ -66,7 +61,7 @@ def _evaluate(module, task: NumericTask, tests: dict[float, np.ndarray], output:
     out = {}
     with torch.no_grad():
         for scale, inputs in tests.items():
-            got = _forward(module, torch.tensor(inputs), output).numpy()
+            got = _forward(module, inputs, output).numpy()
             err = got - task.target(inputs)
             out[str(scale)] = {
                 "mse_over_c2": float(np.mean(err**2) / scale**2),
@@ -124,7 +119,7 @@ def finetune(config: FinetuneConfig) -> dict:
             ]
         )
         target = torch.tensor(task.target(inputs))
-        loss = torch.mean((_forward(module, torch.tensor(inputs), output) - target) ** 2)
+        loss = torch.mean((_forward(module, inputs, output) - target) ** 2)
         opt.zero_grad()
         loss.backward()
         opt.step()
