@@ -5,10 +5,11 @@ Exit status: 0 on success, 1 on a user error (message on stderr), 2 on misuse.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -62,10 +63,16 @@ def _load(path: str, alphabet: str | None) -> Program:
     return load_program(path, alphabet.split() if alphabet is not None else None)
 
 
-def input_lines(text: str | None) -> Iterator[tuple[int, list[str]]]:
-    """The inputs to run: the argument, or one per stdin line (blank and // lines skipped)."""
+# A stdin line holding only this token is the empty string (unless it is a symbol).
+EMPTY = "ε"
+
+
+def input_lines(text: str | None) -> Iterator[tuple[int, str, list[str] | CraspError]]:
+    """The inputs to run: the argument (line 0), or one per stdin line, as (line number,
+    text, tokens); blank lines and ``//`` comment lines are skipped, and a line that is
+    not UTF-8 yields its error instead of tokens."""
     if text is not None:
-        yield 0, tokenize(text)
+        yield 0, text.strip(), tokenize(text)
         return
     if sys.stdin is None:  # started with stdin closed
         raise CraspError("no input: give INPUT, or one input per line on stdin", filename="<stdin>")
@@ -75,20 +82,76 @@ def input_lines(text: str | None) -> Iterator[tuple[int, list[str]]]:
         try:
             line = raw.decode("utf-8") if isinstance(raw, bytes) else raw
         except UnicodeDecodeError as err:
-            raise CraspError(
-                f"the input line is not valid UTF-8 (byte {raw[err.start]:#04x} at offset {err.start})",
-                filename=f"<stdin>:{number}",
-            ) from None
+            yield (
+                number,
+                raw.decode("utf-8", "replace").strip(),
+                CraspError(
+                    f"the input line is not valid UTF-8 (byte {raw[err.start]:#04x} at offset "
+                    f"{err.start})",
+                    filename=f"<stdin>:{number}",
+                ),
+            )
+            continue
         stripped = line.strip()
         if not stripped or stripped.startswith("//"):
             continue
-        yield number, tokenize(stripped)
+        yield number, stripped, tokenize(stripped)
 
 
 def _located(err: CraspError, number: int) -> CraspError:
     if number:
         err.filename = f"<stdin>:{number}"
     return err
+
+
+def _batch(
+    input: str | None,
+    symbols: Sequence[str],
+    evaluate: Callable[[list[str], str], str | None],
+    echo: bool,
+    invalid: str,
+) -> None:
+    """Evaluate every input (see :func:`input_lines`) with ``evaluate(tokens, where)``,
+    which prints any tables and returns the verdict line (or None). A stdin line that cannot be evaluated
+    (a token outside the alphabet, bad UTF-8) is reported on stderr, prints nothing
+    (``invalid="skip"``) or ``False`` (``invalid="false"``) on stdout, and the others
+    go on; the command then exits 1. ``echo`` puts the input and a tab before each
+    verdict (``ε`` for the empty string)."""
+    failed = 0
+    for number, text, tokens in input_lines(input):
+        try:
+            if isinstance(tokens, CraspError):
+                raise tokens
+            if tokens == [EMPTY] and EMPTY not in symbols:
+                tokens = []
+            verdict = evaluate(tokens, f"<stdin>:{number}" if number else "input")
+        except CraspError as err:
+            if not number:
+                raise
+            click.echo(_located(err, number).format(), err=True)
+            failed += 1
+            verdict = "False" if invalid == "false" else ("invalid" if echo else None)
+        if verdict is not None:
+            click.echo(f"{text or EMPTY}\t{verdict}" if echo else verdict)
+    if failed:
+        raise CraspError(
+            f"{failed} input line(s) could not be evaluated (see above)", filename="<stdin>"
+        )
+
+
+def _batch_options(f):
+    f = click.option(
+        "--invalid",
+        type=click.Choice(["skip", "false"]),
+        default="skip",
+        show_default=True,
+        help="A stdin line that cannot be evaluated (token outside the alphabet): print "
+        "nothing for it, or False. Either way the error goes to stderr, the other lines are "
+        "evaluated, and the exit status is 1.",
+    )(f)
+    return click.option(
+        "--echo", is_flag=True, help="Print each input and a tab before its verdict."
+    )(f)
 
 
 @main.command("interpret")
@@ -100,6 +163,14 @@ def _located(err: CraspError, number: int) -> CraspError:
 @click.option(
     "--n", "machines", type=click.IntRange(min=1), help="Number of machines (PCOC programs)."
 )
+@_batch_options
+@click.option(
+    "--beyond-guarantee",
+    type=click.Choice(["error", "warn"]),
+    default="error",
+    show_default=True,
+    help="PCOC: what to do with inputs outside their declared bounds.",
+)
 def interpret_command(
     program: str,
     input: str | None,
@@ -107,11 +178,15 @@ def interpret_command(
     outputs: bool,
     alphabet: str | None,
     machines: int | None,
+    echo: bool,
+    invalid: str,
+    beyond_guarantee: str,
 ) -> None:
     """Run PROGRAM with the reference interpreter on INPUT (or one input per stdin line).
 
     INPUT is a whitespace-separated token string, e.g. "( ( ) )". Prints True or False
-    per input: whether the acceptance output holds at the last position.
+    per input: whether the acceptance output holds at the last position. On stdin, blank
+    and `//` lines are skipped and a line holding only ε is the empty string.
 
     A PCOC program (.pcoc) needs --n; INPUT is then a file of input vectors (default:
     stdin), one per line: n numbers per input slot. Prints each output vector on one line
@@ -119,33 +194,36 @@ def interpret_command(
     prints every slot after every round.
     """
     if _is_pcoc(program):
-        if alphabet is not None or outputs:
-            raise click.UsageError("--alphabet and --outputs are for C-RASP programs")
+        if alphabet is not None or outputs or echo or invalid != "skip":
+            raise click.UsageError(
+                "--alphabet, --outputs, --echo and --invalid are for C-RASP programs"
+            )
         if machines is None:
             raise click.UsageError("a PCOC program needs --n N, the number of machines")
-        _interpret_pcoc(program, input, machines, trace)
+        _interpret_pcoc(program, input, machines, trace, beyond_guarantee)
         return
-    if machines is not None:
-        raise click.UsageError("--n is for PCOC programs (.pcoc)")
+    if machines is not None or beyond_guarantee != "error":
+        raise click.UsageError("--n and --beyond-guarantee are for PCOC programs (.pcoc)")
     prog = _load(program, alphabet)
+    for warning in prog.warnings:
+        click.echo(warning.format(prog.source, prog.filename), err=True)
     if prog.accept is None and not (trace or outputs):
         raise CraspError(
             "the program has no acceptance output; use --outputs or --trace",
             filename=program,
         )
-    for number, tokens in input_lines(input):
-        try:
-            result = interpret(prog, tokens)
-        except CraspError as err:
-            raise _located(err, number) from None
+
+    def evaluate(tokens: list[str], where: str) -> str | None:
+        result = interpret(prog, tokens)
         if trace:
             rows = [(name, result.values[name]) for name in prog.names]
             click.echo(value_table(result.tokens, rows))
         elif outputs:
             rows = [(name, result.values[name]) for name in prog.outputs]
             click.echo(value_table(result.tokens, rows))
-        if prog.accept is not None:
-            click.echo(str(result.accepted))
+        return str(result.accepted) if prog.accept is not None else None
+
+    _batch(input, prog.alphabet, evaluate, echo, invalid)
 
 
 # ------------------------------------------------------------------ PCOC
@@ -206,14 +284,25 @@ def _echo_pcoc(outputs: dict[str, np.ndarray], names: list[str]) -> None:
         click.echo(f"{name}: {line}" if len(names) > 1 else line)
 
 
-def _interpret_pcoc(path: str, input: str | None, n: int, trace: bool) -> None:
+@contextlib.contextmanager
+def _warnings_on_stderr() -> Iterator[None]:
+    """Python warnings raised inside, printed as ``warning: ...`` lines on stderr."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for warning in caught:
+        click.echo(f"warning: {warning.message}", err=True)
+
+
+def _interpret_pcoc(path: str, input: str | None, n: int, trace: bool, beyond: str) -> None:
     from crasp_compiler.pcoc.interpret import check_pcoc, format_vector, interpret_pcoc
     from crasp_compiler.pcoc.parse import load_pcoc
 
     program = load_pcoc(path)
     check_pcoc(program, n)
     for vectors in _pcoc_vectors(input, n, len(program.inputs)):
-        result = interpret_pcoc(program, n, vectors)
+        with _warnings_on_stderr():
+            result = interpret_pcoc(program, n, vectors, on_beyond=beyond)
         if trace:
             for number, memory in enumerate(result.rounds):
                 click.echo(f"== {'initial' if number == 0 else f'after round {number}'}")
@@ -311,10 +400,10 @@ def check_command(
 def _check_model(
     path: str, device: str, samples: int, max_len: int, seed: int, float32: bool
 ) -> None:
+    model = _load_model(path)  # a broken model file is reported as such, torch or not
     _need_torch()
-    from crasp_compiler.verify import check_model
+    from crasp_compiler.verify import buckets, check_model, span_text
 
-    model = _load_model(path)
     report = check_model(model, samples, max_len, device, "float32" if float32 else "float64", seed)
     click.echo(
         f"{path}: {report.samples} inputs of length <= {max_len} on {report.device} "
@@ -329,6 +418,14 @@ def _check_model(
                 click.echo(f"first disagreement: {tally.example}", err=True)
                 break
         raise CraspError(f"{report.disagreements} disagreeing positions", filename=path)
+    if report.unsampled:
+        count = len(buckets(max_len))
+        raise CraspError(
+            f"not sampled: lengths {', '.join(map(span_text, report.unsampled))} (--samples "
+            f"{samples} reaches {samples} of the {count} length buckets up to --max-len "
+            f"{max_len}; use --samples {count} or more)",
+            filename=path,
+        )
     click.echo("all runtimes agree")
 
 
@@ -446,7 +543,7 @@ def compile_command(
     save_model(model, output)
     click.echo(
         f"{output}: {len(model.layers)} layers (dependency bound "
-        f"{model.info['dependency_bound']}), width {model.width}, "
+        f"{model.info['dependency_bound']}), width {model.width:,}, "
         f"{_parameters(model)}; {model.guarantee.text}"
     )
 
@@ -484,7 +581,7 @@ def _compile_pcoc(
     )
     save_model(model, output)
     click.echo(
-        f"{output}: {_pcoc_shape(model)}, width {model.width}, "
+        f"{output}: {_pcoc_shape(model)}, width {model.width:,}, "
         f"{_parameters(model)}; {model.guarantee.text}"
     )
 
@@ -492,8 +589,8 @@ def _compile_pcoc(
 def _parameters(model: Model) -> str:
     """``N parameters``, with the nonzero count when the weights are stored sparse."""
     if model.is_sparse():
-        return f"{model.parameter_count()} parameters ({model.nonzero_count()} nonzero, sparse)"
-    return f"{model.parameter_count()} parameters"
+        return f"{model.parameter_count():,} parameters ({model.nonzero_count():,} nonzero, sparse)"
+    return f"{model.parameter_count():,} parameters"
 
 
 def _pcoc_shape(model: Model) -> str:
@@ -514,12 +611,15 @@ def _pcoc_shape(model: Model) -> str:
     )
 
 
-def _run_pcoc(model: Model, input: str | None, float32: bool) -> None:
+def _run_pcoc(model: Model, input: str | None, float32: bool, beyond: str) -> None:
     from crasp_compiler.pcoc.compile import machines, run_pcoc
 
     n = machines(model)
     batch = _pcoc_vectors(input, n, len(model.inputs))
-    outputs = run_pcoc(model, batch, dtype=np.float32 if float32 else np.float64)
+    with _warnings_on_stderr():
+        outputs = run_pcoc(
+            model, batch, dtype=np.float32 if float32 else np.float64, on_beyond=beyond
+        )
     names = [out.name for out in model.outputs]
     for row in range(len(batch)):
         _echo_pcoc({name: outputs[name][row] for name in names}, names)
@@ -536,8 +636,10 @@ def _run_pcoc(model: Model, input: str | None, float32: bool) -> None:
     type=click.Choice(["error", "warn"]),
     default="error",
     show_default=True,
-    help="What to do with inputs longer than the model's guarantee.",
+    help="What to do with inputs the model's guarantee does not cover (longer than it "
+    "covers in this float type; PCOC: values outside their declared bounds).",
 )
+@_batch_options
 def run_command(
     model_file: str,
     input: str | None,
@@ -545,6 +647,8 @@ def run_command(
     trace: bool,
     float32: bool,
     beyond_guarantee: str,
+    echo: bool,
+    invalid: str,
 ) -> None:
     """Run a compiled MODEL on INPUT (or one input per stdin line), like `crasp interpret`.
 
@@ -555,25 +659,22 @@ def run_command(
     from crasp_compiler.pcoc.compile import is_pcoc
 
     if is_pcoc(model):
-        if outputs or trace:
-            raise click.UsageError("--outputs and --trace are for C-RASP models")
-        _run_pcoc(model, input, float32)
+        if outputs or trace or echo or invalid != "skip":
+            raise click.UsageError("--outputs, --trace, --echo and --invalid are for C-RASP models")
+        _run_pcoc(model, input, float32, beyond_guarantee)
         return
     if model.accept is None and not (trace or outputs):
         raise CraspError(
             "the model has no acceptance output; use --outputs or --trace", filename=model_file
         )
     dtype = np.float32 if float32 else np.float64
-    for number, tokens in input_lines(input):
-        try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                result = run(
-                    model, [tokens], dtype=dtype, residuals=trace, on_overlength=beyond_guarantee
-                )
-        except CraspError as err:
-            raise _located(err, number) from None
-        where = f"<stdin>:{number}" if number else "input"
+
+    def evaluate(tokens: list[str], where: str) -> str | None:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = run(
+                model, [tokens], dtype=dtype, residuals=trace, on_overlength=beyond_guarantee
+            )
         for warning in caught:
             click.echo(f"{where}: warning: {warning.message}", err=True)
         if trace:
@@ -585,8 +686,9 @@ def run_command(
         if outputs:
             rows = [(name, result.values[name][0]) for name in (o.name for o in model.outputs)]
             click.echo(value_table(tokens, rows))
-        if model.accept is not None:
-            click.echo(str(bool(result.final(model.accept)[0])))
+        return str(bool(result.final(model.accept)[0])) if model.accept is not None else None
+
+    _batch(input, model.vocab[1:], evaluate, echo, invalid)
 
 
 @main.command("info")
@@ -606,17 +708,17 @@ def info_command(model_file: str) -> None:
                 f"{info.get('tolerance', '?')} ({info.get('dtype', '?')})"
             )
     else:
-        click.echo(f"  source:      {info.get('language', '?')} {info.get('class', '')}")
+        click.echo(f"  source:      {info.get('class') or info.get('language', '?')}")
         click.echo(
             f"  layers:      {len(model.layers)} (dependency bound "
             f"{info.get('dependency_bound', '?')})"
         )
     click.echo(f"  heads:       {[len(layer.heads) for layer in model.layers]} per layer")
-    click.echo(f"  width:       {model.width}")
-    click.echo(f"  mlp width:   {model.mlp_width}")
-    click.echo(f"  parameters:  {model.parameter_count()}")
+    click.echo(f"  width:       {model.width:,}")
+    click.echo(f"  mlp width:   {model.mlp_width:,}")
+    click.echo(f"  parameters:  {model.parameter_count():,}")
     if model.is_sparse():
-        click.echo(f"  nonzero:     {model.nonzero_count()} (large matrices stored sparse)")
+        click.echo(f"  nonzero:     {model.nonzero_count():,} (large matrices stored sparse)")
     click.echo(f"  vocabulary:  {' '.join(model.vocab)}")
     click.echo(f"  positional:  {', '.join(model.features) or '(none)'}")
     click.echo(f"  outputs:     {', '.join(f'{o.name} ({o.rule})' for o in model.outputs)}")
@@ -641,7 +743,8 @@ def tasks_command(family: str | None) -> None:
     """List the registered tasks: name, family, C-RASP class, program file, description."""
     from crasp_compiler.tasks.registry import all_tasks
 
-    rows = [
+    rows = [("name", "family", "class", "program", "description")]
+    rows += [
         (task.name, task.family, task.crasp_class, task.program or "-", _short(task.description))
         for task in all_tasks().values()
         if family is None or task.family == family
@@ -655,6 +758,11 @@ def _short(text: str, width: int = 60) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
+def _digits(text: str) -> bool:
+    """Only ASCII digits (``"²".isdigit()`` is true, yet ``int("²")`` fails)."""
+    return text.isascii() and text.isdigit()
+
+
 def _parse_bins(
     ctx: click.Context, param: click.Parameter, value: str | None
 ) -> list[tuple[int, int]] | None:
@@ -664,7 +772,7 @@ def _parse_bins(
     bins = []
     for part in value.split(","):
         lo, sep, hi = part.strip().partition("-")
-        if not (sep and lo.strip().isdigit() and hi.strip().isdigit()):
+        if not (sep and _digits(lo.strip()) and _digits(hi.strip())):
             raise click.BadParameter(f"{part.strip()!r} is not LO-HI", ctx, param)
         if int(lo) > int(hi):
             raise click.BadParameter(f"{part.strip()!r}: LO is above HI", ctx, param)
@@ -686,7 +794,7 @@ def _parse_scales(
             raise click.BadParameter(f"{part.strip()!r} is not a number", ctx, param) from None
         if not number > 0 or not np.isfinite(number):
             raise click.BadParameter(f"{part.strip()}: scales must be positive", ctx, param)
-        scales.append(int(number) if part.strip().isdigit() else number)
+        scales.append(int(number) if _digits(part.strip()) else number)
     return tuple(scales)
 
 
@@ -703,7 +811,9 @@ _NUMERIC_ONLY = ("numeric_kind", "n", "scales")
     help="Positional encoding (sequence tasks): ape, nope, sin or random.",
 )
 @click.option("--steps", type=click.IntRange(min=1), default=30_000, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True, help="Training seed.")
+@click.option(
+    "--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Training seed."
+)
 @click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=1e-3, show_default=True)
 @click.option("--d-model", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option(
@@ -796,22 +906,34 @@ def train_command(ctx: click.Context, task: str, **options) -> None:
             [Diagnostic(f"unknown positional encoding {options['pe']!r}", hint=", ".join(PES))]
         )
     _check_device(options["device"])
-    results = train(_train_config(found, options))
+    config = _train_config(found, options)
+    try:
+        results = train(config)
+    except KeyboardInterrupt:
+        _interrupted(config.out_dir)
     click.echo(_train_summary(results))
 
 
-def _check_device(device: str) -> None:
-    """Refuse a device string torch does not know, or CUDA where there is none."""
-    import torch
+def _interrupted(out_dir: str) -> None:
+    """Ctrl-C during ``crasp train``: say where the run can resume; exit status 130."""
+    from crasp_compiler.train.loop import CHECKPOINT
 
+    if (Path(out_dir) / CHECKPOINT).exists():
+        resume = f"the same command resumes from the checkpoint in {out_dir}"
+    else:
+        resume = "no checkpoint was written yet"
+    click.echo(f"interrupted; {resume}", err=True)
+    sys.exit(130)
+
+
+def _check_device(device: str) -> None:
+    """Refuse a device torch does not know or cannot compute on (meta, backends that are
+    not built in, CUDA where there is none) before any training starts."""
     if device == "auto":
         return
-    try:
-        kind = torch.device(device).type
-    except RuntimeError as err:
-        raise CraspError(f"--device {device!r}: {err}") from None
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise CraspError(f"--device {device!r}: CUDA is not available here (try auto or cpu)")
+    from crasp_compiler.verify import torch_device
+
+    torch_device(device, "float32")
 
 
 def _train_config(task: Task, options: dict) -> TrainConfig:
@@ -904,6 +1026,8 @@ def _train_summary(results: dict) -> str:
         )
         measure = "close: fraction of test lists with every entry within 0.05 + 0.05|y|"
     stop = "early stop at 100% in distribution" if results["early_stopped"] else "no early stop"
+    if results.get("resumed_from") is not None:
+        stop += f"; resumed from the checkpoint at step {results['resumed_from']}"
     lines = [
         head,
         table,
@@ -934,17 +1058,25 @@ def _train_summary(results: dict) -> str:
 )
 def sweep_command(grid: str, ray_address: str | None, workers: int | None) -> None:
     """Train every run of the GRID file not finished yet (see crasp_compiler.train.sweep
-    for the format), then print one line per finished run."""
+    for the format), then print one line per finished run. Ctrl-C stops every run (exit
+    status 130); the same command then resumes."""
     _need_torch()
     from crasp_compiler.train.sweep import collect, load_grid, run_sweep
 
     runs, _ = load_grid(grid)  # refuses unknown tasks and encodings before anything trains
-    run_sweep(grid, ray_address=ray_address, workers=workers)
+    interrupted = False
+    try:
+        run_sweep(grid, ray_address=ray_address, workers=workers)
+    except KeyboardInterrupt:
+        interrupted = True
     finished = collect(grid)
     width = max((len(r["run"]) for r in finished), default=0)
     for results in finished:
         click.echo(f"{results['run'].ljust(width)}  {_sweep_line(results)}")
     click.echo(f"{len(finished)} of {len(runs)} runs finished")
+    if interrupted:
+        click.echo("interrupted; the same command resumes the unfinished runs", err=True)
+        sys.exit(130)
 
 
 def _scale_metrics(metrics: dict | None, scale: float) -> dict | None:
@@ -995,7 +1127,7 @@ def _sweep_line(results: dict) -> str:
     show_default=True,
     help="The compiled model's attention.",
 )
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option(
     "--test-size",
     type=click.IntRange(min=1),
@@ -1018,8 +1150,11 @@ def finetune_command(
     """Fine-tune the compiled model of a numeric TASK on its own data and report whether
     it stays exact: the largest error per value scale before and after."""
     _need_torch()
+    from crasp_compiler.files import writable_dir, write_text
     from crasp_compiler.train.finetune import FinetuneConfig, finetune
 
+    if output is not None:  # before the work, so a bad path loses none
+        writable_dir(Path(output).parent)
     extra = {"scales": [float(c) for c in scales]} if scales else {}
     results = finetune(FinetuneConfig(task=task, **options, **extra))
     config = results["config"]
@@ -1050,7 +1185,7 @@ def finetune_command(
         verdict = "not there to begin with"
     click.echo(f"exactness (max error <= {results['tolerance']:g} * c at every scale): {verdict}")
     if output is not None:
-        Path(output).write_text(json.dumps(results, indent=2) + "\n")
+        write_text(output, json.dumps(results, indent=2) + "\n")
         click.echo(f"results: {output}")
 
 
@@ -1065,9 +1200,10 @@ def plot_command(sources: tuple[str, ...], output: str) -> None:
     numeric tasks, each against the compiled program."""
     from crasp_compiler.train.plots import load_results, plot_length_bins, plot_value_scales
 
-    results = load_results(sources)
+    with _warnings_on_stderr():  # e.g. a truncated results.json, skipped
+        results = load_results(sources)
     if not results:
-        raise CraspError("no results.json under " + ", ".join(sources))
+        raise CraspError("no complete results.json here", filename=", ".join(sources))
     paths = plot_length_bins(results, Path(output)) + plot_value_scales(results, Path(output))
     for path in paths:
         click.echo(str(path))

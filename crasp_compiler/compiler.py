@@ -4,6 +4,7 @@ build, name the residual dimensions after the definitions, fix the empty prefix.
 from __future__ import annotations
 
 from crasp_compiler.assemble.builder import BOS_VAR
+from crasp_compiler.errors import CraspError, Diagnostic
 from crasp_compiler.ir.interpret import interpret
 from crasp_compiler.ir.nodes import (
     And,
@@ -22,32 +23,41 @@ from crasp_compiler.ir.nodes import (
     Sort,
     children,
 )
-from crasp_compiler.lower.crasp import lower_program
-from crasp_compiler.model.model import Guarantee, Model
+from crasp_compiler.ir.printer import offset_runs
+from crasp_compiler.lower.crasp import WINDOW_RUN, lower_program
+from crasp_compiler.lower.rounding import Analysis, horizon
+from crasp_compiler.model.model import Guarantee, Model, describe_limit
 from crasp_compiler.runtime.numpy_exec import run
 
 
-def dependency_bound(program: Program) -> int:
+def dependency_bound(program: Program, mode: str = "heaviside") -> int:
     """The fewest layers the program's dependencies allow, when every ``#`` needs an
     attention sublayer after its argument, and every comparison, maximal Boolean
-    formula, min, max, conditional and local-count gating needs an MLP sublayer.
+    formula, min, max, conditional and local-count gating needs an MLP sublayer; a
+    window of offsets (:data:`~crasp_compiler.lower.crasp.WINDOW_RUN` or more in a row)
+    needs a lookup, in relu mode an MLP to clean it, then a count.
     Constants need ``ONE``, an attention output (slot 1)."""
     defs = {d.name: d.expr for d in program.definitions}
     memo: dict[Node, int] = {}
+    leaves_memo: dict[Node, tuple[Node, ...]] = {}
 
     def next_slot(after: int, attention: bool) -> int:
         slot = after + 1
         return slot if (slot % 2 == 1) == attention else slot + 1
 
-    def formula_leaves(node: Node) -> list[Node]:
-        match node:
-            case Not(a):
-                return formula_leaves(a)
-            case And(a, b) | Or(a, b):
-                return formula_leaves(a) + formula_leaves(b)
-            case BoolRef(name) if isinstance(defs[name], (Not, And, Or)):
-                return formula_leaves(defs[name])
-        return [node]
+    def formula_leaves(node: Node) -> tuple[Node, ...]:
+        if node not in leaves_memo:
+            match node:
+                case Not(a):
+                    leaves = formula_leaves(a)
+                case And(a, b) | Or(a, b):
+                    leaves = formula_leaves(a) + formula_leaves(b)
+                case BoolRef(name) if isinstance(defs[name], (Not, And, Or)):
+                    leaves = formula_leaves(defs[name])
+                case _:
+                    leaves = (node,)
+            leaves_memo[node] = tuple(dict.fromkeys(leaves))
+        return leaves_memo[node]
 
     def slot(node: Node) -> int:
         if node in memo:
@@ -57,10 +67,17 @@ def dependency_bound(program: Program) -> int:
                 value = slot(defs[name])
             case CountConst(value=v):
                 value = 1 if v else 0
-            case Count(arg, offsets):
+            case Count(arg, None):
                 value = next_slot(slot(arg), attention=True)
-                if offsets is not None:
-                    value = next_slot(value, attention=False)
+            case Count(arg, offsets):
+                lookup = next_slot(slot(arg), attention=True)
+                shifted = next_slot(lookup, attention=False) if mode == "relu" else lookup
+                value = max(
+                    next_slot(shifted, attention=True)
+                    if stop - start + 1 >= WINDOW_RUN
+                    else next_slot(lookup, attention=False)
+                    for start, stop in offset_runs(offsets)
+                )
             case Compare(_, a, b):
                 value = next_slot(max(slot(a), slot(b), 1), attention=False)
             case And() | Or():
@@ -74,11 +91,20 @@ def dependency_bound(program: Program) -> int:
         memo[node] = value
         return value
 
+    for definition in program.definitions:  # in order: a reference finds its slot made
+        formula_leaves(definition.expr)
+        slot(definition.expr)
     deepest = max((slot(defs[name]) for name in program.outputs), default=0)
     return (deepest + 1) // 2
 
 
-def compile_program(program: Program, mode: str = "heaviside", max_len: int | None = None) -> Model:
+def compile_program(
+    program: Program,
+    mode: str = "heaviside",
+    max_len: int | None = None,
+    *,
+    max_parameters: int | None = None,
+) -> Model:
     """Compile ``program`` to a transformer whose outputs equal the interpreter's.
 
     ``mode="heaviside"`` thresholds comparisons with Heaviside units and ``"layernorm"``
@@ -86,12 +112,16 @@ def compile_program(program: Program, mode: str = "heaviside", max_len: int | No
     in real arithmetic, with average-hard attention for local relations. ``mode="relu"``
     uses ReLU ramps and softmax lookups: a plain softmax/ReLU model, exact for inputs of
     length ≤ ``max_len``.
+
+    The model records, per float type, the longest input the rounding analysis of
+    :mod:`crasp_compiler.lower.rounding` proves it exact for; a program whose float64
+    model is exact for no input is refused with an error at the expression that limits
+    it, and so is one whose model would store more than ``max_parameters`` numbers
+    (default: :func:`~crasp_compiler.model.model.parameter_budget`).
     """
-    builder, forms = lower_program(program, mode, max_len)
-    if mode != "relu":
-        guarantee = Guarantee(None, "exact at every length in real arithmetic")
-    else:
-        guarantee = Guarantee(max_len, f"exact for inputs of length <= {max_len}")
+    lowered = lower_program(program, mode, max_len)
+    builder, forms = lowered.builder, lowered.forms
+    guarantee = _guarantee(program, lowered.rounding, max_len if mode == "relu" else None)
     model = builder.build(
         {
             name: (forms[name], "bool" if program[name].sort == Sort.BOOL else "count")
@@ -101,10 +131,12 @@ def compile_program(program: Program, mode: str = "heaviside", max_len: int | No
         accept=program.accept,
         options={"mode": mode, "max_len": max_len},
         source=program.source or "",
+        max_parameters=max_parameters,
+        filename=program.filename,
         info={
             "language": "C-RASP",
             "class": program.relation_class,
-            "dependency_bound": dependency_bound(program),
+            "dependency_bound": dependency_bound(program, mode),
         },
     )
     residual_vars = builder.variables
@@ -114,6 +146,55 @@ def compile_program(program: Program, mode: str = "heaviside", max_len: int | No
     }
     _fix_empty_prefix(model, program, residual_vars.index(BOS_VAR))
     return model
+
+
+def _guarantee(program: Program, rounding: dict[str, Analysis], max_len: int | None) -> Guarantee:
+    """Exact at every length (or up to ``max_len``) in real arithmetic, and in each float
+    type up to the horizon of the rounding analysis. A program whose float64 model is
+    exact for no input is refused, at the expression that limits it."""
+    limits = {dtype: horizon(a.checks, dtype, max_len) for dtype, a in rounding.items()}
+    limit64, worst = limits["float64"]
+    if limit64 < 1 and worst is not None:
+        span = getattr(worst.node, "span", None)
+        raise CraspError(
+            [
+                Diagnostic(
+                    f"{worst.what} is not provably exact in float64 at any input length: "
+                    "the rounding of the values it reads can reach its margin (the model "
+                    "would be exact in real arithmetic only)",
+                    span,
+                    _precision_hint(max_len),
+                )
+            ],
+            program.source,
+            program.filename,
+        )
+    real = (
+        "exact at every length in real arithmetic"
+        if max_len is None
+        else f"exact for inputs of length <= {max_len}"
+    )
+    floats = "; ".join(
+        f"in {dtype} {describe_limit(limit)}" for dtype, (limit, _) in limits.items()
+    )
+    return Guarantee(
+        max_len,
+        f"{real} ({floats})",
+        {dtype: limit for dtype, (limit, _) in limits.items()},
+    )
+
+
+def _precision_hint(max_len: int | None) -> str:
+    if max_len is not None:
+        return (
+            f"relu ramps of width 1/(4(N+1)) magnify rounding with N = --max-len {max_len}: "
+            "use a smaller --max-len, or mode heaviside or layernorm"
+        )
+    return (
+        "large constants and long chains of min, max and conditionals grow the rounding "
+        "bound: compare smaller multiples (`A > B` rather than `1000000000 * A > "
+        "1000000000 * B + 1`) or shorten the chain"
+    )
 
 
 def _labels(program: Program, forms: dict, residual_vars: list[str]) -> list[str]:

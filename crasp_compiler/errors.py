@@ -8,6 +8,7 @@ a caret under the offending span, and says what was expected.
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -53,29 +54,47 @@ class Span:
     end_column: int
 
 
+# The name an error without a file of its own is reported under (the command's).
+PROGRAM = "crasp"
+# A source line longer than this is shown cut around the caret.
+SHOWN_LINE = 160
+# At most this many diagnostics are printed; the rest are counted.
+SHOWN_DIAGNOSTICS = 100
+
+
 @dataclass(frozen=True)
 class Diagnostic:
-    """One problem: what is wrong, where, and (optionally) what was expected."""
+    """One problem: what is wrong, where, and (optionally) what was expected.
+    ``severity`` is ``error`` or ``warning``."""
 
     message: str
     span: Span | None = None
     hint: str | None = None
+    severity: str = "error"
 
-    def format(self, source: str | None, filename: str) -> str:
+    def format(self, source: str | list[str] | None, filename: str) -> str:
+        """The diagnostic as text: ``file:line:col: error: ...``, the source line (cut
+        around the caret when long) and a caret under the span. ``source`` may be given
+        already split with :func:`source_lines`."""
         message, hint = escape(self.message), self.hint and escape(self.hint)
         if self.span is None:
-            head = f"{filename}: error: {message}"
+            head = f"{filename}: {self.severity}: {message}"
             return head + (f"\n  {hint}" if hint else "")
         span = self.span
-        lines = [f"{filename}:{span.line}:{span.column}: error: {message}"]
-        all_lines = source_lines(source) if source is not None else []
+        lines = [f"{filename}:{span.line}:{span.column}: {self.severity}: {message}"]
+        all_lines = source_lines(source) if isinstance(source, str) else source or []
         if 0 < span.line <= len(all_lines):
             text = display_line(all_lines[span.line - 1])
             end = span.end_column if span.end_line == span.line else len(text) + 1
             start, end = min(span.column - 1, len(text)), min(end - 1, len(text))
-            pad = cells(text[:start]) + (span.column - 1 - start)
-            width = max(1, cells(text[start:end]))
-            lines.append(f"    {text}")
+            extra = span.column - 1 - start  # a caret past the end of the line
+            cut = max(0, min(start - SHOWN_LINE // 2, len(text) - SHOWN_LINE))
+            shown = text[cut : cut + SHOWN_LINE]
+            prefix = "…" if cut else ""
+            suffix = "…" if cut + SHOWN_LINE < len(text) else ""
+            pad = cells(prefix) + cells(text[cut:start]) + extra
+            width = max(1, cells(text[start : min(end, cut + SHOWN_LINE)]))
+            lines.append(f"    {prefix}{shown}{suffix}")
             lines.append("    " + " " * pad + "^" * width)
         if hint:
             lines.append(f"  {hint}")
@@ -89,7 +108,7 @@ class CraspError(Exception):
         self,
         diagnostics: list[Diagnostic] | str,
         source: str | None = None,
-        filename: str = "<input>",
+        filename: str = PROGRAM,
     ) -> None:
         if isinstance(diagnostics, str):
             diagnostics = [Diagnostic(diagnostics)]
@@ -99,7 +118,31 @@ class CraspError(Exception):
         super().__init__(self.format())
 
     def format(self) -> str:
-        parts = [d.format(self.source, self.filename) for d in self.diagnostics]
-        if len(parts) > 1:
-            parts.append(f"{len(parts)} errors")
+        lines = source_lines(self.source) if self.source is not None else None
+        shown = self.diagnostics[:SHOWN_DIAGNOSTICS]
+        parts = [d.format(lines, self.filename) for d in shown]
+        if len(self.diagnostics) > len(shown):
+            parts.append(f"... and {len(self.diagnostics) - len(shown)} more")
+        if len(self.diagnostics) > 1:
+            parts.append(f"{len(self.diagnostics)} errors")
         return "\n".join(parts)
+
+
+def spacing_hint(token: str, symbols: Iterable[str]) -> str | None:
+    """A hint when ``token`` is several alphabet symbols written without spaces (``(())``
+    for ``( ( ) )``): inputs are whitespace-separated tokens."""
+    symbols = [symbol for symbol in set(symbols) if symbol]
+    if len(token) > 200 or not symbols:
+        return None
+    # split[k]: the symbols that spell token[:k], or None
+    split: list[list[str] | None] = [[]] + [None] * len(token)
+    for end in range(1, len(token) + 1):
+        for symbol in symbols:
+            start = end - len(symbol)
+            if start >= 0 and split[start] is not None and token[start:end] == symbol:
+                split[end] = [*split[start], symbol]  # type: ignore[misc]
+                break
+    parts = split[-1]
+    if parts is None or len(parts) < 2:
+        return None
+    return f"tokens are separated by whitespace: did you mean {' '.join(parts)!r}?"

@@ -8,6 +8,7 @@ from pathlib import Path
 from crasp_compiler.errors import CraspError
 from crasp_compiler.ir import build_program
 from crasp_compiler.ir.nodes import Program, TokenIs, walk
+from crasp_compiler.model.model import BOS
 from crasp_compiler.syntax import parse_tree
 
 PROGRAM_SUFFIXES = (".crasp", ".cr")
@@ -39,6 +40,11 @@ def with_alphabet(program: Program, alphabet: Iterable[str]) -> Program:
     if not symbols:
         raise CraspError("the alphabet is empty", filename=program.filename)
     for symbol in symbols:
+        if symbol == BOS:
+            raise CraspError(
+                f"alphabet symbol {symbol!r} is reserved: it is the compiled models' BOS token",
+                filename=program.filename,
+            )
         if not symbol or not symbol.isprintable() or any(ch.isspace() for ch in symbol):
             problem = "contains an unprintable character" if symbol.strip() else "is empty"
             if any(ch.isspace() for ch in symbol):
@@ -58,6 +64,7 @@ def with_alphabet(program: Program, alphabet: Iterable[str]) -> Program:
         program.outputs,
         source=program.source,
         filename=program.filename,
+        warnings=program.warnings,
     )
 
 

@@ -1,10 +1,11 @@
 """Agreement of a compiled model's runtimes with the program it was compiled from.
 
 ``check_model`` samples random inputs in length buckets ``0, 1–4, 5–16, 17–64, …`` up to
-``max_len`` and compares, at every position of every input and for every named output,
-the reference interpreter (run on the model's stored source), the numpy executor and the
-torch module on the requested device. A model without source text is checked numpy
-against torch only.
+``max_len`` (input k goes to bucket k mod the number of buckets) and compares, at every
+position of every input and for every named output, the reference interpreter (run on
+the model's stored source), the numpy executor and the torch module on the requested
+device. A model without C-RASP source text is checked numpy against torch only. A bucket
+that no input reached is reported as not sampled, never as agreeing.
 """
 
 from __future__ import annotations
@@ -58,17 +59,65 @@ class CheckReport:
     def disagreements(self) -> int:
         return sum(sum(t.differ.values()) for t in self.tallies.values())
 
+    @property
+    def unsampled(self) -> list[tuple[int, int]]:
+        """The length buckets that no input reached."""
+        spans = dict.fromkeys(span for (_, span), t in self.tallies.items() if not t.positions)
+        return list(spans)
+
+    @property
+    def agree(self) -> bool:
+        """No disagreement, and every bucket sampled."""
+        return not self.disagreements and not self.unsampled
+
     def table(self) -> str:
         pairs = [f"{a}/{b}" for k, a in enumerate(self.runtimes) for b in self.runtimes[k + 1 :]]
         head = f"{'output':<12} {'lengths':<12} {'positions':>10}  " + "  ".join(
             f"{p:>18}" for p in pairs
         )
         lines = [head]
-        for (name, (low, high)), tally in self.tallies.items():
-            span = f"{low}" if low == high else f"{low}-{high}"
-            cells = "  ".join(f"{tally.differ.get(p, 0):>18}" for p in pairs)
-            lines.append(f"{name:<12} {span:<12} {tally.positions:>10}  {cells}")
+        for (name, span), tally in self.tallies.items():
+            if tally.positions:
+                cells = "  ".join(f"{tally.differ.get(p, 0):>18}" for p in pairs)
+                row = f"{tally.positions:>10}  {cells}"
+            else:
+                row = f"{'-':>10}  " + "  ".join(f"{'-':>18}" for _ in pairs) + "  not sampled"
+            lines.append(f"{name:<12} {span_text(span):<12} {row}")
         return "\n".join(lines)
+
+
+def span_text(span: tuple[int, int]) -> str:
+    """A length bucket as ``5-16`` (or ``0``)."""
+    low, high = span
+    return f"{low}" if low == high else f"{low}-{high}"
+
+
+def torch_device(name: str, dtype: str = "float64"):
+    """The torch device ``name``, checked by computing on it: CraspError unless torch can
+    run ``dtype`` arithmetic there (meta tensors hold no values; backends that are not
+    built in or have no hardware fail)."""
+    import torch
+
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError) as err:
+        raise CraspError(f"--device {name!r}: {err}") from None
+    if device.type == "meta":
+        raise CraspError(f"--device {name!r}: meta tensors hold no values (use cpu or cuda)")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise CraspError(
+            f"--device {name!r}: CUDA is not available here (torch.cuda.is_available() is "
+            "False); use cpu"
+        )
+    try:
+        probe = torch.ones(2, dtype=getattr(torch, dtype), device=device)
+        works = float((probe @ probe).cpu()) == 2.0
+    except Exception as err:  # unbuilt or absent backends fail in many ways
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise CraspError(f"--device {name!r}: torch cannot compute there ({first[:200]})") from None
+    if not works:
+        raise CraspError(f"--device {name!r}: torch computed a wrong result there")
+    return device
 
 
 def _differ(rule: str, a: np.ndarray, b: np.ndarray, dtype: type) -> np.ndarray:
@@ -98,16 +147,16 @@ def check_model(
             "crasp check compares C-RASP and hand-built models; compare a PCOC model with "
             "its program by `crasp run` against `crasp interpret`"
         )
-    if not model.guarantee.covers(max_len):
-        raise CraspError(
-            f"--max-len {max_len} exceeds the model's guarantee ({model.guarantee.text})"
-        )
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise CraspError("CUDA was requested but torch sees no GPU (torch.cuda.is_available())")
+    problem = model.guarantee.length_problem(max_len, dtype)
+    if problem is not None:
+        raise CraspError(f"--max-len {max_len}: {problem}")
+    if dtype not in ("float64", "float32"):
+        raise CraspError(f"dtype must be float64 or float32, not {dtype!r}")
+    torch_device(device, dtype)
     torch_dtype = {"float64": torch.float64, "float32": torch.float32}[dtype]
     np_dtype = {"float64": np.float64, "float32": np.float32}[dtype]
     program = None
-    if model.source and model.info.get("language", "C-RASP") == "C-RASP":
+    if model.source and model.info.get("language") == "C-RASP":
         program = parse_program(model.source, "<model source>", alphabet=model.vocab[1:])
     runtimes = list(RUNTIMES) if program is not None else ["numpy", "torch"]
     try:

@@ -10,6 +10,7 @@ back as ``{name: array of length n + 1}`` (index 0 is BOS).
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -56,7 +57,7 @@ def evaluate(
     model, tokens = build(columns, construct, bos_values)
     result = run(model, [tokens], on_overlength="ignore")
     got = {name: values[0] for name, values in result.outputs.items()}
-    if torch_too:
+    if torch_too and importlib.util.find_spec("torch") is not None:  # a core install has none
         import torch
 
         from crasp_compiler.runtime.torch_module import TorchTransformer

@@ -2,8 +2,33 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 from hypothesis import settings
+
+# Test modules that need the torch extra (the torch module, exports, training). A core
+# install (`pip install -e ".[dev]"`) has no torch: they are not collected, and the header
+# of the test report says so.
+TORCH_MODULES = [
+    "test_cli_check.py",
+    "test_export.py",
+    "test_finetune.py",
+    "test_numeric_inputs.py",
+    "test_torch.py",
+    "test_train.py",
+    "test_train_cli.py",
+    "test_worked_examples.py",
+]
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+collect_ignore = [] if HAS_TORCH else TORCH_MODULES
+
+
+def pytest_report_header(config) -> str | None:
+    if HAS_TORCH:
+        return None
+    return f"torch is not installed: {len(TORCH_MODULES)} test modules that need it are skipped"
+
 
 # Property tests draw the same examples on every run (``derandomize``), so a test run is
 # reproducible and CI cannot fail by chance; ``pytest --hypothesis-profile=explore``
@@ -15,8 +40,9 @@ settings.load_profile("default")
 
 @pytest.fixture(scope="module")
 def one_torch_thread():
-    """Small tensors: torch's intra-op threads cost more than they gain on two cores."""
-    import torch
+    """Small tensors: torch's intra-op threads cost more than they gain on two cores.
+    (Skips the test where torch is not installed.)"""
+    torch = pytest.importorskip("torch")
 
     previous = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -83,14 +83,15 @@ class Probe:
 
 def feature_value(name: str, t: int) -> float:
     """Positional feature ``name`` at position ``t`` (BOS at t = 0), from its definition:
-    ``periodic:m:r`` is 1 iff ``t >= 1`` and ``(t - 1) mod m == r``; ``index`` is t,
+    ``periodic:m:r`` is 1 iff ``(t - 1) mod m == r`` (BOS, t = 0, is position −1);
+    ``index`` is t,
     ``index^2`` is t², ``inverse`` is 1/(t + 1), ``alternating`` is (−1)^t, ``onehot:k``
     is 1[t = k]. Almost-orthogonal vectors (``ao:...``) are defined by their hash and fall
     back to :func:`crasp_compiler.model.features.feature_matrix`."""
     match = _PERIODIC.match(name)
     if match:
         m, r = int(match[1]), int(match[2])
-        return 1.0 if t >= 1 and (t - 1) % m == r else 0.0
+        return 1.0 if (t - 1) % m == r else 0.0
     simple = {"index": t, "index^2": t * t, "inverse": 1 / (t + 1), "alternating": (-1) ** t}
     if name in simple:
         return float(simple[name])

@@ -103,11 +103,12 @@ def test_two_sends_in_a_loop_with_a_receive():
     program = parse_pcoc(TWO)
     rng = np.random.default_rng(1)
     for n in (1, 2, 5, 8, 11):
-        inputs = _inputs(rng, n, 4, 0.3)
-        expected = interpret_pcoc_batch(program, n, inputs)
+        inputs = _inputs(rng, n, 4, 0.3)  # destinations up to 999, past `d bound 100`:
+        # the routing is the same program beyond the bound (the IR is compared, not a model)
+        expected = interpret_pcoc_batch(program, n, inputs, on_beyond="ignore")
         lowered = lower_sends(program, n)
         assert len(lowered.rounds) == 2 * routing_rounds(n)
-        got = interpret_pcoc_batch(lowered, n, inputs)
+        got = interpret_pcoc_batch(lowered, n, inputs, on_beyond="ignore")
         for name in ("x", "y"):
             assert np.array_equal(got.outputs[name], expected.outputs[name]), (n, name)
 

@@ -126,10 +126,35 @@ def test_interpret_bad_token_in_argument(dyck):
 
 
 def test_interpret_bad_token_on_a_stdin_line(dyck):
-    """Verdicts before the bad line are printed; the error names the stdin line."""
+    """The bad line is reported on stderr, naming the line and token; the other lines are
+    evaluated; the exit status is 1."""
     result = user_error("interpret", dyck, input="( )\n\n( ) ((\n( )\n")
-    assert result.stdout == "True\n"
+    assert result.stdout == "True\nTrue\n"
     assert result.stderr.startswith("<stdin>:3: error: token '((' at position 2 is not in the")
+    assert result.stderr.endswith(
+        "<stdin>: error: 1 input line(s) could not be evaluated (see above)\n"
+    )
+
+
+def test_batch_invalid_lines_can_print_false(dyck):
+    """``--invalid false`` prints False for a line that cannot be evaluated, as the
+    community interpreter does, so the verdicts line up with the inputs."""
+    result = user_error("interpret", dyck, "--invalid", "false", input="( )\n( x )\n) (\n")
+    assert result.stdout == "True\nFalse\nFalse\n"
+    assert "<stdin>:2: error: token 'x' at position 1" in result.stderr
+
+
+def test_batch_echo_and_the_empty_string(dyck):
+    """``--echo`` prints each input before its verdict; ``ε`` on a line is the empty
+    string; invalid lines show as ``invalid``."""
+    result = user_error("interpret", dyck, "--echo", input="( )\nε\n// c\n( x\n) (\n")
+    assert result.stdout == "( )\tTrue\nε\tTrue\n( x\tinvalid\n) (\tFalse\n"
+    assert ok("interpret", dyck, input="ε\n").stdout == "True\n"
+
+
+def test_tokens_need_spaces_hint(dyck):
+    result = user_error("interpret", dyck, "(())")
+    assert "tokens are separated by whitespace: did you mean '( ( ) )'?" in result.stderr
 
 
 def test_interpret_stdin_with_crlf_line_endings(dyck):
@@ -137,10 +162,11 @@ def test_interpret_stdin_with_crlf_line_endings(dyck):
 
 
 def test_interpret_stdin_that_is_not_utf8(dyck):
-    result = user_error("interpret", dyck, input=b"( )\n\xff (\n")
-    assert result.stdout == "True\n"
+    result = user_error("interpret", dyck, input=b"( )\n\xff (\n) (\n")
+    assert result.stdout == "True\nFalse\n"
     assert result.stderr == (
         "<stdin>:2: error: the input line is not valid UTF-8 (byte 0xff at offset 0)\n"
+        "<stdin>: error: 1 input line(s) could not be evaluated (see above)\n"
     )
 
 
@@ -333,8 +359,6 @@ def test_misuse(dyck, tmp_path):
     assert "No such option '--bogus'" in misuse("interpret", dyck, "( )", "--bogus").stderr
     assert "does not exist" in misuse("interpret", tmp_path / "missing.cr", "( )").stderr
     assert "does not exist" in misuse("check", tmp_path / "missing.cr").stderr
-    # a directory is taken as a model export; this one has no config
-    assert "cannot read export config" in user_error("check", tmp_path).stderr
     assert "unexpected extra argument" in misuse("interpret", dyck, "(", ")").stderr
     assert "No such command" in misuse("interpet", dyck).stderr
     assert "requires an argument" in misuse("interpret", dyck, "( )", "--alphabet").stderr
@@ -400,3 +424,9 @@ def test_installed_command(dyck, tmp_path):
         proc = run(*args)
         assert proc.returncode == 2, args
         assert "Usage:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_directory_is_taken_as_an_export(tmp_path):
+    pytest.importorskip("torch")  # exports are read with torch
+    # this one has no config
+    assert "cannot read export config" in user_error("check", tmp_path).stderr

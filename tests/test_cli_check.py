@@ -86,12 +86,26 @@ def files(tmp_path_factory) -> dict[str, Path]:
 
 
 def table_rows(output: str, outputs: list[str]) -> dict[tuple[str, str], list[int]]:
-    """``(output, span) -> [positions, differ...]`` from the printed table."""
+    """``(output, span) -> [positions, differ...]`` from the printed table (sampled
+    buckets only: a bucket without inputs shows ``-`` cells and ``not sampled``)."""
     rows = {}
     for line in output.splitlines():
         fields = line.split()
-        if len(fields) >= 3 and fields[0] in outputs and re.fullmatch(r"\d+(-\d+)?", fields[1]):
+        span = len(fields) >= 3 and re.fullmatch(r"\d+(-\d+)?", fields[1])
+        if span and fields[0] in outputs and fields[2] != "-":
             rows[(fields[0], fields[1])] = [int(f) for f in fields[2:]]
+    return rows
+
+
+def unsampled_rows(output: str, outputs: list[str]) -> list[tuple[str, str]]:
+    """The ``(output, span)`` rows of the printed table that say ``not sampled``."""
+    rows = []
+    for line in output.splitlines():
+        fields = line.split()
+        if len(fields) >= 3 and fields[0] in outputs and fields[2] == "-":
+            assert line.rstrip().endswith("not sampled"), line
+            assert set(fields[3:-2]) == {"-"}, line
+            rows.append((fields[0], fields[1]))
     return rows
 
 
@@ -160,6 +174,29 @@ def test_check_model_without_source(files, tmp_path):
     assert "runtimes: numpy, torch" in out
     assert "interpreter" not in out
     assert "all runtimes agree" in out
+
+
+def test_buckets_without_inputs_are_not_reported_as_agreeing(files):
+    """3 samples cannot reach the 5 length buckets up to 80: the last two are shown as
+    not sampled, are not counted as agreement, and the check says so and fails."""
+    result = user_error("check", files["dyck"], "--samples", 3, "--max-len", 80)
+    out = result.stdout
+    assert list(table_rows(out, ["D"])) == [("D", span) for span in spans(80)[:3]]
+    assert unsampled_rows(out, ["D"]) == [("D", "17-64"), ("D", "65-80")]
+    assert "all runtimes agree" not in out
+    assert "not sampled: lengths 17-64, 65-80" in result.stderr
+    assert "--samples 5" in result.stderr
+
+
+def test_check_report_of_unsampled_buckets(files):
+    from crasp_compiler.verify import check_model
+
+    report = check_model(load_model(files["dyck"]), samples=2, max_len=20)
+    assert report.unsampled == [(5, 16), (17, 20)]
+    assert report.disagreements == 0 and not report.agree
+    assert report.table().count("not sampled") == 2
+    full = check_model(load_model(files["dyck"]), samples=4, max_len=20)
+    assert full.unsampled == [] and full.agree and "not sampled" not in full.table()
 
 
 # ---------------------------------------------------------------- disagreement
@@ -231,10 +268,10 @@ def test_check_tampered_model_fails(files, tmp_path, tamper):
 
 def test_check_beyond_relu_guarantee(files):
     result = user_error("check", files["relu"], "--max-len", 17, "--samples", 5)
-    assert "--max-len 17 exceeds the model's guarantee" in result.stderr
+    assert "--max-len 17: input length 17 exceeds the model's guarantee" in result.stderr
     assert "length <= 16" in result.stderr
     # the default --max-len (64) is beyond it too
-    assert "--max-len 64 exceeds" in user_error("check", files["relu"]).stderr
+    assert "--max-len 64: input length 64 exceeds" in user_error("check", files["relu"]).stderr
     out = ok("check", files["relu"], "--max-len", 16, "--samples", 20).output
     assert "all runtimes agree" in out
 
@@ -243,7 +280,7 @@ def test_check_beyond_relu_guarantee(files):
 @pytest.mark.parametrize("device", ["cuda", "cuda:0"])
 def test_check_cuda_without_a_gpu(files, device):
     result = user_error("check", files["dyck"], "--device", device, "--samples", 5)
-    assert "CUDA was requested but torch sees no GPU" in result.stderr
+    assert "CUDA is not available here" in result.stderr
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
@@ -256,6 +293,16 @@ def test_check_on_cuda(files):
 def test_check_unknown_device(files, device):
     result = user_error("check", files["dyck"], "--device", device, "--samples", 5)
     assert device in result.stderr
+
+
+@pytest.mark.parametrize("device", ["meta", "hpu", "xpu", "lazy", "privateuseone", ""])
+def test_check_device_torch_knows_but_cannot_run(files, device):
+    """Devices torch parses but cannot compute on here: a short, clear refusal."""
+    if device in ("xpu",) and getattr(torch, "xpu", None) and torch.xpu.is_available():
+        pytest.skip("an XPU is available here")
+    result = user_error("check", files["dyck"], "--device", device, "--samples", 5)
+    assert f"--device {device!r}" in result.stderr
+    assert len(result.stderr) < 600, result.stderr
 
 
 @pytest.mark.parametrize(
@@ -330,6 +377,19 @@ def test_export_default_format_is_safetensors(files, tmp_path):
 def test_export_of_an_export(files, tmp_path):
     ok("export", files["export"], "--format", "torch", "-o", tmp_path / "again")
     assert ok("run", tmp_path / "again", "( )").output.strip() == "True"
+
+
+@pytest.mark.parametrize("n_ctx", ["1000000000000", "100000000", str(10**30)])
+def test_lens_export_refuses_a_huge_context(files, tmp_path, n_ctx):
+    target = tmp_path / "lens"
+    result = user_error("export", files["relu"], "--format", "lens", "--n-ctx", n_ctx, "-o", target)
+    assert "n_ctx" in result.stderr and "at most" in result.stderr
+    assert not target.exists()
+
+
+def test_lens_export_n_ctx_must_be_an_integer(files, tmp_path):
+    result = misuse("export", files["relu"], "--format", "lens", "--n-ctx", "1e8", "-o", tmp_path)
+    assert "1e8" in result.stderr
 
 
 def test_export_unknown_format(files, tmp_path):

@@ -85,16 +85,17 @@ def test_compile_prints_summary_and_writes_loadable_file(tmp_path):
     model = load_model(out)
     line = result.output.strip()
     match = re.fullmatch(
-        r"(.+): (\d+) layers \(dependency bound (\d+)\), width (\d+), (\d+) parameters; (.+)",
+        r"(.+): (\d+) layers \(dependency bound (\d+)\), width ([\d,]+), ([\d,]+) parameters; (.+)",
         line,
     )
     assert match, line
     assert match[1] == str(out)
     assert int(match[2]) == len(model.layers)
     assert int(match[3]) == model.info["dependency_bound"]
-    assert int(match[4]) == model.width
-    assert int(match[5]) == model.parameter_count()
-    assert match[6] == model.guarantee.text == "exact at every length in real arithmetic"
+    assert int(match[4].replace(",", "")) == model.width
+    assert match[5] == f"{model.parameter_count():,}"
+    assert match[6] == model.guarantee.text
+    assert model.guarantee.text.startswith("exact at every length in real arithmetic (in float64")
     assert model.options == {"mode": "heaviside", "max_len": None}
 
 
@@ -298,9 +299,11 @@ def test_info(tmp_path):
     assert fields["heads"] == f"{[len(layer.heads) for layer in model.layers]} per layer"
     assert fields["width"] == str(model.width)
     assert fields["mlp width"] == str(model.mlp_width)
-    assert fields["parameters"] == str(model.parameter_count())
+    assert fields["parameters"] == f"{model.parameter_count():,}"
     assert fields["positional"] == "(none)"
-    assert fields["guarantee"] == "exact for inputs of length <= 16"
+    assert fields["guarantee"] == model.guarantee.text
+    assert fields["guarantee"].startswith("exact for inputs of length <= 16 (in float64")
+    assert fields["source"] == "C-RASP[local]"
     assert fields["accept"] == "L"
     assert fields["outputs"] == "L (bool)"
     assert "C-RASP[local]" in fields["source"]

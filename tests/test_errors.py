@@ -123,7 +123,7 @@ def test_unprintable_characters_in_messages_are_escaped():
 
 
 def test_error_without_location_or_source():
-    assert str(CraspError("it broke")) == "<input>: error: it broke"
+    assert str(CraspError("it broke")) == "crasp: error: it broke"
     assert str(CraspError("bad", filename="f.cr")) == "f.cr: error: bad"
     diag = Diagnostic("here", Span(1, 3, 1, 5), "expected x")
     assert str(CraspError([diag], None, "f.cr")) == "f.cr:1:3: error: here\n  expected x"

@@ -243,23 +243,23 @@ def test_strict_mask_reads_zero_at_bos(weighting, zero_query, expected):
 def test_mask_none_sees_own_sequence_only(weighting):
     """Mask ``none`` averages over all real positions of the sequence, later ones included,
     and never over padding (padding rows carry BOS's id, hence BOS's embedding)."""
-    # dims: 0 one, 1 is-BOS, 2 feature (0 at BOS, 1 after), 3 is-b, 4..6 outputs
+    # dims: 0 one, 1 is-BOS, 2 position > 0 (1 − onehot:0), 3 is-b, 4..6 outputs
     embed = {
-        BOS: [1, 1, 0, 0, 0, 0, 0],
-        "a": [1, 0, 0, 0, 0, 0, 0],
-        "b": [1, 0, 0, 1, 0, 0, 0],
+        BOS: [1, 1, 1, 0, 0, 0, 0],
+        "a": [1, 0, 1, 0, 0, 0, 0],
+        "b": [1, 0, 1, 1, 0, 0, 0],
     }
     heads = [
         head(7, None, None, 1, 4, weighting=weighting, mask="none"),  # mean of is-BOS
         head(7, 0, 1, 2, 5, weighting="hard-right", mask="none"),  # last BOS-like key's feature
         head(7, None, None, 3, 6, weighting=weighting, mask="none"),  # mean of is-b
     ]
-    w_p = [[0], [0], [1], [0], [0], [0], [0]]
+    w_p = [[0], [0], [-1], [0], [0], [0], [0]]
     model = make_model(
         embed,
         [Layer(heads, None)],
         {"bos": (4, "bool"), "pick": (5, "bool"), "b": (6, "bool")},
-        features=("periodic:1:0",),
+        features=("onehot:0",),
         w_p=w_p,
     )
     inputs = [["a"], ["a", "b", "b", "b"], []]

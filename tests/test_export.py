@@ -9,6 +9,7 @@ with ``weights_only=True``, so pickled code is refused without running.
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import pickle
@@ -131,6 +132,103 @@ def test_export_to_unwritable_path(tmp_path):
     blocker.write_text("not a directory")
     with pytest.raises(CraspError, match="cannot write export"):
         export_model(model("dyck1.cr", "heaviside"), blocker / "sub", "safetensors")
+
+
+def listing(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+def test_reexport_in_another_format_replaces_the_previous_export(tmp_path):
+    """No stale weights file of the other format is left for a loader to pick up."""
+    target = tmp_path / "out"
+    dyck, majority = model("dyck1.cr", "heaviside"), model("majority.crasp", "heaviside")
+    export_model(dyck, target, "safetensors")
+    export_model(majority, target, "torch")
+    assert listing(target) == ["config.json", "model.pt"]
+    assert_same_model(load_export(target), majority)
+    export_model(dyck, target, "safetensors")
+    assert listing(target) == ["config.json", "model.safetensors"]
+    assert_same_model(load_export(target), dyck)
+    assert listing(tmp_path) == ["out"]  # no temporary directory left behind
+
+
+def test_export_into_an_empty_directory(tmp_path):
+    (tmp_path / "empty").mkdir()
+    export_model(model("dyck1.cr", "heaviside"), tmp_path / "empty", "torch")
+    assert listing(tmp_path / "empty") == ["config.json", "model.pt"]
+
+
+def test_export_refuses_a_directory_that_is_not_an_export(tmp_path):
+    compiled = model("dyck1.cr", "heaviside")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    with pytest.raises(CraspError, match="not empty") as err:
+        export_model(compiled, mine, "safetensors")
+    assert "notes.txt" in str(err.value) and str(mine) in str(err.value)
+    assert listing(mine) == ["notes.txt"] and (mine / "notes.txt").read_text() == "keep me"
+    # an export with a file of the user's next to it
+    export_model(compiled, tmp_path / "e", "safetensors")
+    (tmp_path / "e" / "notes.txt").write_text("mine")
+    with pytest.raises(CraspError, match=r"notes\.txt"):
+        export_model(compiled, tmp_path / "e", "torch")
+    assert listing(tmp_path / "e") == ["config.json", "model.safetensors", "notes.txt"]
+    # a config.json that is not an export's
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.json").write_text('{"format": "something-else"}')
+    with pytest.raises(CraspError, match="not empty"):
+        export_model(compiled, other, "torch")
+    assert (other / "config.json").read_text() == '{"format": "something-else"}'
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(CraspError, match="not a directory"):
+        export_model(compiled, tmp_path / "file", "torch")
+    assert (tmp_path / "file").read_text() == "x"
+
+
+def _disk_full(*args, **kwargs):
+    """A save that writes part of its file, then runs out of space."""
+    target = args[1] if len(args) > 1 else kwargs.get("filename", kwargs.get("f"))
+    Path(target).write_bytes(b"\0" * 10)
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("where", ["weights", "config"])
+def test_disk_full_keeps_the_previous_export(tmp_path, monkeypatch, fmt, where):
+    import safetensors.torch
+
+    target = tmp_path / "out"
+    old = model("majority.crasp", "heaviside")
+    export_model(old, target, "torch" if fmt == "safetensors" else "safetensors")
+    before = {p.name: p.read_bytes() for p in target.iterdir()}
+    if where == "config":
+        real = Path.write_text
+
+        def write_text(self, *args, **kwargs):
+            if self.name == "config.json":
+                real(self, "{")
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real(self, *args, **kwargs)
+
+        monkeypatch.setattr(Path, "write_text", write_text)
+    elif fmt == "safetensors":
+        monkeypatch.setattr(safetensors.torch, "save_file", _disk_full)
+    else:
+        monkeypatch.setattr(torch, "save", _disk_full)
+    with pytest.raises(CraspError, match="cannot write export") as err:
+        export_model(model("dyck1.cr", "heaviside"), target, fmt)
+    assert "No space left on device" in str(err.value) and str(target) in str(err.value)
+    monkeypatch.undo()
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == before
+    assert_same_model(load_export(target), old)
+    assert listing(tmp_path) == ["out"]
+    # a new target: nothing is left behind
+    with monkeypatch.context() as patch:
+        patch.setattr(torch, "save", _disk_full)
+        with pytest.raises(CraspError, match="No space left"):
+            export_model(old, tmp_path / "new", "torch")
+    assert listing(tmp_path) == ["out"]
 
 
 # ---------------------------------------------------------------- bad exports
@@ -399,6 +497,30 @@ def test_zip_that_is_not_a_torch_file(tmp_path):
     with zipfile.ZipFile(tmp_path / "model.pt", "w") as archive:
         archive.writestr("hello.txt", "hi")
     refused(tmp_path, "cannot read export weights")
+
+
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+def test_sparse_tensor_in_a_torch_export_is_refused(tmp_path, layout):
+    export_model(model("dyck1.cr", "heaviside"), tmp_path, "torch")
+    tensors = torch.load(tmp_path / "model.pt", weights_only=True)
+    w1 = tensors["blocks.0.mlp.w1"]
+    tensors["blocks.0.mlp.w1"] = w1.to_sparse() if layout == "coo" else w1.to_sparse_csr()
+    torch.save(tensors, tmp_path / "model.pt")
+    refused(tmp_path, "invalid export", "'blocks.0.mlp.w1'", "sparse")
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.bool])
+def test_non_floating_tensor_is_refused(export, dtype):
+    """Integer weights would be a silently different model (0.5 -> 0): refused by name."""
+    edit_tensors(export, lambda t: t.update({"embed.w_e": t["embed.w_e"].to(dtype)}))
+    refused(export, "invalid export", "'embed.w_e'", "not floating point")
+
+
+def test_complex_tensor_is_refused(tmp_path):
+    export_model(model("dyck1.cr", "heaviside"), tmp_path, "torch")
+    edit_tensors(tmp_path, lambda t: t.update({"pos.w_p": t["pos.w_p"].to(torch.complex128)}))
+    refused(tmp_path, "'pos.w_p'", "not floating point")
 
 
 def test_safetensors_with_other_dtypes_load(tmp_path):

@@ -87,3 +87,12 @@ def test_almost_orthogonal_vectors_are_nearly_orthogonal():
 def test_malformed_features_are_refused(name):
     with pytest.raises(ValueError, match="unknown positional feature"):
         check_feature(name)
+
+
+def test_periodic_features_take_their_value_at_position_minus_one_on_bos():
+    """BOS (t = 0) is the empty prefix, position −1: ``periodic:m:r`` is 1 there iff
+    r = m − 1, as the interpreter's predicates are, so the feature is periodic in t."""
+    table = feature_matrix([periodic(2, 1), periodic(2, 0), periodic(3, 2)], 7)
+    assert table[:, 0].tolist() == [1, 0, 1, 0, 1, 0, 1]
+    assert table[:, 1].tolist() == [0, 1, 0, 1, 0, 1, 0]
+    assert table[:, 2].tolist() == [1, 0, 0, 1, 0, 0, 1]

@@ -324,3 +324,18 @@ def test_token_outside_the_alphabet():
         interpret_batch(program, [["a", "b"], ["b", "x"]])
     with pytest.raises(CraspError, match="'c'"):
         accepts(program, ["c"])
+
+
+def test_counts_never_wrap_around():
+    """10^27·#"a" overflowed int64 silently (E was False on "a", the count printed
+    −6446744073709551616): counts beyond int64 are exact Python integers."""
+    program = parse_program(
+        'D = 1000000000 * (1000000000 * (1000000000 * # "a"))\nE = D > 0\noutput D, E\n'
+    )
+    trace = interpret(program, ["a", "a"])
+    assert trace.at("D", 1) == 2 * 10**27 and trace.at("E", 0) is True
+    assert trace.values["D"].dtype == object
+    small = parse_program('D = 1000 * # "a"\nE = D > 0\n')
+    assert interpret(small, ["a"]).values["D"].dtype == np.int64  # the int64 fast path
+    doubling = "\n".join(['A0 = # "a"', *(f"A{k} = A{k - 1} + A{k - 1}" for k in range(1, 64))])
+    assert interpret(parse_program(doubling + "\nE = A63 > 0\n"), ["a"]).accepted

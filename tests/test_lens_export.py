@@ -4,6 +4,7 @@ embedding, causal softmax attention) must reproduce the numpy executor's raw out
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 from pathlib import Path
@@ -13,8 +14,16 @@ import pytest
 
 from crasp_compiler import CraspError, load_program, parse_program
 from crasp_compiler.compiler import compile_program
-from crasp_compiler.export.lens import export_lens, lens_state_dict
-from crasp_compiler.model.model import MLP, Guarantee, Head, Layer, Model, Output
+from crasp_compiler.export.lens import MAX_N_CTX, export_lens, lens_state_dict
+from crasp_compiler.model.model import (
+    MLP,
+    TORCH_DENSE_LIMIT,
+    Guarantee,
+    Head,
+    Layer,
+    Model,
+    Output,
+)
 from crasp_compiler.runtime.numpy_exec import run
 
 EXAMPLES = sorted(
@@ -281,18 +290,20 @@ def test_refusals_name_every_obstacle():
     units = model.layers[0].mlp.activations.count("heaviside")
     assert units >= 1
     err = message(model, n_ctx=10)
-    assert f"layer 0 MLP has {units} heaviside unit(s)" in str(err)
+    assert f"layer 1 MLP (blocks.0.mlp) has {units} heaviside unit(s)" in str(err)
     err = message(compiled(majority, "layernorm"))
-    assert "layer 0 MLP uses selective layer norm" in str(err)
+    assert "layer 1 MLP (blocks.0.mlp) uses selective layer norm" in str(err)
     assert "n_ctx is required" in str(err)  # exact at every length: no default n_ctx
     err = message(compiled(local, "relu"))
-    assert "layer 0 head 1 has a relative position bias (offsets 1)" in str(err)
+    head = "layer 1 head 2 (blocks.0.attn head 1)"
+    assert f"{head} has a relative position bias (offsets 1)" in str(err)
     assert len(err.diagnostics) == 1
     err = message(compiled(local, "heaviside"), n_ctx=10)
     text = str(err)
-    assert "layer 0 head 1 uses average-hard attention" in text
-    assert "layer 0 head 1 has a relative position bias" in text
-    assert "layer 1 MLP has" in text and "layer 3 MLP has" in text and "heaviside" in text
+    assert "layer 1 head 2 (blocks.0.attn head 1) uses average-hard attention" in text
+    assert "layer 1 head 2 (blocks.0.attn head 1) has a relative position bias" in text
+    assert "layer 2 MLP (blocks.1.mlp) has" in text and "layer 4 MLP (blocks.3.mlp) has" in text
+    assert "heaviside" in text and "layer 0" not in text
     assert "mode='relu'" in text  # the hint
 
     rng = np.random.default_rng(6)
@@ -303,9 +314,9 @@ def test_refusals_name_every_obstacle():
     model.layers[1].mlp.activations = ["gelu"] * 3
     text = str(message(model, n_ctx=0))
     for part in (
-        "layer 0 head 0 has mask 'strict'",
-        "layer 0 head 1 uses unique-hard (leftmost) attention",
-        "layer 1 head 0 has mask 'none'",
+        "layer 1 head 1 (blocks.0.attn head 0) has mask 'strict'",
+        "layer 1 head 2 (blocks.0.attn head 1) uses unique-hard (leftmost) attention",
+        "layer 2 head 1 (blocks.1.attn head 0) has mask 'none'",
         "mix 2 relu and 3 gelu",
         "n_ctx must be a positive integer",
     ):
@@ -323,7 +334,7 @@ def test_n_ctx_handling():
     assert config["cfg"]["n_ctx"] == 10
     for t in range(10):
         pos = [
-            float(t >= 1 and (t - 1) % int(m) == int(r))
+            float((t - 1) % int(m) == int(r))  # BOS is token position -1
             for m, r in (f.split(":")[1:] for f in model.features)
         ]
         np.testing.assert_allclose(state["pos_embed.W_pos"][t], model.w_p @ pos)
@@ -338,6 +349,67 @@ def test_n_ctx_handling():
     with pytest.raises(CraspError, match="n_ctx is required"):
         lens_state_dict(unbounded)
     assert lens_state_dict(unbounded, 3)[1]["cfg"]["n_ctx"] == 3
+
+
+def test_n_ctx_limit():
+    """A huge n_ctx would allocate a huge positional table: refused up front."""
+    model = compiled(EXAMPLES[0].parent / "abab_star.cr")
+    for n_ctx in (10**12, 10**30, MAX_N_CTX + 1):
+        with pytest.raises(CraspError, match="n_ctx") as err:
+            lens_state_dict(model, n_ctx)
+        assert f"at most {MAX_N_CTX:,}" in str(err.value)
+    wide = hand_model(np.random.default_rng(3), [([(1, 1)], None)], d=1024)
+    n_ctx = TORCH_DENSE_LIMIT // 1024 + 1  # within the limit, but the table is too big
+    assert n_ctx <= MAX_N_CTX
+    with pytest.raises(CraspError, match=r"pos_embed\.W_pos"):
+        lens_state_dict(wide, n_ctx)
+    # the default n_ctx (the guarantee + 1) is checked the same way
+    model.guarantee.max_len = 10**12
+    try:
+        with pytest.raises(CraspError, match="n_ctx"):
+            lens_state_dict(model)
+    finally:
+        model.guarantee.max_len = MAX_LEN
+
+
+def test_disk_full_during_a_lens_export(tmp_path, monkeypatch):
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    path = EXAMPLES[0].parent / "dyck1.cr"
+    target = tmp_path / "lens"
+    export_lens(compiled(path), target, model_name="old")
+    before = {p.name: p.read_bytes() for p in target.iterdir()}
+
+    def full(state, filename, metadata=None):
+        Path(filename).write_bytes(b"\0" * 10)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(safetensors_numpy, "save_file", full)
+    with pytest.raises(CraspError, match="cannot write export") as err:
+        export_lens(compiled(path), target, model_name="new")
+    assert "No space left on device" in str(err.value)
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lens"]
+
+
+def test_lens_export_replaces_a_torch_export(tmp_path):
+    pytest.importorskip("torch")
+    from crasp_compiler.export.torch_files import export_model
+
+    model = compiled(EXAMPLES[0].parent / "dyck1.cr")
+    export_model(model, tmp_path / "out", "torch")
+    export_lens(model, tmp_path / "out")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "config.json",
+        "model.safetensors",
+    ]
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["format"] == (
+        "crasp-lens-export"
+    )
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "data.csv").write_text("1,2")
+    with pytest.raises(CraspError, match="not empty"):
+        export_lens(model, tmp_path / "mine")
+    assert (tmp_path / "mine" / "data.csv").read_text() == "1,2"
 
 
 def test_round_trip_through_files(tmp_path):

@@ -20,6 +20,7 @@ import pytest
 from crasp_compiler import CraspError, load_program
 from crasp_compiler.compiler import compile_program
 from crasp_compiler.model import load_model, save_model
+from crasp_compiler.model.io import VERSION
 from crasp_compiler.model.model import Model
 from crasp_compiler.runtime.numpy_exec import run
 from tests.strategies import all_inputs, random_inputs, random_program
@@ -120,7 +121,7 @@ def test_file_layout(tmp_path):
         names = set(data.files)
         assert all(data[n].dtype == np.float64 for n in names - {"header"})
     assert header["format"] == "crasp-model"
-    assert header["version"] == 1
+    assert header["version"] == VERSION
     assert header["vocab"][0] == "<bos>"
     assert {"w_e", "w_p", "output0.weights", "layer0.head0.w_q", "layer0.mlp.w1"} <= names
     heads = sum(len(layer["heads"]) for layer in header["layers"])
@@ -281,7 +282,7 @@ def _set(key, value):
     [
         (_set("format", "onnx"), "wrong format name"),
         (lambda h, a: h.pop("format"), "wrong format name"),
-        (_set("version", 2), "unsupported format version 2"),
+        (_set("version", VERSION + 1), f"unsupported format version {VERSION + 1}"),
         (_set("version", "1"), "unsupported format version '1'"),
         (lambda h, a: h.pop("version"), "unsupported format version None"),
         (_set("vocab", ["a", "b"]), "must start with BOS"),
@@ -339,7 +340,7 @@ def _mlp(key, value):
         (_mlp("norm_groups", {"0": 1}), "norm_groups must be disjoint"),
         (_mlp("activations", "relu"), "malformed"),
         (_mlp("labels", 5), "malformed labels"),
-        (lambda h, a: h["layers"].__setitem__(0, [1]), "layer 0 is malformed"),
+        (lambda h, a: h["layers"].__setitem__(0, [1]), "layer 1 is malformed"),
         (lambda h, a: h["outputs"][0].__setitem__("rule", "softmax"), "output 0 is malformed"),
     ],
     ids=case_id,
@@ -444,3 +445,29 @@ def test_pickled_object_array_refused(tmp_path, member):
 def test_save_to_unwritable_path(tmp_path):
     with pytest.raises(CraspError, match="cannot write model file"):
         save_model(compiled("dyck1.cr"), tmp_path / "no" / "such" / "dir" / "m.npz")
+
+
+def test_version_1_files_with_periodic_features_load_as_the_same_model(tmp_path):
+    """Version 1 had periodic features 0 at BOS: such a file is converted on load so
+    that the model computes what it computed (every residual unchanged)."""
+    program = load_program(EXAMPLES / "abab_star.cr")
+    model = compile_program(program)
+    assert any(name.startswith("periodic:") for name in model.features)
+    path = tmp_path / "v1.npz"
+    save_model(model, path)
+    with np.load(path) as data:
+        arrays = {name: data[name] for name in data.files}
+    header = json.loads(str(arrays.pop("header")))
+    header["version"] = 1
+    w_e = arrays["w_e"].copy()
+    for column, name in enumerate(header["features"]):
+        m, r = map(int, name.split(":")[1:])
+        if r == m - 1:  # version 1 had this feature's 1 at BOS in the BOS embedding row
+            w_e[0] += arrays["w_p"][:, column]
+    arrays["w_e"] = w_e
+    np.savez(path, header=np.array(json.dumps(header)), **arrays)
+    loaded = load_model(path)
+    words = [*random_inputs(program, 5, count=30, max_len=12), []]
+    np.testing.assert_array_equal(loaded.w_e, model.w_e)
+    for name, values in run(loaded, words).values.items():
+        np.testing.assert_array_equal(values, run(model, words).values[name])

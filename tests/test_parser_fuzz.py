@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from crasp_compiler import CraspError, format_expr, format_program, interpret, parse_program
 from crasp_compiler.cli import main
 from crasp_compiler.compiler import compile_program
-from crasp_compiler.errors import cells, display_line
+from crasp_compiler.errors import SHOWN_LINE, cells, display_line
 from crasp_compiler.program import with_alphabet
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -265,11 +265,23 @@ def check_error(err: CraspError, text: str | None, filename: str = FILENAME) -> 
         head = f"{filename}:{line}:{column}: error: "
         assert shown[0].startswith(head) and len(shown[0]) > len(head)
         assert head in message
-        assert shown[1] == "    " + display_line(lines[line - 1])
         caret, visible = shown[2], display_line(lines[line - 1])
-        pad = cells(visible[: column - 1]) + max(0, column - 1 - len(visible))
-        assert caret.startswith("    " + " " * pad + "^"), (shown, diag)
         assert set(caret) <= {" ", "^"}
+        if len(visible) <= SHOWN_LINE:
+            assert shown[1] == "    " + visible
+            pad = cells(visible[: column - 1]) + max(0, column - 1 - len(visible))
+            assert caret.startswith("    " + " " * pad + "^"), (shown, diag)
+            continue
+        # a long line is cut to SHOWN_LINE characters around the caret, with … where cut
+        at = min(column - 1, len(visible))
+        start = max(0, min(at - SHOWN_LINE // 2, len(visible) - SHOWN_LINE))
+        window = visible[start : start + SHOWN_LINE]
+        assert start <= at <= start + SHOWN_LINE
+        before = "…" if start else ""
+        after = "…" if start + SHOWN_LINE < len(visible) else ""
+        assert shown[1] == "    " + before + window + after
+        pad = cells(before) + cells(visible[start:at]) + max(0, column - 1 - len(visible))
+        assert caret.startswith("    " + " " * pad + "^"), (shown, diag)
     # Several diagnostics end with a count; they come sorted within each phase.
     if len(err.diagnostics) > 1:
         assert message.endswith(f"{len(err.diagnostics)} errors")

@@ -92,7 +92,7 @@ def test_compile_reports_layers_and_heads_next_to_the_theorem(tmp_path):
     result = ok("compile", EXAMPLES / "cumsum.pcoc", "--n", 16, "-o", out)
     match = re.fullmatch(
         r"(.+): (\d+) layers for (\d+) round\(s\) \(theorem: (\d+) layers, (\d+) heads per "
-        r"layer\), heads per layer \[(.*)\], width (\d+), (\d+) parameters; (.+)\n",
+        r"layer\), heads per layer \[(.*)\], width ([\d,]+), ([\d,]+) parameters; (.+)\n",
         result.stdout,
     )
     assert match, result.stdout
@@ -102,7 +102,7 @@ def test_compile_reports_layers_and_heads_next_to_the_theorem(tmp_path):
     assert int(match[3]) == int(match[4]) == model.info["rounds"] == 4
     assert int(match[5]) == model.info["theorem"]["heads_per_layer"] == 2  # x and left
     assert match[6] == "1, 1, 1, 1"
-    assert int(match[7]) == model.width and int(match[8]) == model.parameter_count()
+    assert int(match[7]) == model.width and match[8] == f"{model.parameter_count():,}"
     assert match[9] == model.guarantee.text and model.guarantee.max_len == 16
     assert model.options["mode"] == "hard" and model.options["n"] == 16
     assert model.inputs == ["x"] and model.source == (EXAMPLES / "cumsum.pcoc").read_text()
@@ -276,13 +276,17 @@ def test_misuse_of_options():
     )
     assert "--n: only for PCOC programs" in misuse("compile", crasp, "--n", 4, "-o", out).stderr
     assert "needs --n" in misuse("interpret", pcoc, input="1\n").stderr
-    assert "--n is for PCOC programs" in misuse("interpret", crasp, "( )", "--n", 3).stderr
+    assert "--n and --beyond-guarantee are for PCOC programs" in (
+        misuse("interpret", crasp, "( )", "--n", 3).stderr
+    )
     assert (
-        "--alphabet and --outputs"
+        "--alphabet, --outputs, --echo and --invalid are for C-RASP programs"
         in misuse("interpret", pcoc, "--n", 2, "--alphabet", "a", input="1 2\n").stderr
     )
     model = model_file("cumsum")
-    assert "--outputs and --trace are for C-RASP" in misuse("run", model, "--trace").stderr
+    assert "--outputs, --trace, --echo and --invalid are for C-RASP" in (
+        misuse("run", model, "--trace").stderr
+    )
     misuse("compile", pcoc, "--n", 0, "-o", out)
     misuse("compile", pcoc, "--n", 4, "--mode", "softmax", "--tolerance", "0", "-o", out)
 
@@ -290,3 +294,20 @@ def test_misuse_of_options():
 def test_pcoc_models_are_not_checked_like_crasp_models():
     result = user_error("check", model_file("cumsum"))
     assert "crasp run" in result.stderr and "crasp interpret" in result.stderr
+
+
+def test_inputs_outside_their_bounds_need_beyond_guarantee_warn(tmp_path):
+    program = EXAMPLES / "running_argmax.pcoc"
+    result = user_error("interpret", program, "--n", 4, input="3e9 1 2e9 -5e9\n")
+    assert "input 'x' holds 3000000000.0 at machine 0, outside its declared bound" in result.stderr
+    warned = invoke(
+        "interpret", program, "--n", 4, "--beyond-guarantee", "warn", input="3e9 1 2 5\n"
+    )
+    assert warned.exit_code == 0 and warned.stdout.startswith("x: 3000000000 3000000000")
+    assert "warning: input 'x' holds" in warned.stderr
+    model = tmp_path / "argmax.npz"
+    ok("compile", program, "--n", 4, "-o", model)
+    result = user_error("run", model, input="3e9 1 2e9 -5e9\n")
+    assert "outside its declared bound |x| <= 1e+09" in result.stderr
+    warned = invoke("run", model, "--beyond-guarantee", "warn", input="3e9 1 2 5\n")
+    assert warned.exit_code == 0 and "warning:" in warned.stderr

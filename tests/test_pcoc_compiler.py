@@ -24,7 +24,7 @@ from crasp_compiler.cookbook.blocks import var
 from crasp_compiler.errors import CraspError
 from crasp_compiler.model import load_model, save_model
 from crasp_compiler.model.features import onehot
-from crasp_compiler.pcoc import interpret_pcoc_batch, load_pcoc
+from crasp_compiler.pcoc import interpret_pcoc_batch, load_pcoc, parse_pcoc
 from crasp_compiler.pcoc.compile import (
     compile_pcoc,
     input_matrix,
@@ -375,7 +375,11 @@ def test_random_programs_interpreter_numpy_torch_softmax(prog, n, seed):
         want = interpret_pcoc_batch(prog, n, inputs, check_promises=True).outputs
     except CraspError:
         assume(False)  # a value beyond the declared bounds
-    hard = compile_pcoc(prog, n)
+    try:
+        hard = compile_pcoc(prog, n)
+    except CraspError as err:  # a margin float64 cannot resolve at these bounds: said so
+        assert "below what float64 resolves" in str(err)
+        return
     got = run_pcoc(hard, list(inputs))
     scale = max(1.0, max(float(np.max(np.abs(v))) for v in want.values()))
     outputs_agree(got, want, 1e-9 * scale)
@@ -773,3 +777,68 @@ def test_route_size_and_errors():
     ):
         with pytest.raises(ValueError, match=message):
             A.route(*args, **kwargs)
+
+
+# ---------------------------------------------------------------- float margins and bounds
+
+TINY_MARGIN = """
+input x bound 1e9
+output s
+slot s
+round {
+  if x <= 0.5 margin 1e-9 { s = 7 } else { s = 3 }
+}
+"""
+
+
+def test_a_margin_float64_cannot_resolve_is_refused_at_the_comparison():
+    """``x <= 0.5 margin 1e-9`` on values up to 10^9: the interpreter said ``7 3`` and the
+    model ``3 3`` on ``-5e8 5e8``; the compiler now refuses, naming the comparison."""
+    program = parse_pcoc(TINY_MARGIN, "tiny.pcoc")
+    with pytest.raises(CraspError) as info:
+        compile_pcoc(program, 2)
+    text = info.value.format()
+    assert text.startswith("tiny.pcoc:6:6: error: the margin 1e-09 of this comparison is below")
+    assert "declare `margin" in text
+    wide = parse_pcoc(TINY_MARGIN.replace("1e-9", "1e-3"))
+    model = compile_pcoc(wide, 2)
+    inputs = [[-5e8, 5e8], [0.5 - 1e-3, 0.5 + 1e-3], [0.5, 0.5 + 2e-3]]
+    got = run_pcoc(model, [[row] for row in inputs])["s"]
+    want = interpret_pcoc_batch(wide, 2, np.array(inputs)).outputs["s"]
+    np.testing.assert_array_equal(got, want)
+    assert model.guarantee.dtypes == {"float64": 2, "float32": -1}
+    with pytest.raises(CraspError, match="proven exact for in float32"):
+        run_pcoc(model, [[inputs[0]]], dtype=np.float32)
+
+
+def test_hard_comparisons_are_exact_away_from_the_margin_at_large_values():
+    """Comparisons are Heaviside units at the middle of the margin: the running argmax of
+    non-integer values up to 10^9, with gaps of at least the margin, is exact."""
+    program = load_pcoc(EXAMPLES / "running_argmax.pcoc")
+    model = compile_pcoc(program, 8)
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        xs = rng.permutation(8) * 0.75 * 1e8 + rng.uniform(-0.1, 0.1)
+        got = run_pcoc(model, [[xs]])
+        want = interpret_pcoc_batch(program, 8, xs[None]).outputs
+        np.testing.assert_array_equal(got["at"], want["at"])
+        np.testing.assert_allclose(got["x"], want["x"], rtol=0, atol=1e-6)
+
+
+def test_inputs_outside_their_bounds_are_refused_everywhere():
+    """``running_argmax`` on ``3e9 1 2e9 -5e9`` (bound 1e9) disagreed silently."""
+    program = load_pcoc(EXAMPLES / "running_argmax.pcoc")
+    inputs = [3e9, 1, 2e9, -5e9]
+    with pytest.raises(CraspError, match=r"input 'x' holds 3000000000.0 at machine 0"):
+        interpret_pcoc_batch(program, 4, np.array([inputs]))
+    with pytest.warns(UserWarning, match="outside its declared bound"):
+        interpret_pcoc_batch(program, 4, np.array([inputs]), on_beyond="warn")
+    model = compile_pcoc(program, 4)
+    assert model.guarantee.input_bounds == {"x": 1e9}
+    for runtime in ("numpy", "torch"):
+        with pytest.raises(CraspError, match="outside its declared bound"):
+            run_pcoc(model, [[inputs]], runtime=runtime)
+    with pytest.warns(UserWarning, match="outside its declared bound"):
+        run_pcoc(model, [[inputs]], on_beyond="warn")
+    within = [1e9, 1, -1e9, 5]
+    assert run_pcoc(model, [[within]])["at"].tolist() == [[0, 0, 0, 0]]

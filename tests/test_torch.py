@@ -730,3 +730,18 @@ def test_run_matches_numpy_values():
         np.testing.assert_array_equal(
             np.where(real, array.numpy(), 0), np.where(real, result.values[key], 0)
         )
+
+
+def test_final_reads_each_sequence_at_its_own_end():
+    """A naive ``[:, -1]`` of the decisions read True for ")" (the padding after it);
+    ``final`` reads position ``lengths[b]``, and ``decide(raw, lengths)`` marks padding."""
+    module = module_for("dyck1.cr", "heaviside")
+    words = [[")"], ["(", ")", "(", ")"], []]
+    ids, lengths = module.encode(words)
+    with torch.no_grad():
+        raw = module(ids, lengths)
+    assert module.final(raw, lengths)["D"].tolist() == [False, True, True]
+    assert module.decide(raw)["D"][0, -1].item() is True  # the padding, not the answer
+    decided = module.decide(raw, lengths)["D"]
+    assert decided[0].tolist() == [True, False, False, False, False]
+    assert module.run(words)["D"][0].tolist() == decided[0].tolist()

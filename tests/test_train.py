@@ -6,13 +6,18 @@ attention does not depend on the data (the standard one's does); tensors, bins a
 sets of the data module; the metrics; short training runs on a sequence task and a numeric
 task write the three files with the documented keys, the loss falls on an easy task,
 ``load`` reproduces the trained model's outputs, runs are deterministic by seed, and a
-parameter filter freezes the other weights.
+parameter filter freezes the other weights. Bad config values are refused by name; an
+unusable output directory is refused before training; a full disk names the file and
+keeps what was written; an interrupted run resumes from its checkpoint exactly.
 """
 
 from __future__ import annotations
 
+import errno
 import json
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, fields
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,6 +33,7 @@ from crasp_compiler.train import (
     TrainConfig,
     load,
     load_config,
+    loop,
     train,
 )
 from crasp_compiler.train.data import (
@@ -107,7 +113,7 @@ SEQUENCE_KEYS = {
     "task", "family", "kind", "model_class", "config", "model_config", "device",
     "n_parameters", "n_trainable", "steps", "early_stopped", "wall_time_s", "eval_time_s",
     "final_loss", "loss_history", "eval_history", "compiled_error", "bins", "test_size",
-    "max_positions", "accuracy", "compiled_accuracy", "agreement",
+    "max_positions", "accuracy", "compiled_accuracy", "agreement", "resumed_from",
 }  # fmt: skip
 SEQUENCE_ONLY = {"bins", "max_positions", "accuracy", "compiled_accuracy", "agreement"}
 NUMERIC_KEYS = SEQUENCE_KEYS - SEQUENCE_ONLY | {"n", "scales", "metrics", "compiled_metrics"}
@@ -416,3 +422,113 @@ def test_bad_training_configs_raise(tmp_path):
         load(tmp_path)
     with pytest.raises(CraspError, match="unknown TrainConfig"):
         TrainConfig.from_dict({"task": "x", "colour": 1})
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"steps": "3"}, "steps must be an integer >= 1, not '3'"),
+        ({"lr": True}, "lr must be a number > 0"),
+        ({"bins": [1, 8]}, "bins must be a non-empty list of [lo, hi] pairs"),
+        ({"bins": [(9, 1)]}, "bins must be"),
+        ({"scales": ()}, "scales must be a non-empty list of positive numbers"),
+        ({"pe": "rope"}, "pe must be one of ape, nope, sin, random"),
+        ({"early_stop": 1}, "early_stop must be true or false"),
+        ({"n_layers": 0}, "n_layers must be an integer in [1, 2147483647], not 0"),
+        ({"seed": -1}, "seed must be an integer >= 0, not -1"),
+        ({"bins": [(1, 10**30)]}, "bins must be a non-empty list of [lo, hi] pairs with 0"),
+    ],
+)
+def test_train_config_refuses_bad_values(change, message):
+    with pytest.raises(CraspError, match=re.escape(message)):
+        quick(majority(), **change)
+
+
+def test_every_train_config_field_is_checked():
+    assert {f.name for f in fields(TrainConfig)} - {"task"} == set(loop.FIELD_RULES)
+
+
+def test_an_unwritable_output_directory_fails_before_training(tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("x")
+    monkeypatch.setattr(loop, "_fit", lambda *a, **k: pytest.fail("training started"))
+    with pytest.raises(CraspError, match="cannot write to the output directory") as caught:
+        train(quick(majority(), tmp_path / "file" / "run", bins=[(1, 8)]))
+    assert str(tmp_path / "file" / "run") in caught.value.format()
+
+
+def fill_disk(monkeypatch, name: str = "") -> None:
+    """From now on, writing a file whose name starts with ``name`` (all files by default)
+    lands half its bytes, then fails: the disk is full."""
+    real = Path.write_bytes
+
+    def full(self, data):
+        if not self.name.lstrip(".").startswith(name):  # temporary files: .NAME.xxxx.tmp
+            return real(self, data)
+        real(self, data[: len(data) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_bytes", full)
+
+
+@pytest.mark.parametrize(
+    "name", ["checkpoint.pt", "model.safetensors", "config.json", "results.json"]
+)
+def test_a_full_disk_names_the_file_and_keeps_the_previous_results(tmp_path, monkeypatch, name):
+    config = quick(majority(), tmp_path, bins=[(1, 8)], steps=4, eval_every=2)
+    train(config)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    fill_disk(monkeypatch, name)
+    with pytest.raises(CraspError, match="No space left on device") as caught:
+        train(config)
+    assert caught.value.format().startswith(f"{tmp_path / name}: error: cannot write")
+    monkeypatch.undo()
+    after = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert {name: after[name] for name in before} == before  # nothing lost or truncated
+    assert set(after) - set(before) <= {loop.CHECKPOINT}  # no temporary files left
+
+
+def interrupt_at_call(monkeypatch, count: int) -> None:
+    """The ``count``-th training batch raises KeyboardInterrupt (a Ctrl-C mid-run)."""
+    calls = []
+    real = loop.sample_examples
+
+    def sample(*args, **kw):
+        calls.append(1)
+        if len(calls) == count:
+            raise KeyboardInterrupt
+        return real(*args, **kw)
+
+    monkeypatch.setattr(loop, "sample_examples", sample)
+
+
+def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path, monkeypatch):
+    def config(out):
+        return quick(majority(), out, bins=[(1, 8)], steps=6, eval_every=2, early_stop=False)
+
+    whole = train(config(tmp_path / "whole"))
+    assert whole["resumed_from"] is None
+    assert not (tmp_path / "whole" / loop.CHECKPOINT).exists()  # removed when finished
+    interrupt_at_call(monkeypatch, 5)  # after the checkpoint at step 4
+    with pytest.raises(KeyboardInterrupt):
+        train(config(tmp_path / "cut"))
+    assert (tmp_path / "cut" / loop.CHECKPOINT).exists()
+    assert not (tmp_path / "cut" / "results.json").exists()
+    monkeypatch.undo()
+    resumed = train(config(tmp_path / "cut"))
+    assert resumed["resumed_from"] == 4 and resumed["steps"] == 6
+    assert resumed["loss_history"] == whole["loss_history"]
+    assert resumed["eval_history"] == whole["eval_history"]
+    assert resumed["accuracy"] == whole["accuracy"]
+    states = load(tmp_path / "whole").state_dict(), load(tmp_path / "cut").state_dict()
+    assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+    assert not (tmp_path / "cut" / loop.CHECKPOINT).exists()
+
+
+def test_a_checkpoint_of_another_config_is_not_resumed(tmp_path, monkeypatch):
+    config = quick(majority(), tmp_path, bins=[(1, 8)], steps=6, eval_every=2, early_stop=False)
+    interrupt_at_call(monkeypatch, 5)
+    with pytest.raises(KeyboardInterrupt):
+        train(config)
+    monkeypatch.undo()
+    config.lr = 0.5
+    assert train(config)["resumed_from"] is None

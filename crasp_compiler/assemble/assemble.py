@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from crasp_compiler.cookbook.blocks import Block, FFNBlock, HeadBlock
-from crasp_compiler.model.model import MLP, Head, Layer, Matrix, matrix
+from crasp_compiler.model.model import DENSE_LIMIT, MLP, Head, Layer, Matrix, matrix
 
 
 def schedule(blocks: list[Block], inputs: set[str]) -> list[int]:
@@ -36,6 +36,34 @@ def schedule(blocks: list[Block], inputs: set[str]) -> list[int]:
     return slots
 
 
+def stored_entries(blocks: list[Block], slots: list[int], width: int) -> int:
+    """The numbers the layers of ``blocks`` (scheduled into ``slots``) will store: every
+    matrix dense up to :data:`~crasp_compiler.model.model.DENSE_LIMIT` entries, its
+    nonzeros beyond (an upper bound: coefficients are not yet summed)."""
+
+    def size(rows: int, cols: int, nonzero: int) -> int:
+        return rows * cols if rows * cols <= DENSE_LIMIT else nonzero
+
+    def entries(forms: list[Mapping[str, float]]) -> int:
+        return sum(len(form) for form in forms)
+
+    total = 0
+    mlps: dict[int, list[FFNBlock]] = {}
+    for block, slot in zip(blocks, slots, strict=True):
+        if isinstance(block, HeadBlock):
+            dk, dv = max(1, len(block.query)), len(block.values)
+            total += size(dk, width, entries(block.query)) + size(dk, width, entries(block.key))
+            total += size(dv, width, entries(list(block.values.values()))) + size(width, dv, dv)
+        else:
+            mlps.setdefault(slot, []).append(block)
+    for parts in mlps.values():
+        units = sum(len(part.units) for part in parts)
+        first = sum(entries([unit.form for unit in part.units]) for part in parts)
+        second = sum(len(coefs) for part in parts for coefs in part.outputs.values())
+        total += size(units, width, first) + size(width, units, second) + units + width
+    return total
+
+
 def _stack(forms: list[Mapping[str, float]], index: dict[str, int], width: int) -> Matrix:
     """One row per form, over the residual layout."""
     rows, cols, values = [], [], []
@@ -47,13 +75,11 @@ def _stack(forms: list[Mapping[str, float]], index: dict[str, int], width: int) 
     return matrix((len(forms), width), rows, cols, values)
 
 
-def assemble_layers(
-    blocks: list[Block], residual: list[str], inputs: set[str]
-) -> tuple[list[Layer], list[int]]:
-    """Global layers for ``blocks`` over the residual layout ``residual`` (labels)."""
+def assemble_layers(blocks: list[Block], residual: list[str], slots: list[int]) -> list[Layer]:
+    """Global layers for ``blocks``, scheduled into ``slots`` (:func:`schedule`), over the
+    residual layout ``residual`` (labels)."""
     index = {var: k for k, var in enumerate(residual)}
     width = len(residual)
-    slots = schedule(blocks, inputs)
     depth = (max(slots, default=0) + 1) // 2
     layers = [Layer([], None) for _ in range(depth)]
     mlp_parts: list[list[FFNBlock]] = [[] for _ in range(depth)]
@@ -66,7 +92,7 @@ def assemble_layers(
     for layer, parts in zip(layers, mlp_parts, strict=True):
         if parts:
             layer.mlp = _mlp(parts, index, width)
-    return layers, slots
+    return layers
 
 
 def _head(block: HeadBlock, index: dict[str, int], width: int) -> Head:

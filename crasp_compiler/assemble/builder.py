@@ -27,16 +27,41 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from crasp_compiler.assemble.assemble import assemble_layers
+from crasp_compiler.assemble.assemble import assemble_layers, schedule, stored_entries
 from crasp_compiler.cookbook.blocks import Block, Exactness, FFNBlock, Form, HeadBlock, Unit, var
+from crasp_compiler.errors import CraspError
 from crasp_compiler.model.features import check_feature
-from crasp_compiler.model.model import BOS, RULES, Guarantee, Model, Output, densified, matrix
+from crasp_compiler.model.model import (
+    BOS,
+    BUDGET_VARIABLE,
+    DENSE_LIMIT,
+    RULES,
+    Guarantee,
+    Model,
+    Output,
+    densified,
+    matrix,
+    parameter_budget,
+)
 
 BOS_VAR, NONBOS_VAR = "BOS", "nonbos"
 
 
 def token_var(symbol: str) -> str:
     return f"token:{symbol}"
+
+
+def _finite(block: Block) -> bool:
+    """Whether every number of ``block`` is a finite float64."""
+    if isinstance(block, HeadBlock):
+        forms = [*block.query, *block.key, *block.values.values()]
+        numbers = [block.scale, *block.bias.values()]
+    else:
+        forms = [unit.form for unit in block.units]
+        numbers = [unit.bias for unit in block.units] + list(block.constants.values())
+        numbers += [c for coefs in block.outputs.values() for c in coefs.values()]
+    numbers += [c for form in forms for c in form.values()]
+    return all(np.isfinite(float(c)) for c in numbers)
 
 
 class Builder:
@@ -63,6 +88,7 @@ class Builder:
             self._embeddings[token_var(symbol)] = row
         self.features: list[str] = []
         self.numeric_inputs: list[str] = []
+        self._inputs: set[str] = set()  # features and numeric inputs, for fast lookups
         self.blocks: list[Block] = []
         self._written: dict[str, str] = {}  # variable -> label of the block that made it
         self._counter = 0
@@ -101,8 +127,9 @@ class Builder:
     def feature(self, name: str) -> Form:
         """A positional feature (see :mod:`crasp_compiler.model.features`), declared once."""
         check_feature(name)
-        if name not in self.features:
+        if name not in self._inputs:
             self.features.append(name)
+            self._inputs.add(name)
         return var(name)
 
     def numeric(self, name: str) -> Form:
@@ -110,6 +137,7 @@ class Builder:
         (``run(..., values=...)``), 0 at BOS."""
         self._check_new(name)
         self.numeric_inputs.append(name)
+        self._inputs.add(name)
         return var(name)
 
     def fresh(self, stem: str) -> str:
@@ -240,12 +268,7 @@ class Builder:
         return {out.name: (read(out.weights), out.rule) for out in model.outputs}
 
     def _defined(self, name: str) -> bool:
-        return (
-            name in self._embeddings
-            or name in self._written
-            or name in self.features
-            or name in self.numeric_inputs
-        )
+        return name in self._embeddings or name in self._written or name in self._inputs
 
     def _check_new(self, name: str, label: str = "") -> None:
         if self._defined(name):
@@ -266,14 +289,36 @@ class Builder:
         options: Mapping[str, object] | None = None,
         info: Mapping[str, object] | None = None,
         source: str = "",
+        max_parameters: int | None = None,
+        filename: str = "<model>",
     ) -> Model:
         """The model whose named outputs are ``outputs``: ``name -> form`` (rule
         ``value``, the raw number) or ``name -> (form, rule)`` with a rule from
         :data:`crasp_compiler.model.model.RULES`. The guarantee defaults to the weakest
-        exactness condition of the blocks."""
+        exactness condition of the blocks.
+
+        Before any matrix is made, the numbers the model would store are counted; above
+        ``max_parameters`` (default :func:`~crasp_compiler.model.model.parameter_budget`)
+        a :class:`CraspError` (naming ``filename``) says so instead."""
         residual = self.variables
         index = {name: k for k, name in enumerate(residual)}
         width = len(residual)
+        inputs = set(self._embeddings) | set(self.features) | set(self.numeric_inputs)
+        slots = schedule(self.blocks, inputs)
+        features = width * len(self.features)  # W_P: one 1 per feature, sparse when large
+        stored = stored_entries(self.blocks, slots, width) + width * (
+            len(self.vocab) + len(self.numeric_inputs) + len(outputs)
+        )
+        stored += features if features <= DENSE_LIMIT else len(self.features)
+        budget = parameter_budget() if max_parameters is None else max_parameters
+        if stored > budget:
+            raise CraspError(
+                f"the model would store about {stored:,} numbers ({stored * 8 / 2**30:.1f} GiB "
+                f"in float64; {len(self.blocks):,} blocks, residual width {width:,}), above "
+                f"the budget of {budget:,}; raise it with the environment variable "
+                f"{BUDGET_VARIABLE} (or max_parameters=), or simplify the program",
+                filename=filename,
+            )
         w_e = np.zeros((len(self.vocab), width))
         for name, column in self._embeddings.items():
             w_e[:, index[name]] = column
@@ -286,8 +331,14 @@ class Builder:
         w_x = np.zeros((width, len(self.numeric_inputs)))
         for column, name in enumerate(self.numeric_inputs):
             w_x[index[name], column] = 1.0
-        inputs = set(self._embeddings) | set(self.features) | set(self.numeric_inputs)
-        layers, _ = assemble_layers(self.blocks, residual, inputs)
+        for block in self.blocks:
+            if not _finite(block):
+                raise CraspError(
+                    f"block {block.label or type(block).__name__!r} has a weight that is not a "
+                    "finite float64 number (an expression overflows)",
+                    filename=filename,
+                )
+        layers = assemble_layers(self.blocks, residual, slots)
 
         model_outputs = []
         for name, spec in outputs.items():

@@ -54,7 +54,7 @@ def form_add(*terms: tuple[float, Mapping[str, float]]) -> Form:
     out: dict[str, float] = {}
     for coef, form in terms:
         for name, value in form.items():
-            out[name] = out.get(name, 0.0) + coef * value
+            out[name] = out.get(name, 0) + coef * value
     return Form({name: value for name, value in out.items() if value != 0})
 
 

@@ -394,10 +394,13 @@ def boolean_function(
 ) -> FFNBlock:
     """Any Boolean function φ of m {0,1} inputs, by its truth table (§4.8, eq. 35).
 
-    Row ``a ∈ {0,1}^m`` gets the unit ``ReLU((2a − 1)·x − |a| + 1)``, which is
-    ``1[x = a]`` for {0,1} inputs; rows are exclusive, so ``φ(x) = Σ_{φ(a)} 1[x = a]``
-    (the paper lists all 2^m rows with output weights φ(a); rows with weight 0 are
-    dropped) — or ``1 − Σ_{¬φ(a)} 1[x = a]`` when φ has more true rows than false ones.
+    Row ``a ∈ {0,1}^m`` gets the unit ``ReLU(2(2a − 1)·x − 2|a| + 1)``, which is
+    ``1[x = a]`` for {0,1} inputs: 1 at ``x = a`` and ``1 − 2k ≤ −1`` for an x that
+    differs from a in k ≥ 1 bits (the paper's ``ReLU((2a − 1)·x − |a| + 1)`` with its
+    argument doubled, so that inputs slightly off {0,1} — rounding — leave the other rows
+    at 0); rows are exclusive, so ``φ(x) = Σ_{φ(a)} 1[x = a]`` (the paper lists all 2^m
+    rows with output weights φ(a); rows with weight 0 are dropped) — or
+    ``1 − Σ_{¬φ(a)} 1[x = a]`` when φ has more true rows than false ones.
     Size: ``min(#true rows, #false rows)`` units (+1 below).
 
     With ``nonbos`` (a variable that is 1 at tokens and 0 at BOS), the constant 1 in every
@@ -414,8 +417,8 @@ def boolean_function(
     units: list[Unit] = []
     coefs: dict[int, float] = {}
     for k, row in enumerate(chosen):
-        terms = [(1 if bit else -1, x) for bit, x in zip(row, inputs, strict=True)]
-        bias = -float(sum(row)) + (0.0 if nonbos is not None else 1.0)
+        terms = [(2 if bit else -2, x) for bit, x in zip(row, inputs, strict=True)]
+        bias = -2.0 * sum(row) + (0.0 if nonbos is not None else 1.0)
         units.append(Unit(form_add(*terms, (1, one)), bias))
         coefs[k] = -1.0 if complement else 1.0
     constants: dict[str, float] = {}

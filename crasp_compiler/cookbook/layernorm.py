@@ -8,8 +8,8 @@ group with zero variance becomes 0), the W^(N)-before-LN architecture of §5.3.3
   ``x / √(mean x²)``, and read back signed;
 - :func:`clip` (§6.4): ``clip(x, −δ, δ)`` with two ReLUs;
 - :func:`sign` (§6.4): clip then normalise: ``sign(x_k)`` when every ``|x_k| ≥ δ``;
-- :func:`positive`: ``1[z > 0]`` from one normalised pair, no clipping (Yang & Chiang's
-  comparison; the C-RASP compiler's ``layernorm`` mode);
+- :func:`positive`: ``1[z > 0]`` from the normalised pair ``(z, 0)``, no clipping (Yang &
+  Chiang's comparison; the C-RASP compiler's ``layernorm`` mode);
 - :func:`layernorm_hash` (§5.3.3): ``lh(x) = LN([x, 1, −x, −1])`` from ``(x·s, s)``, any
   scale s > 0, for :func:`crasp_compiler.cookbook.attention.lookup_layernorm_hash`.
 
@@ -111,18 +111,27 @@ def sign(
 
 
 def positive(z: Form, out: str, *, label: str = "") -> FFNBlock:
-    """``out = 1[z > 0]``: :func:`normalize` of the one-pair group ``(z, −z)`` gives
-    ``(sign z, −sign z)`` at any scale of z; ReLU of the first is ``1[z > 0]``.
+    """``out = 1[z > 0]``: the layer norm of the pair ``(z, 0)`` is
+    ``(sign z, −sign z)`` at any scale of z (mean ``z/2``, deviations ``±z/2``, std
+    ``|z|/2``); ReLU of the first is ``1[z > 0]``.
 
-    Exact for every z in real arithmetic (z = 0 gives 0: a zero-variance group), so
-    a comparison whose argument is never 0 is decided at every length; in float64 for
-    |z| above about 1e-150, where z² still does not underflow. 2 units, one norm group,
-    one layer.
+    Exact for every z in real arithmetic (z = 0 gives 0: a zero-variance group), so a
+    comparison whose argument is never 0 is decided at every length. In binary floating
+    point the mean, the deviations and ``√(fl((z/2)²)) = |z/2|`` are exact (while the
+    square does not underflow: |z| above about 1e-150 in float64, 1e-18 in float32), so
+    the output is exactly 0 or 1 where the square root is correctly rounded, and within
+    a few units of roundoff of it otherwise. (The pair ``(z, −z)`` would be exact only if
+    its two rows rounded alike.) 2 units, one norm group, one layer.
     """
-    block = normalize([z], [out], label=label)
-    block.outputs = {out: {0: 1.0}}
-    block.exact = Exactness("exact: out = 1[z > 0] (layer norm, ε = 0)")
-    return block
+    z = as_form(z)
+    units = [Unit(z, 0.0), Unit(Form(), 0.0)]
+    return FFNBlock(
+        units,
+        {output_name(out): {0: 1.0}},
+        Exactness("exact: out = 1[z > 0] (layer norm, ε = 0)"),
+        label,
+        norm_groups=[[0, 1]],
+    )
 
 
 def layernorm_hash(xs: Form, s: Form, outs: tuple[str, str], *, label: str = "") -> FFNBlock:

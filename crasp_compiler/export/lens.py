@@ -33,8 +33,10 @@ norm. Among compiled models, ``mode="relu"`` models of programs without local re
 fit. ``heaviside`` models (Heaviside units, average-hard attention for local relations),
 ``layernorm`` models (selective layer norm) and ``relu`` models of programs with local
 relations (relative position bias) do not: :func:`lens_state_dict` raises
-:class:`CraspError` naming every obstacle, with layers and heads numbered from 0 as in
-``blocks.{l}``.
+:class:`CraspError` naming every obstacle, with layers and heads numbered from 1 as in
+``crasp info`` and ``crasp run --trace``, and the TransformerLens name in parentheses
+(layer 1 is ``blocks.0``). ``n_ctx`` is at most :data:`MAX_N_CTX`, and the positional
+table ``n_ctx × d_model`` at most ``TORCH_DENSE_LIMIT`` entries.
 
 Weights stay float64: relu-mode models use large softmax scales and steep ramps that are
 exact in real arithmetic and checked in float64; cast to float32 only knowingly. Load with::
@@ -61,13 +63,14 @@ from typing import Any
 import numpy as np
 
 from crasp_compiler.errors import CraspError, Diagnostic
+from crasp_compiler.export.directory import CONFIG_FILE, write_export
 from crasp_compiler.model.features import feature_matrix
-from crasp_compiler.model.model import BOS, Model, densified, require_dense
+from crasp_compiler.model.model import BOS, TORCH_DENSE_LIMIT, Model, densified, require_dense
 
 FORMAT = "crasp-lens-export"
 VERSION = 1
 WEIGHTS_FILE = "model.safetensors"
-CONFIG_FILE = "config.json"
+MAX_N_CTX = 1 << 20
 
 _WEIGHTING_NAMES = {
     "hard": "average-hard attention",
@@ -95,7 +98,8 @@ def _obstacles(model: Model) -> tuple[list[str], str]:
     units = {"relu": 0, "gelu": 0}
     for l_index, layer in enumerate(model.layers):
         for h_index, head in enumerate(layer.heads):
-            where = f"layer {l_index} head {h_index}"
+            where = f"layer {l_index + 1} head {h_index + 1}"
+            where += f" (blocks.{l_index}.attn head {h_index})"
             if head.weighting != "softmax":
                 name = _WEIGHTING_NAMES.get(head.weighting, f"{head.weighting!r} attention")
                 problems.append(f"{where} uses {name}")
@@ -107,6 +111,7 @@ def _obstacles(model: Model) -> tuple[list[str], str]:
                 problems.append(f"{where} has a relative position bias (offsets {listed})")
         if layer.mlp is None:
             continue
+        mlp = f"layer {l_index + 1} MLP (blocks.{l_index}.mlp)"
         kinds: dict[str, int] = {}
         for kind in layer.mlp.activations:
             kinds[kind] = kinds.get(kind, 0) + 1
@@ -114,12 +119,10 @@ def _obstacles(model: Model) -> tuple[list[str], str]:
             if kind in units:
                 units[kind] += count
             else:
-                problems.append(f"layer {l_index} MLP has {count} {kind} unit(s)")
+                problems.append(f"{mlp} has {count} {kind} unit(s)")
         if layer.mlp.norm_groups:
             groups = len(layer.mlp.norm_groups)
-            problems.append(
-                f"layer {l_index} MLP uses selective layer norm ({groups} norm group(s))"
-            )
+            problems.append(f"{mlp} uses selective layer norm ({groups} norm group(s))")
     if units["relu"] and units["gelu"]:
         problems.append(
             f"the MLPs mix {units['relu']} relu and {units['gelu']} gelu unit(s) "
@@ -130,15 +133,24 @@ def _obstacles(model: Model) -> tuple[list[str], str]:
 
 
 def _resolve_n_ctx(model: Model, n_ctx: int | None) -> tuple[int | None, str | None]:
+    """``n_ctx`` (default: the guarantee + 1) when it is a sane context length, else why not."""
     if n_ctx is None:
         if model.guarantee.max_len is None:
             return None, (
                 "n_ctx is required: the model's guarantee covers every length "
                 f"({model.guarantee.text})"
             )
-        return model.guarantee.max_len + 1, None
+        n_ctx = model.guarantee.max_len + 1
     if isinstance(n_ctx, bool) or not isinstance(n_ctx, int | np.integer) or n_ctx < 1:
         return None, f"n_ctx must be a positive integer, not {n_ctx!r}"
+    if n_ctx > MAX_N_CTX:
+        return None, f"n_ctx = {n_ctx:,} is too large (at most {MAX_N_CTX:,} positions)"
+    entries = int(n_ctx) * max(model.width, len(model.features), 1)
+    if entries > TORCH_DENSE_LIMIT:
+        return None, (
+            f"n_ctx = {n_ctx:,} makes pos_embed.W_pos {entries:,} entries (at most "
+            f"{TORCH_DENSE_LIMIT:,}): choose a smaller n_ctx"
+        )
     return int(n_ctx), None
 
 
@@ -268,11 +280,9 @@ def export_lens(
         raise CraspError(
             "the TransformerLens export needs the safetensors package (pip install safetensors)"
         ) from None
-    out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        save_file(state, str(out / WEIGHTS_FILE), metadata={"format": FORMAT})
-        (out / CONFIG_FILE).write_text(json.dumps(config, indent=1), encoding="utf-8")
-    except OSError as err:
-        raise CraspError(f"cannot write export: {err}", filename=str(out)) from None
-    return out
+
+    def write(directory: Path) -> None:
+        save_file(state, str(directory / WEIGHTS_FILE), metadata={"format": FORMAT})
+        (directory / CONFIG_FILE).write_text(json.dumps(config, indent=1), encoding="utf-8")
+
+    return write_export(out_dir, write)

@@ -9,9 +9,12 @@ An export is a directory::
                             :class:`crasp_compiler.runtime.torch_module.TorchTransformer`
 
 The weights are tensors only (``model.pt`` is read with ``torch.load(weights_only=True)``),
-so loading never runs pickled code. Names follow the torch module: ``embed.w_e``,
+so loading never runs pickled code; they must be dense and floating point (integer
+weights would be a different model). Names follow the torch module: ``embed.w_e``,
 ``pos.w_p``, ``blocks.{L}.attn.heads.{H}.w_q`` …, ``blocks.{L}.mlp.w1`` …, and
-``readout.weight`` (one row per output).
+``readout.weight`` (one row per output). Exports are written as
+:mod:`crasp_compiler.export.directory` describes: all or nothing, replacing a previous
+export completely.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from crasp_compiler.errors import CraspError
-from crasp_compiler.model.io import model_from_parts, model_parts
+from crasp_compiler.export.directory import CONFIG_FILE, write_export
+from crasp_compiler.model.io import MAX_HEADER_CHARS, byte_budget, model_from_parts, model_parts
 from crasp_compiler.model.model import Model, require_dense
 
 FORMAT = "crasp-torch-export"
@@ -85,25 +89,23 @@ def export_model(model: Model, out_dir: str | Path, fmt: str = "safetensors") ->
 
     if fmt not in WEIGHT_FILES:
         raise CraspError(f"unknown export format {fmt!r} (choose from {', '.join(WEIGHT_FILES)})")
-    out = Path(out_dir)
     header, _ = model_parts(model)
     tensors = {
         k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state_dict_arrays(model).items()
     }
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        weights = out / WEIGHT_FILES[fmt]
+    config = {"format": FORMAT, "version": VERSION, "weights": WEIGHT_FILES[fmt], "model": header}
+
+    def write(directory: Path) -> None:
+        weights = directory / WEIGHT_FILES[fmt]
         if fmt == "safetensors":
             from safetensors.torch import save_file
 
             save_file(tensors, str(weights), metadata={"format": FORMAT})
         else:
             torch.save(tensors, weights)
-        config = {"format": FORMAT, "version": VERSION, "weights": weights.name, "model": header}
-        (out / "config.json").write_text(json.dumps(config, indent=1))
-    except OSError as err:
-        raise CraspError(f"cannot write export: {err}", filename=str(out)) from None
-    return out
+        (directory / CONFIG_FILE).write_text(json.dumps(config, indent=1))
+
+    return write_export(out_dir, write)
 
 
 def load_export(path: str | Path) -> Model:
@@ -111,11 +113,15 @@ def load_export(path: str | Path) -> Model:
     import torch
 
     path = Path(path)
-    directory = path.parent if path.name == "config.json" else path
-    config_path = directory / "config.json"
+    directory = path.parent if path.name == CONFIG_FILE else path
+    config_path = directory / CONFIG_FILE
+    budget = byte_budget(filename=str(directory))
     try:
+        size = config_path.stat().st_size
+        if size > MAX_HEADER_CHARS:
+            raise ValueError(f"{size:,} bytes (at most {MAX_HEADER_CHARS:,})")
         config = json.loads(config_path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+    except (OSError, ValueError, RecursionError) as err:  # ValueError: bad JSON or UTF-8
         raise CraspError(f"cannot read export config: {err}", filename=str(config_path)) from None
     if not isinstance(config, dict) or config.get("format") != FORMAT:
         raise CraspError("not a crasp torch export (wrong format name)", filename=str(config_path))
@@ -130,6 +136,9 @@ def load_export(path: str | Path) -> Model:
         )
     weights = directory / name
     try:
+        size = weights.stat().st_size
+        if size > budget:
+            raise ValueError(f"{size:,} bytes, above the budget of {budget:,} (see load_model)")
         if name == WEIGHT_FILES["safetensors"]:
             from safetensors.torch import load_file
 
@@ -142,6 +151,17 @@ def load_export(path: str | Path) -> Model:
         isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in tensors.items()
     ):
         raise CraspError("invalid export: weights are not a dict of tensors", filename=str(weights))
+    for key, tensor in tensors.items():
+        if tensor.layout != torch.strided:
+            raise CraspError(
+                f"invalid export: tensor {key!r} is sparse ({tensor.layout}); weights are dense",
+                filename=str(weights),
+            )
+        if not tensor.dtype.is_floating_point:
+            raise CraspError(
+                f"invalid export: tensor {key!r} has dtype {tensor.dtype}, not floating point",
+                filename=str(weights),
+            )
     header = config.get("model")
     if not isinstance(header, dict):
         raise CraspError(

@@ -42,6 +42,7 @@ from crasp_compiler.ir.nodes import (
     TokenIs,
     fold_periodic,
 )
+from crasp_compiler.model.model import BOS
 from crasp_compiler.syntax.lark_tools import span as _span
 
 # Predicates of the community interpreter, available after ``#import NAME``.
@@ -63,6 +64,7 @@ _CMP_CANON = {
 # Bounds that keep checking and evaluation finite and exact: count constants fit int64
 # arithmetic with room to spare; periods and local offsets are enumerated one by one.
 MAX_CONSTANT = 10**9
+MAX_POSITIONAL = 10**9  # integers in positional atoms (offsets are bounded further below)
 MAX_MODULUS = 10_000
 MAX_OFFSET = 10_000
 
@@ -122,6 +124,7 @@ class _Builder:
         self.imported: set[str] = set()
         self.literals: dict[str, Span | None] = {}
         self.failed: set[str] = set()  # predicates with errors: uses report nothing more
+        self.warnings: list[Diagnostic] = []
 
     # ------------------------------------------------------------ reporting
 
@@ -219,6 +222,7 @@ class _Builder:
             tuple(output_names),
             source=self.source,
             filename=self.filename,
+            warnings=tuple(self.warnings),
         )
 
     def symbol(self, tok: Token) -> str | None:
@@ -232,6 +236,11 @@ class _Builder:
             return None
         if not symbol.isprintable():
             self.error(f"token literal {tok!s} contains an unprintable character", tok)
+            return None
+        if symbol == BOS:
+            self.error(
+                f"token literal {tok!s} is reserved: it is the compiled models' BOS token", tok
+            )
             return None
         return symbol
 
@@ -399,9 +408,11 @@ class _Builder:
         raise self.error(f"undefined name {name!r}", name_tok, self._suggest(name))
 
     def _suggest(self, name: str) -> str:
-        known = list(self.sorts) + list(self.unary) + list(self.binary) + sorted(self.imported)
         # Suggestions cost O(names) each: stop making them in a file full of errors.
-        close = difflib.get_close_matches(name, known, n=1) if len(self.diagnostics) < 50 else []
+        close = []
+        if len(self.diagnostics) < 50:
+            known = [*self.sorts, *self.unary, *self.binary, *sorted(self.imported)]
+            close = difflib.get_close_matches(name, known, n=1)
         if close:
             return f"did you mean {close[0]!r}?"
         return "expected a name defined on an earlier line"
@@ -431,7 +442,12 @@ class _Builder:
         return TokenIs(symbol)
 
     def _int(self, tok: Token, bound: int = MAX_CONSTANT, what: str = "integer constant") -> int:
-        value = int(tok)
+        text = str(tok)
+        if len(text.lstrip("0")) > len(str(bound)):  # no conversion of 5000-digit numbers
+            raise self.error(
+                f"{what} {_shown_int(text)} is too large", tok, f"expected at most {bound}"
+            )
+        value = int(text)
         if value > bound:
             raise self.error(f"{what} {value} is too large", tok, f"expected at most {bound}")
         return value
@@ -648,6 +664,16 @@ class _Builder:
     def _pos_atoms(self, t: Tree) -> list[tuple[str, _Linear, _Linear]]:
         """The comparisons of a positional atom as (op, left, right) linear terms."""
         if t.data == "pos_congruent":
+            self.warnings.append(
+                Diagnostic(
+                    "`≡ (mod m)` counts positions from 0 here, as `%` does: the paper's "
+                    "1-indexed `i ≡ r (mod m)` is `i ≡ r − 1 (mod m)`",
+                    _span(t),
+                    "e.g. the paper's (aa)* predicate `i ≡ 0 (mod 2)` is `i ≡ 1 (mod 2)`; "
+                    "write `i % 2 == 1` to say the 0-indexed meaning (no warning)",
+                    severity="warning",
+                )
+            )
             left, right, modulus_tok = t.children
             m = self._int(modulus_tok, MAX_MODULUS, "modulus")
             if m <= 0:
@@ -665,7 +691,8 @@ class _Builder:
         if t.data == "pos_var":
             return _Linear({str(t.children[0]): 1})
         if t.data in ("int_", "pos_int"):
-            return _Linear({}, int("".join(str(c) for c in t.children)))
+            sign = -1 if len(t.children) == 2 else 1  # pos_int: "-" INT
+            return _Linear({}, sign * self._int(t.children[-1], MAX_POSITIONAL, "integer"))
         if t.data == "mod":
             inner, m_tok = t.children
             base = self._term(inner)
@@ -811,6 +838,11 @@ class _Builder:
                 f"C-RASP counts only positions {inner} <= {outer}; expected e.g. `{inner} == {outer} - 1`",
             )
         return offsets
+
+
+def _shown_int(text: str) -> str:
+    """A long integer literal cut for a message."""
+    return text if len(text) <= 24 else f"{text[:12]}…{text[-6:]} ({len(text)} digits)"
 
 
 def build_program(tree: Tree, source: str, filename: str = "<string>") -> Program:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from math import lcm
 
-from crasp_compiler.errors import Span
+from crasp_compiler.errors import Diagnostic, Span
 
 
 class Sort(StrEnum):
@@ -246,6 +246,8 @@ class Program:
     outputs: tuple[str, ...]
     source: str | None = field(default=None, compare=False, repr=False)
     filename: str = field(default="<string>", compare=False, repr=False)
+    # things worth a word that are not errors (e.g. a 0-indexed reading of paper notation)
+    warnings: tuple[Diagnostic, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_name", {d.name: d for d in self.definitions})

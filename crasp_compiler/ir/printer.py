@@ -66,8 +66,13 @@ def format_expr(node: Node, depth: int = 0) -> str:
             return f"# {body}" if _self_delimited(arg) else f"# ({body})"
         case Count(arg, offsets):
             outer, inner = _var(depth), _var(depth + 1)
-            relation = " || ".join(f"{inner} == {outer} - {d}" for d in sorted(offsets))
-            return f"#[{inner} <= {outer}, {relation}] ({format_expr(arg, depth + 1)})"
+            parts = [
+                f"{inner} == {outer} - {a}"
+                if a == b
+                else f"{inner} >= {outer} - {b} && {inner} <= {outer} - {a}"
+                for a, b in offset_runs(offsets)
+            ]
+            return f"#[{inner} <= {outer}, {_balanced(parts)}] ({format_expr(arg, depth + 1)})"
         case CountConst(value):
             return str(value)
         case Add(a, b):
@@ -108,3 +113,23 @@ def format_program(program: Program) -> str:
     if others:
         lines.append("output " + ", ".join(others))
     return "\n".join(lines) + "\n"
+
+
+def offset_runs(offsets: frozenset[int] | list[int]) -> list[tuple[int, int]]:
+    """The maximal runs ``(a, b)`` of consecutive offsets, in order."""
+    runs: list[tuple[int, int]] = []
+    for offset in sorted(offsets):
+        if runs and runs[-1][1] == offset - 1:
+            runs[-1] = (runs[-1][0], offset)
+        else:
+            runs.append((offset, offset))
+    return runs
+
+
+def _balanced(parts: list[str]) -> str:
+    """``a || b || …`` grouped as a balanced tree, so that it nests only log2(n) deep
+    (the parser refuses expressions nested more than 100 levels)."""
+    if len(parts) == 1:
+        return parts[0]
+    half = len(parts) // 2
+    return f"({_balanced(parts[:half])}) || ({_balanced(parts[half:])})"

@@ -13,15 +13,31 @@ Representation (numerical conventions of DESIGN.md):
 
 Every form carries a bound on its absolute value at every position (BOS included),
 used for big-M gating and BOS guards.
+
+Count forms have integer coefficients (Python ints, so constants like 10^9·10^9 stay
+exact). A comparison divides ``D = Σ α_k c_k + β`` by ``g = gcd(α_k)`` first
+(``D ≤ 0 ⟺ D/g ≤ ⌊−β/g⌋``, and so on), and min, max and conditionals factor g out
+(``ReLU(g·z) = g·ReLU(z)``), so common factors never reach the weights. Every variable
+also carries the rounding bounds of :mod:`crasp_compiler.lower.rounding`, from which the
+compiler derives the float horizons of the model.
+
+A local count over a run of at least :data:`WINDOW_RUN` consecutive offsets ``a..b`` is
+a difference of two prefix counts, ``#_{[t−b, t−a]} P = C(t − a) − C(t − b − 1)``, where
+``C(t − c)/(t + 1)`` is the causal average of ``P`` shifted by c (one offset lookup
+writes ``P(t − c)`` as a Boolean, a uniform head counts it): a window of any width costs
+at most two lookups and two heads. Shorter runs read each offset separately.
 """
 
 from __future__ import annotations
 
-from itertools import product
+import operator
+from dataclasses import dataclass
+from math import gcd
 
 from crasp_compiler.assemble.builder import BOS_VAR, NONBOS_VAR, Builder, token_var
 from crasp_compiler.cookbook import attention, ffn, layernorm
 from crasp_compiler.cookbook.blocks import Block, Form, form_add
+from crasp_compiler.errors import CraspError, Diagnostic
 from crasp_compiler.ir.nodes import (
     Add,
     And,
@@ -44,6 +60,8 @@ from crasp_compiler.ir.nodes import (
     TokenIs,
     walk,
 )
+from crasp_compiler.ir.printer import format_expr, offset_runs
+from crasp_compiler.lower.rounding import UNIT_ROUNDOFF, Analysis, Poly, t1
 from crasp_compiler.model.features import periodic as periodic_feature
 
 BOS, NONBOS, ONE = BOS_VAR, NONBOS_VAR, "ONE"
@@ -52,6 +70,25 @@ MODES = ("heaviside", "relu", "layernorm")
 MAX_TABLE_UNITS = 256
 # ReLU as a piecewise-linear function: one unit, ReLU(z).
 RELU_KNOTS = ((-1.0, 0.0), (0.0, 0.0), (1.0, 1.0))
+# A soft bit (within 1/4 of {0, 1}) made exact: 2·ReLU(b − 1/4) − 2·ReLU(b − 3/4).
+CLEAN_KNOTS = ((0.0, 0.0), (0.25, 0.0), (0.75, 1.0), (1.0, 1.0))
+COMPARE = {
+    "<=": operator.le,
+    "<": operator.lt,
+    "==": operator.eq,
+    "!=": operator.ne,
+    ">=": operator.ge,
+    ">": operator.gt,
+}
+# Count coefficients beyond this are refused (float64 ends near 1.8e308).
+MAX_COEFFICIENT = 10**300
+# Runs of at least this many consecutive offsets are counted as windows.
+WINDOW_RUN = 3
+
+
+def _gcd(form: Form) -> int:
+    """The gcd of a form's (integer) coefficients, 1 for the empty form."""
+    return gcd(*(int(c) for c in form.values())) or 1
 
 
 class _Lowerer:
@@ -66,6 +103,15 @@ class _Lowerer:
         self.defs = {d.name: d.expr for d in program.definitions}
         self.counter = 0
         self.one_made = False
+        self.rounding = {dtype: Analysis(dtype) for dtype in UNIT_ROUNDOFF}
+        self.track("exact_input", BOS, Poly())  # 0 at every token
+        self.track("exact_input", NONBOS, t1())
+        for symbol in program.alphabet:
+            self.track("exact_input", token_var(symbol), t1())
+        self.shifted: dict[tuple[frozenset, int], Form] = {}
+        self.leaves: dict[Node, tuple[Node, ...]] = {}
+        self.truth: dict[tuple[Node, ...], dict[Node, int]] = {}  # see _truth
+        self.bounds: dict[Node, Poly] = {}
 
     # -------------------------------------------------------------- helpers
 
@@ -78,14 +124,21 @@ class _Lowerer:
         self.builder.add(block)
         self.var_bounds.update(outputs)
 
+    def track(self, step: str, *args: object, **kwargs: object) -> None:
+        """Apply one step of the rounding analysis (an :class:`Analysis` method) for
+        every float type."""
+        for analysis in self.rounding.values():
+            getattr(analysis, step)(*args, **kwargs)
+
     def bound(self, form: Form) -> float:
         return sum(abs(c) * self.var_bounds[v] for v, c in form.items())
 
     def one(self) -> Form:
         if not self.one_made:
-            self.add(attention.causal_average({BOS: 1.0}, ONE, label="ONE = 1/(t+1)"), {ONE: 1})
+            self.add(attention.causal_average({BOS: 1}, ONE, label="ONE = 1/(t+1)"), {ONE: 1})
+            self.track("one", ONE)
             self.one_made = True
-        return {ONE: 1.0}
+        return Form({ONE: 1})
 
     # -------------------------------------------------------------- Booleans
 
@@ -96,15 +149,17 @@ class _Lowerer:
             case TokenIs(symbol):
                 form = {token_var(symbol): 1.0}
             case BoolConst(value):
-                form = {NONBOS: 1.0} if value else {}
+                form = {NONBOS: 1} if value else {}
             case Periodic(modulus, residues):
-                form = {}
+                # the features hold their value at position −1 on BOS; a Boolean is 0 there
+                form = {BOS: -1} if modulus - 1 in residues else {}
                 for r in sorted(residues):
                     name = periodic_feature(modulus, r)
                     form = form_add((1, form), (1, self.builder.feature(name)))
                     self.var_bounds[name] = 1
+                    self.track("exact_input", name, t1())
             case Not(arg):
-                form = form_add((1, {NONBOS: 1.0}), (-1, self.boolean(arg)))
+                form = form_add((1, {NONBOS: 1}), (-1, self.boolean(arg)))
             case BoolRef(name):
                 form = self.boolean(self.defs[name])
             case Compare():
@@ -116,37 +171,62 @@ class _Lowerer:
         self.memo[node] = form
         return form
 
-    def _leaves(self, node: Node, leaves: list[Node]) -> None:
-        """Collect the leaves of the maximal and/or/not formula at ``node``."""
+    def _parts(self, node: Node) -> tuple[Node, ...]:
+        """The operands of a not/and/or node, or of a reference to a formula definition
+        (the maximal formula reaches through them); () for a leaf."""
         match node:
             case Not(arg):
-                self._leaves(arg, leaves)
+                return (arg,)
             case And(a, b) | Or(a, b):
-                self._leaves(a, leaves)
-                self._leaves(b, leaves)
+                return (a, b)
             case BoolRef(name) if isinstance(self.defs[name], (Not, And, Or)):
-                self._leaves(self.defs[name], leaves)
-            case _:
-                if node not in leaves:
-                    leaves.append(node)
+                return (self.defs[name],)
+        return ()
 
-    def _evaluate(self, node: Node, env: dict[Node, bool]) -> bool:
-        if node in env:
-            return env[node]
-        match node:
-            case Not(arg):
-                return not self._evaluate(arg, env)
-            case And(a, b):
-                return self._evaluate(a, env) and self._evaluate(b, env)
-            case Or(a, b):
-                return self._evaluate(a, env) or self._evaluate(b, env)
-            case BoolRef(name) if isinstance(self.defs[name], (Not, And, Or)):
-                return self._evaluate(self.defs[name], env)
-        raise KeyError(node)  # pragma: no cover - every leaf is in env
+    def _leaves(self, node: Node) -> tuple[Node, ...]:
+        """The leaves of the maximal and/or/not formula at ``node``, memoised, so that
+        long chains of formula definitions (lowered in order) never recurse deeply."""
+        if node not in self.leaves:
+            parts = self._parts(node)
+            found = [leaf for part in parts for leaf in self._leaves(part)] if parts else [node]
+            self.leaves[node] = tuple(dict.fromkeys(found))
+        return self.leaves[node]
+
+    def _truth(self, node: Node, leaves: tuple[Node, ...]) -> int:
+        """The truth table of the formula at ``node`` over ``leaves`` as a bitset: bit r is
+        its value on row r of ``product((False, True), repeat=len(leaves))``. Memoised per
+        (node, leaves) and computed with an explicit stack, so long chains of formula
+        definitions cost one step per definition."""
+        m = len(leaves)
+        full = (1 << (1 << m)) - 1
+        values = self.truth.setdefault(leaves, {})
+        for i, leaf in enumerate(leaves):
+            values.setdefault(leaf, sum(1 << r for r in range(1 << m) if (r >> (m - 1 - i)) & 1))
+        stack = [node]
+        while stack:
+            top = stack[-1]
+            if top in values:
+                stack.pop()
+                continue
+            parts = self._parts(top)
+            missing = [part for part in parts if part not in values]
+            if missing:
+                stack.extend(missing)
+                continue
+            stack.pop()
+            match top:
+                case Not():
+                    values[top] = full & ~values[parts[0]]
+                case And():
+                    values[top] = values[parts[0]] & values[parts[1]]
+                case Or():
+                    values[top] = values[parts[0]] | values[parts[1]]
+                case _:  # a reference to a formula definition
+                    values[top] = values[parts[0]]
+        return values[node]
 
     def formula(self, node: Node) -> Form:
-        leaves: list[Node] = []
-        self._leaves(node, leaves)
+        leaves = list(self._leaves(node))
         rows = 2 ** len(leaves)
         if rows // 2 > MAX_TABLE_UNITS:
             # Too wide for one table: materialise the operands first, then combine them.
@@ -156,60 +236,87 @@ class _Lowerer:
         else:
             forms = [self.boolean(leaf) for leaf in leaves]
 
-        def table(bits: tuple[bool, ...]) -> bool:
-            return self._evaluate(node, dict(zip(leaves, bits, strict=True)))
+        column = self._truth(node, tuple(leaves))
 
-        values = {table(bits) for bits in product((False, True), repeat=len(leaves))}
-        if len(values) == 1:  # a tautology or a contradiction needs no block
-            return {NONBOS: 1.0} if values.pop() else {}
+        def table(bits: tuple[bool, ...]) -> bool:
+            row = sum(1 << (len(bits) - 1 - i) for i, bit in enumerate(bits) if bit)
+            return bool((column >> row) & 1)
+
+        if column in (0, (1 << rows) - 1):  # a contradiction or a tautology needs no block
+            return {NONBOS: 1} if column else {}
         out = self.fresh("bool")
 
         block = ffn.boolean_function(forms, table, out, nonbos=NONBOS, label=f"formula -> {out}")
         self.add(block, {out: 1})
-        return {out: 1.0}
+        self.track("table", out, forms, node)
+        return {out: 1}
 
     def compare(self, node: Compare) -> Form:
+        """``left op right`` on ``D = left − right = g·D' + β`` (β the constant part, g
+        the gcd of the other coefficients), decided on the integer D' against a rounded
+        threshold: ``D ≤ 0 ⟺ D' ≤ ⌊−β/g⌋``, ``D ≥ 0 ⟺ D' ≥ ⌈−β/g⌉``, ``D = 0 ⟺ g | β
+        and D' = −β/g``."""
         one = self.one()
         d = form_add((1, self.count(node.left)), (-1, self.count(node.right)))
+        beta = int(d.pop(ONE, 0))
+        if not d:  # a constant comparison
+            return {NONBOS: 1} if COMPARE[node.op](beta, 0) else {}
+        g = _gcd(d)
+        rest = Form({v: int(c) // g for v, c in d.items()})
         half = {v: c / 2 for v, c in one.items()}
-        le = form_add((-1, d), (1, half))  # D <= 0
-        ge = form_add((1, d), (1, half))  # D >= 0
-        lt = form_add((-1, d), (-1, half))  # D <= -1
-        gt = form_add((1, d), (-1, half))  # D >= 1
+        # |D'| ≤ (|left| + |right| + |β|)/g, from the program's own bounds
+        size = (self.ir(node.left) + self.ir(node.right) + Poly.const(abs(beta))).scale(1 / g)
+
+        def le(k: int) -> Form:  # D' <= k
+            z = form_add((-1, rest), (k, one), (1, half))
+            return self.step(z, node, size + Poly.const(abs(k) + 0.5))
+
+        def ge(k: int) -> Form:  # D' >= k
+            z = form_add((1, rest), (-k, one), (1, half))
+            return self.step(z, node, size + Poly.const(abs(k) + 0.5))
+
         match node.op:
             case "<=":
-                return self.step(le)
+                return le(-beta // g)
             case ">=":
-                return self.step(ge)
+                return ge(-(beta // g))
             case "<":
-                return self.step(lt)
+                return le((-1 - beta) // g)
             case ">":
-                return self.step(gt)
-        both = form_add((1, self.step(le)), (1, self.step(ge)))
-        eq = form_add((1, both), (-1, {NONBOS: 1.0}))
-        return eq if node.op == "==" else form_add((1, {NONBOS: 1.0}), (-1, eq))
+                return ge(-((beta - 1) // g))
+        if beta % g:  # g·D' = −β has no integer solution
+            eq: Form = Form()
+        else:
+            both = form_add((1, le(-beta // g)), (1, ge(-beta // g)))
+            eq = form_add((1, both), (-1, {NONBOS: 1}))
+        return eq if node.op == "==" else form_add((1, {NONBOS: 1}), (-1, eq))
 
-    def step(self, z: Form) -> Form:
-        """A Boolean variable holding ``1[z ≥ 0]`` at tokens and 0 at BOS."""
+    def step(self, z: Form, node: Node, size: Poly) -> Form:
+        """A Boolean variable holding ``1[z ≥ 0]`` at tokens and 0 at BOS (``size``
+        bounds ``|z|·(t+1)``)."""
         out = self.fresh("cmp")
-        bound = self.bound(z)
+        bound = min(self.bound(z), size.stored_max())
+        tolerance = 0.0
         if self.mode == "layernorm":
             # the BOS guard −M·bos (M = bound + 1) makes z ≤ −1 at BOS, so BOS reads 0
             guarded = form_add((1, z), (-(bound + 1), {BOS: 1.0}))
             block = layernorm.positive(guarded, out, label=f"sign -> {out}")
         else:
-            # heaviside: one Heaviside unit; relu: GEZero_δ with δ = 1/(2(N+1)), exact
-            # since |z| ≥ ONE/2 ≥ δ for t ≤ N. The BOS guard −M·bos (M = bound + 1 + δ)
+            # heaviside: one Heaviside unit; relu: GEZero_δ with δ = 1/(4(N+1)), exact
+            # since |z| ≥ ONE/2 ≥ 2δ for t ≤ N — with a slack of δ, so that rounding
+            # errors below it change nothing. The BOS guard −M·bos (M = bound + 1 + δ)
             # puts z ≤ −1 − δ at BOS, so BOS reads 0.
-            if self.mode == "heaviside":
-                tolerance, kind = 0.0, "threshold"
-            else:
+            kind = "threshold"
+            if self.mode == "relu":
                 assert self.max_len is not None
-                tolerance, kind = 1 / (2 * (self.max_len + 1)), "ramp"
+                tolerance, kind = 1 / (4 * (self.max_len + 1)), "ramp"
             guarded = form_add((1, z), (-(bound + 1 + tolerance), {BOS: 1.0}))
             block = ffn.ge_zero(guarded, out, tolerance=tolerance, label=f"{kind} -> {out}")
         self.add(block, {out: 1})
-        return {out: 1.0}
+        what = f"the comparison `{format_expr(node)}`"
+        self.track("threshold", out, z, self.mode, node, what, ramp_width=tolerance)
+        self.track("bos_check", z, bound + 1, node, what + " (its BOS guard)")
+        return {out: 1}
 
     # -------------------------------------------------------------- counts
 
@@ -218,13 +325,9 @@ class _Lowerer:
             return self.memo[node]
         match node:
             case Count(arg, None):
-                out = self.fresh("count")
-                self.add(
-                    attention.causal_average(self.boolean(arg), out, label=f"# -> {out}"), {out: 1}
-                )
-                form = {out: 1.0}
+                form = self.prefix_count(self.boolean(arg), node)
             case Count(arg, offsets):
-                form = self.local_count(self.boolean(arg), sorted(offsets))
+                form = self.local_count(self.boolean(arg), offsets, node)
             case CountConst(value):
                 form = {v: value * c for v, c in self.one().items()} if value else {}
             case CountRef(name):
@@ -239,54 +342,157 @@ class _Lowerer:
                 x, y = self.count(a), self.count(b)
                 sign = -1 if isinstance(node, Min) else 1
                 out = self.fresh("min" if sign < 0 else "max")
-                # min(x, y) = y − ReLU(y − x);  max(x, y) = y + ReLU(x − y): one unit and
-                # a linear read (ffn.minimum/maximum write min/max itself, with 3 units)
+                # min(x, y) = y − g·ReLU((y − x)/g);  max(x, y) = y + g·ReLU((x − y)/g):
+                # one unit and a linear read (g: the gcd of the coefficients)
                 z = form_add((sign, x), (-sign, y))
+                g = _gcd(z)
+                z = Form({v: int(c) // g for v, c in z.items()})
+                value = (self.ir(a) + self.ir(b)).scale(1 / g)
                 label = f"{type(node).__name__.lower()} -> {out}"
-                self.add(ffn.cpwl(z, RELU_KNOTS, out, label=label), {out: self.bound(z)})
-                form = form_add((1, y), (sign, {out: 1.0}))
+                bound = min(self.bound(z), value.stored_max())
+                self.add(ffn.cpwl(z, RELU_KNOTS, out, label=label), {out: bound})
+                self.track("relu", out, z, value)
+                form = form_add((1, y), (sign * g, {out: 1}))
             case Cond(c, a, b):
-                # c ? x : y  =  y + c·(x − y), by big-M gating
+                # c ? x : y  =  y + g·c·((x − y)/g), by big-M gating
                 x, y, bit = self.count(a), self.count(b), self.boolean(c)
                 diff = form_add((1, x), (-1, y))
+                g = _gcd(diff)
+                diff = Form({v: int(c) // g for v, c in diff.items()})
+                value = (self.ir(a) + self.ir(b)).scale(1 / g)
                 out = self.fresh("cond")
-                bound = self.bound(diff)
+                bound = min(self.bound(diff), value.stored_max())
                 gate = ffn.conditional_bigm(
                     bit, diff, Form(), out, bound=bound, label=f"conditional -> {out}"
                 )
                 self.add(gate, {out: bound})
-                form = form_add((1, y), (1, {out: 1.0}))
+                self.track("gate", out, bit, diff, bound, value)
+                form = form_add((1, y), (g, {out: 1}))
             case _:  # pragma: no cover
                 raise TypeError(node)
+        if any(abs(c) > MAX_COEFFICIENT for c in form.values()):
+            raise CraspError(
+                [
+                    Diagnostic(
+                        f"a coefficient of this count is about 10^{len(str(abs(int(max(form.values(), key=abs))))) - 1}, "
+                        "beyond what a float64 weight can hold",
+                        node.span,
+                        "scale the program down",
+                    )
+                ],
+                self.program.source,
+                self.program.filename,
+            )
         self.memo[node] = form
         return form
 
-    def local_count(self, arg: Form, offsets: list[int]) -> Form:
-        """``#[j <= i, i − j ∈ offsets] P(j)`` = Σ_c ONE · P(i − c), by offset lookups.
+    def ir(self, node: Node) -> Poly:
+        """A bound on ``|value|·(t + 1)`` of a count expression (its integer value) from the
+        program alone: ``|# P| ≤ t``, ``|#[ψ] P| ≤ |offsets|``, ``|k| ``, sums, ``|f|·``,
+        the larger of two for min, max and conditionals. Tighter than the sum over a
+        form's variables, whose values may cancel."""
+        if node not in self.bounds:
+            match node:
+                case Count(_, None):
+                    value = Poly.linear(0, 1)
+                case Count(_, offsets):
+                    value = Poly.const(len(offsets))
+                case CountConst(value=v):
+                    value = Poly.const(abs(v))
+                case CountRef(name):
+                    value = self.ir(self.defs[name])
+                case Add(a, b) | Sub(a, b):
+                    value = self.ir(a) + self.ir(b)
+                case Scale(factor, arg):
+                    value = self.ir(arg).scale(factor)
+                case Min(a, b) | Max(a, b) | Cond(_, a, b):
+                    value = self.ir(a).max(self.ir(b))
+                case _:  # pragma: no cover - not a count
+                    raise TypeError(node)
+            self.bounds[node] = value
+        return self.bounds[node]
 
-        Hard lookups and big-M gates in heaviside and layernorm modes (every length);
-        softmax lookups and soft gates in relu mode (lengths ≤ max_len)."""
+    def prefix_count(self, arg: Form, node: Node | None = None) -> Form:
+        """``# P``: the causal average of the Boolean form ``arg`` (0 at BOS)."""
+        key = (frozenset(arg.items()), 0)
+        if key not in self.shifted:
+            out = self.fresh("count")
+            self.add(attention.causal_average(arg, out, label=f"# -> {out}"), {out: 1})
+            self.track("average", out, arg, node)
+            self.shifted[key] = Form({out: 1})
+        return self.shifted[key]
+
+    def shifted_count(self, arg: Form, shift: int, node: Node) -> Form:
+        """``C(t − shift)/(t + 1)``: the prefix count of ``P(· − shift)``, whose bit one
+        offset lookup writes (a softmax lookup in relu mode, made exact by a ramp)."""
+        key = (frozenset(arg.items()), shift)
+        if shift == 0 or key in self.shifted:
+            return self.prefix_count(arg, node) if shift == 0 else self.shifted[key]
+        constant = {BOS: 1.0, NONBOS: 1.0}  # 1 at every position
+        bit = self.fresh(f"prev{shift}")
+        label = f"P(i-{shift}) -> {bit}"
+        if self.mode == "relu":
+            assert self.max_len is not None
+            soft = self.fresh(f"soft{shift}")
+            self.add(
+                attention.soft_offset_lookup(
+                    arg, shift, soft, constant, BOS, self.max_len, label=label
+                ),
+                {soft: 1},
+            )
+            self.track("lookup", soft, arg, soft=True)
+            clean = ffn.cpwl({soft: 1}, CLEAN_KNOTS, bit, label=f"clean -> {bit}")
+            self.add(clean, {bit: 1})
+            self.track("clean", bit, {soft: 1}, node)
+        else:
+            self.add(attention.offset_lookup(arg, shift, bit, constant, BOS, label), {bit: 1})
+            self.track("lookup", bit, arg, soft=False)
+        form = self.prefix_count(Form({bit: 1}), node)
+        self.shifted[key] = form
+        return form
+
+    def local_count(self, arg: Form, offsets: frozenset[int], node: Node) -> Form:
+        """``#[j <= i, i − j ∈ offsets] P(j)``. A run ``a..b`` of at least
+        :data:`WINDOW_RUN` offsets is ``C(t − a) − C(t − b − 1)`` (two shifted prefix
+        counts); every other offset c is ``ONE · P(i − c)``, by an offset lookup and a
+        gate: hard lookups and big-M gates in heaviside and layernorm modes (every
+        length), softmax lookups and soft gates in relu mode (lengths ≤ max_len)."""
         one = self.one()
         constant = {BOS: 1.0, NONBOS: 1.0}  # 1 at every position
-        form: Form = {}
-        for offset in offsets:
-            bit = self.fresh(f"prev{offset}")
-            out = self.fresh("local")
-            lookup_label, gate_label = f"P(i-{offset}) -> {bit}", f"ONE·P(i-{offset}) -> {out}"
-            if self.mode == "relu":
-                assert self.max_len is not None
-                lookup = attention.soft_offset_lookup(
-                    arg, offset, bit, constant, BOS, self.max_len, label=lookup_label
+        form: Form = Form()
+        for start, stop in offset_runs(offsets):
+            if stop - start + 1 >= WINDOW_RUN:
+                form = form_add(
+                    (1, form),
+                    (1, self.shifted_count(arg, start, node)),
+                    (-1, self.shifted_count(arg, stop + 1, node)),
                 )
-                gate = ffn.soft_gate({bit: 1.0}, one, out, bound=1.0, label=gate_label)
-            else:
-                lookup = attention.offset_lookup(arg, offset, bit, constant, BOS, lookup_label)
-                gate = ffn.conditional_bigm(
-                    {bit: 1.0}, one, Form(), out, bound=1.0, label=gate_label
-                )
-            self.add(lookup, {bit: 1})
-            self.add(gate, {out: 1})
-            form = form_add((1, form), (1, {out: 1.0}))
+                continue
+            for offset in range(start, stop + 1):
+                bit = self.fresh(f"prev{offset}")
+                out = self.fresh("local")
+                lookup_label = f"P(i-{offset}) -> {bit}"
+                gate_label = f"ONE·P(i-{offset}) -> {out}"
+                if self.mode == "relu":
+                    assert self.max_len is not None
+                    lookup = attention.soft_offset_lookup(
+                        arg, offset, bit, constant, BOS, self.max_len, label=lookup_label
+                    )
+                    gate = ffn.soft_gate({bit: 1.0}, one, out, bound=1.0, label=gate_label)
+                else:
+                    lookup = attention.offset_lookup(arg, offset, bit, constant, BOS, lookup_label)
+                    gate = ffn.conditional_bigm(
+                        {bit: 1.0}, one, Form(), out, bound=1.0, label=gate_label
+                    )
+                self.add(lookup, {bit: 1})
+                soft = self.mode == "relu"
+                self.track("lookup", bit, arg, soft=soft)
+                self.add(gate, {out: 1})
+                if soft:
+                    self.track("soft_gate", out, {bit: 1}, one, node)
+                else:
+                    self.track("gate", out, {bit: 1}, one, 1.0)
+                form = form_add((1, form), (1, {out: 1}))
         return form
 
     # -------------------------------------------------------------- program
@@ -305,7 +511,7 @@ class _Lowerer:
             )
         return seen
 
-    def lower(self) -> tuple[Builder, dict[str, Form]]:
+    def lower(self) -> Lowered:
         needed = self.needed()
         for definition in self.program.definitions:
             if definition.name not in needed:
@@ -313,16 +519,30 @@ class _Lowerer:
             if definition.sort.value == "bool":
                 form = self.boolean(definition.expr)
             else:
+                self.ir(definition.expr)  # in order: references find their bounds made
                 form = self.count(definition.expr)
             self.forms[definition.name] = form
-        return self.builder, self.forms
+        for name in self.program.outputs:
+            definition = self.program[name]
+            rule = "bool" if definition.sort.value == "bool" else "count"
+            form, what = self.forms[name], f"the output {name!r}"
+            self.track("output", form, rule, definition, what)
+        return Lowered(self.builder, self.forms, self.rounding)
 
 
-def lower_program(
-    program: Program, mode: str = "heaviside", max_len: int | None = None
-) -> tuple[Builder, dict[str, Form]]:
-    """Lower ``program`` to blocks on a :class:`Builder`; returns the builder and the form
-    of every compiled definition. ``mode`` picks how comparisons threshold."""
+@dataclass
+class Lowered:
+    """The result of :func:`lower_program`: the builder, the form of every compiled
+    definition, and the rounding analysis of the variables and decisions."""
+
+    builder: Builder
+    forms: dict[str, Form]
+    rounding: dict[str, Analysis]  # per float type
+
+
+def lower_program(program: Program, mode: str = "heaviside", max_len: int | None = None) -> Lowered:
+    """Lower ``program`` to blocks on a :class:`Builder`. ``mode`` picks how comparisons
+    threshold."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     if mode == "relu" and (max_len is None or max_len < 0):

@@ -147,6 +147,18 @@ class Value:
         return max(self.hi, 0.0) - min(self.lo, 0.0)
 
 
+@dataclass(frozen=True)
+class Comparison:
+    """A data comparison as compiled: its margin and the rounding estimate ``noise`` (in
+    units of the float type's unit roundoff) and bound ``magnitude`` of ``left − right``."""
+
+    node: Compare
+    span: Span | None
+    margin: float
+    noise: float
+    magnitude: float
+
+
 @dataclass
 class RoundReport:
     """What one round compiled to: its heads (one per routed source pattern)."""
@@ -167,6 +179,7 @@ class _Lowerer:
         self.at_bos: dict[str, float] = {BOS_VAR: 1.0, NONBOS_VAR: 0.0, token_var(TOKEN): 0.0}
         self.span: Span | None = None
         self.rounds: list[RoundReport] = []
+        self.comparisons: list[Comparison] = []
         self.partial: dict[str, Span | None] = {}
         self.round_number = 0
         # the machines where the statements being lowered take effect (per-machine branches)
@@ -254,6 +267,8 @@ class _Lowerer:
     def combine(self, *terms: tuple[float, Value]) -> Value:
         """``Σ c · value``: a form (no block)."""
         form = form_add(*((c, v.form) for c, v in terms))
+        if not all(math.isfinite(c) for c in form.values()):
+            raise self.error("this expression overflows float64 (a coefficient beyond ±1.8e308)")
         lo = sum(c * (v.lo if c > 0 else v.hi) for c, v in terms if c)
         hi = sum(c * (v.hi if c > 0 else v.lo) for c, v in terms if c)
         const = None
@@ -405,7 +420,11 @@ class _Lowerer:
             out = self.fresh("clamp")
             if low == high:
                 return self.constant([low] * self.n)
-            knots = ((low - 1.0, low), (low, low), (high, high), (high + 1.0, high))
+            # flat pieces of width max(1, |bound|): a unit step vanishes next to 1e300
+            below, above = low - max(1.0, abs(low)), high + max(1.0, abs(high))
+            if not (math.isfinite(below) and math.isfinite(above)):
+                raise self.error(f"clamp(x, {low:g}, {high:g}): the bounds overflow float64")
+            knots = ((below, low), (low, low), (high, high), (above, high))
             block = ffn.cpwl(x.form, knots, out, label=f"clamp -> {out}")
             lo, hi = min(max(x.lo, low), high), max(min(x.hi, high), low)
             magnitude = max(x.magnitude, abs(low), abs(high))
@@ -502,6 +521,7 @@ class _Lowerer:
             "!=": ("eq", 1),
         }[node.op]
         d = self.combine((sign, left), (-sign, right))
+        self.comparisons.append(Comparison(node, self.span, margin, d.noise, d.magnitude))
         outside = [not m for m in self.context]
         folded = selector and any(outside) and node.op != "!=" and math.isfinite(d.magnitude)
         if folded:
@@ -510,17 +530,46 @@ class _Lowerer:
             big = d.magnitude + max(margin, 1.0)
             shift = self.constant([big if o else 0.0 for o in outside])
             d = self.combine((1, d), (1 if kind == "eq" else -1, shift))
-        make = {"gt": ffn.gt_zero, "ge": ffn.ge_zero, "eq": ffn.eq_zero}[kind]
-        out = self.fresh(f"cmp{node.op}")
-        block = make(d.form, out, tolerance=margin, label=f"{node.op} margin {margin:g} -> {out}")
-        # the ramp clamp(d/m, 0, 1) is (1/m)-Lipschitz; a Heaviside step (m = 0) is not
-        lipschitz = 1 / margin if margin > 0 else INF
-        p = self.nonlinear(block, [(lipschitz, d)], 0.0, 1.0, _times(lipschitz, d.magnitude) + 1)
+        label = f"{node.op} margin {margin:g}"
+        if self.mode == "hard":
+            p = self.step(kind, d, margin, label)
+        else:
+            make = {"gt": ffn.gt_zero, "ge": ffn.ge_zero, "eq": ffn.eq_zero}[kind]
+            out = self.fresh(f"cmp{node.op}")
+            block = make(d.form, out, tolerance=margin, label=f"{label} -> {out}")
+            # the ramp clamp(d/m, 0, 1) is (1/m)-Lipschitz; a Heaviside step (m = 0) is not
+            lipschitz = 1 / margin if margin > 0 else INF
+            p = self.nonlinear(
+                block, [(lipschitz, d)], 0.0, 1.0, _times(lipschitz, d.magnitude) + 1
+            )
         if node.op == "!=":
             p = self.combine((1, self.constant([1.0] * self.n)), (-1, p))
         if folded:
             p = replace(p, zero_at=tuple(outside))
         return p
+
+    def step(self, kind: str, d: Value, margin: float, label: str) -> Value:
+        """A hard-mode comparison: Heaviside units at the middle of the margin,
+        ``1[d > m/2]`` (gt), ``1[d ≥ −m/2]`` (ge), ``1[d ≥ −m/2] + 1[−d ≥ −m/2] − 1``
+        (eq). Where ``d`` is outside its margin they give exactly 0 or 1 as long as ``d``
+        is computed to within m/2, which the compiler checks against the rounding of the
+        float type (:mod:`crasp_compiler.pcoc.compile`); so the result carries no error."""
+        half = self.constant([margin / 2] * self.n)
+
+        def unit(make, z: Value) -> Value:
+            out = self.fresh("cmp")
+            return Value(
+                self.mlp(make(z.form, out, tolerance=0.0, label=f"{label} -> {out}")), 0, 1
+            )
+
+        if kind == "gt":
+            return unit(ffn.gt_zero, self.combine((1, d), (-1, half)))
+        low = unit(ffn.ge_zero, self.combine((1, d), (1, half)))
+        if kind == "ge":
+            return low
+        high = unit(ffn.ge_zero, self.combine((-1, d), (1, half)))
+        both = self.combine((1, low), (1, high), (-1, self.constant([1.0] * self.n)))
+        return replace(both, lo=0.0, hi=1.0, noise=0.0)
 
     def select(self, p: Value, x: Value, y: Value) -> Value:
         """``x`` where ``p = 1``, ``y`` where ``p = 0``.
@@ -657,8 +706,11 @@ class _Lowerer:
                 raise self.error(f"unknown statement {stmt!r}")
 
     def declared(self, name: str, value: Value) -> Value:
-        """A value assigned to slot ``name``, within the slot's declared bound."""
-        if name not in self.slots or self.slots[name] is None:
+        """A value assigned to slot ``name``, within the slot's declared bound. Inside a
+        per-machine branch the bound holds only on the machines that take it, while the
+        value's form is evaluated on every machine (a later selection gates it there):
+        the interval is then left as computed."""
+        if name not in self.slots or self.slots[name] is None or not all(self.context):
             return value
         bound = float(self.slots[name])  # type: ignore[arg-type]
         lo, hi = max(value.lo, -bound), min(value.hi, bound)
@@ -744,9 +796,7 @@ class _Lowerer:
                 source = scope[slot]
                 for rec in recs:
                     default = float(rec.default)
-                    fill = self.positional(
-                        [default if i in missing else 0.0 for i in range(self.n)]
-                    )
+                    fill = self.positional([default if s is None else 0.0 for s in sources])
                     lo, hi = source.lo, source.hi
                     if missing:
                         lo, hi = min(lo, default), max(hi, default)
@@ -822,6 +872,7 @@ class Lowered:
     builder: Builder
     slots: dict[str, Value]
     rounds: list[RoundReport]
+    comparisons: list[Comparison] = field(default_factory=list)
 
 
 def lower_pcoc(
@@ -840,7 +891,7 @@ def lower_pcoc(
         raise ValueError("softmax mode needs a temperature > 0")
     lowerer = _Lowerer(program, n, mode, temperature)
     slots = lowerer.lower()
-    return Lowered(lowerer.builder, slots, lowerer.rounds)
+    return Lowered(lowerer.builder, slots, lowerer.rounds, lowerer.comparisons)
 
 
-__all__ = ["MODES", "TOKEN", "Lowered", "RoundReport", "Value", "lower_pcoc"]
+__all__ = ["MODES", "TOKEN", "Comparison", "Lowered", "RoundReport", "Value", "lower_pcoc"]

@@ -3,8 +3,10 @@
 Token i of the input sits at t = i, so the cookbook's position i is t. A feature name
 encodes its parameters, so a model file needs only the list of names:
 
-- ``periodic:m:r`` — ``1`` iff ``t >= 1`` and ``(t - 1) mod m == r`` (token position
-  ``i = t - 1``); 0 at BOS so that positional Booleans never count BOS.
+- ``periodic:m:r`` — ``1`` iff ``(t - 1) mod m == r``: token position ``i = t - 1``, and
+  BOS is position −1, the empty prefix, where the feature takes its periodic value
+  (1 iff ``r = m − 1``), as the interpreter's periodic predicates do. (Format version 1
+  had 0 at BOS; :mod:`crasp_compiler.model.io` converts such files.)
 - ``index`` — ``t``; ``index^2`` — ``t²``; ``inverse`` — ``1/(t + 1)``;
   ``alternating`` — ``(−1)^t``.
 - ``onehot:k`` — ``1[t = k]``.
@@ -44,16 +46,27 @@ def almost_orthogonal(seed: int, dim: int, component: int, shift: int = 0) -> st
 
 
 def check_feature(name: str) -> None:
-    """Raise ValueError for an unknown or malformed feature name."""
-    if name in _SIMPLE or _ONEHOT.match(name):
+    """Raise ValueError for an unknown or malformed feature name. Its integers (positions,
+    moduli, dimensions, shifts) are at most 2**31 - 1 in size, seeds at most 2**63 - 1:
+    larger ones would overflow the runtimes' int64 position arithmetic."""
+    if name in _SIMPLE:
         return
-    match = _PERIODIC.match(name)
-    if match and int(match[1]) >= 1 and int(match[2]) < int(match[1]):
-        return
-    match = _AO.match(name)
-    if match and int(match[3]) < int(match[2]):
-        return
-    raise ValueError(f"unknown positional feature {name!r}")
+    match = _ONEHOT.match(name) or _PERIODIC.match(name) or _AO.match(name)
+    if match is None:
+        raise ValueError(f"unknown positional feature {name!r}")
+    groups = match.groups()
+    seed = match.re is _AO  # the first number of ao:seed:m:k:shift
+    limits = [2**63 - 1] * seed + [2**31 - 1] * (len(groups) - seed)
+    if any(len(g) > 20 or abs(int(g)) > top for g, top in zip(groups, limits, strict=True)):
+        raise ValueError(
+            f"positional feature {name!r} has a number too large (seeds up to 2**63 - 1, "
+            "other numbers up to 2**31 - 1)"
+        )
+    numbers = [int(g) for g in groups]
+    if (match.re is _PERIODIC and not 0 <= numbers[1] < numbers[0]) or (
+        seed and not numbers[2] < numbers[1]
+    ):
+        raise ValueError(f"unknown positional feature {name!r}")
 
 
 def _mix(values: np.ndarray) -> np.ndarray:
@@ -86,7 +99,7 @@ def feature_matrix(names: list[str], length: int) -> np.ndarray:
             out[:, column] = _SIMPLE[name](t.astype(np.float64))
         elif match := _PERIODIC.match(name):
             m, r = int(match[1]), int(match[2])
-            out[:, column] = (t >= 1) & ((t - 1) % m == r)
+            out[:, column] = (t - 1) % m == r
         elif match := _ONEHOT.match(name):
             out[:, column] = t == int(match[1])
         elif match := _AO.match(name):

@@ -3,17 +3,30 @@
 The archive holds ``header`` (a JSON string) and the weight arrays, named ``w_e``, ``w_p``,
 ``layer{L}.head{H}.{w_q,w_k,w_v,w_o}``, ``layer{L}.mlp.{w1,b1,w2,b2}`` and
 ``output{K}.weights``. A sparse matrix ``M`` (see :data:`~crasp_compiler.model.model.DENSE_LIMIT`)
-is stored in CSR form as ``M.data`` (float64), ``M.indices`` and ``M.indptr`` (int64) in
-place of ``M``; its shape follows from the header. The header holds everything else: format name and version,
+is stored in CSR form as ``M.data`` (float64), ``M.indices`` and ``M.indptr`` (int64; int32
+is read too, unsigned or narrower types are refused) in place of ``M``; its shape follows from the header. The header holds everything else: format name and version,
 vocabulary (``vocab[0]`` is BOS), positional features, residual labels, per-head
 settings, MLP activations and layer-norm groups, outputs and decision rules, guarantee, compile options,
 source text and compile information.
+
+Hostile files are refused before they can cost memory or crash a runtime. Before any
+array is read, the zip's declared sizes and every member's ``.npy`` header (shape and
+dtype) are checked: a member must declare exactly the bytes its header implies, a member
+above 16 MiB must not deflate more than 1000:1, and the archive must hold at most
+:data:`MAX_MODEL_BYTES` (4 GiB) uncompressed. Another budget is set by
+``load_model(path, max_bytes=N)`` or by the environment variable ``CRASP_MAX_MODEL_BYTES``
+(a number of bytes). The JSON header may nest :data:`MAX_HEADER_DEPTH` levels; positions,
+bias offsets and machine counts are at most :data:`MAX_INTEGER`. The header must agree with
+itself: a ``relu`` C-RASP model's guarantee is its ``options.max_len``, a PCOC model's is
+its ``info.n`` machines, and the source parses as the language ``info.language`` names,
+with the model's inputs and outputs.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import zipfile
 import zlib
 from collections.abc import Mapping
@@ -24,10 +37,12 @@ import numpy as np
 from scipy import sparse
 
 from crasp_compiler.errors import CraspError
+from crasp_compiler.files import replacing
 from crasp_compiler.model.features import check_feature
 from crasp_compiler.model.model import (
     ACTIVATIONS,
     BOS,
+    FLOAT_DTYPES,
     MASKS,
     MLP,
     RULES,
@@ -43,7 +58,20 @@ from crasp_compiler.model.model import (
 )
 
 FORMAT = "crasp-model"
-VERSION = 1
+VERSION = 2
+# Version 1 differs only in the value of periodic features at BOS (converted on load).
+READABLE_VERSIONS = (1, 2)
+
+MAX_MODEL_BYTES = 4 << 30  # default budget for a model's uncompressed size
+BUDGET_VARIABLE = "CRASP_MAX_MODEL_BYTES"
+MAX_HEADER_DEPTH = 64
+MAX_HEADER_CHARS = 1 << 26
+MAX_INTEGER = 2**31 - 1  # positions, bias offsets, machine counts
+_RATIO_FLOOR = 16 << 20  # members above this size ...
+_MAX_RATIO = 1000  # ... must not deflate more than this
+CRASP_MODES = ("heaviside", "relu", "layernorm")
+PCOC_MODES = ("hard", "softmax")
+LANGUAGES = ("C-RASP", "PCOC")
 
 
 def model_parts(
@@ -91,7 +119,7 @@ def model_parts(
         "layers": layers,
         "outputs": [{"name": o.name, "rule": o.rule} for o in model.outputs],
         "accept": model.accept,
-        "guarantee": {"max_len": model.guarantee.max_len, "text": model.guarantee.text},
+        "guarantee": guarantee_header(model.guarantee),
         "options": model.options,
         "source": model.source,
         "info": model.info,
@@ -108,20 +136,19 @@ def model_parts(
 
 
 def save_model(model: Model, path: str | Path) -> None:
-    """Write ``model`` to ``path`` (an ``.npz`` file)."""
+    """Write ``model`` to ``path`` (an ``.npz`` file), whole or not at all: a failure (a
+    full disk, an interrupt) leaves any previous file at ``path`` as it was."""
     header, arrays = model_parts(model)
-    try:
-        with open(path, "wb") as handle:
-            np.savez(handle, header=np.array(json.dumps(header)), **arrays)
-    except OSError as err:
-        raise CraspError(f"cannot write model file: {err}", filename=str(path)) from None
+    with replacing(path, "model file") as tmp, open(tmp, "wb") as handle:
+        np.savez(handle, header=np.array(json.dumps(header)), **arrays)
 
 
 def model_from_parts(
     header: Any, arrays: Mapping[str, np.ndarray], filename: str = "model"
 ) -> Model:
     """Validate a header (already decoded from JSON) and arrays named as in
-    :func:`model_parts`, and build the model; any problem raises :class:`CraspError`."""
+    :func:`model_parts`, and build the model; any problem raises :class:`CraspError`.
+    The model may hold the float64 arrays themselves (not copies)."""
     try:
         return _parse(header, _Arrays(arrays))
     except _Invalid as err:
@@ -143,6 +170,91 @@ class _Arrays:
         return self.arrays[name]
 
 
+class _Archive:
+    """The members of an ``.npz`` zip, seen through the ``NpzFile`` interface. The
+    declared sizes and every ``.npy`` header are checked up front (module docstring), so
+    reading a member allocates no more than it declared."""
+
+    def __init__(self, archive: zipfile.ZipFile, budget: int) -> None:
+        self.archive = archive
+        infos = archive.infolist()
+        total = sum(info.file_size for info in infos)
+        if total > budget:
+            largest = max(infos, key=lambda info: info.file_size)
+            raise _Invalid(
+                f"the archive holds {total:,} bytes uncompressed (member "
+                f"{_member_name(largest)!r}: {largest.file_size:,}), above the budget of "
+                f"{budget:,} bytes (load_model(max_bytes=...) or {BUDGET_VARIABLE} sets it)"
+            )
+        self.members = {_member_name(info): info for info in infos}
+        self.broken: dict[str, str] = {}
+        for name, info in self.members.items():
+            if info.file_size > _RATIO_FLOOR and info.file_size > _MAX_RATIO * info.compress_size:
+                raise _Invalid(
+                    f"member {name!r} would decompress from {info.compress_size:,} to "
+                    f"{info.file_size:,} bytes (more than {_MAX_RATIO}:1): not model weights"
+                )
+            with archive.open(info) as handle:
+                try:
+                    shape, dtype, offset = _npy_header(handle)
+                except ValueError as err:
+                    self.broken[name] = str(err)
+                    continue
+            size = math.prod(shape) * dtype.itemsize
+            _expect(
+                dtype.hasobject or info.file_size == offset + size,  # np.load refuses objects
+                f"member {name!r} holds {info.file_size:,} bytes, but its .npy header "
+                f"declares shape {shape} of {dtype} ({offset:,} + {size:,} bytes)",
+            )
+        self.files = list(self.members)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        _expect(
+            name not in self.broken,
+            f"member {name!r} is not a .npy array ({self.broken.get(name)})",
+        )
+        with self.archive.open(self.members[name]) as handle:
+            return np.lib.format.read_array(handle, allow_pickle=False)
+
+
+def _member_name(info: zipfile.ZipInfo) -> str:
+    """The array name of a zip member, as ``np.load`` gives it (``.npy`` removed)."""
+    return info.filename.removesuffix(".npy")
+
+
+def _npy_header(handle) -> tuple[tuple[int, ...], np.dtype, int]:
+    """Shape, dtype and data offset from the ``.npy`` header at the start of ``handle``."""
+    version = np.lib.format.read_magic(handle)
+    readers = {
+        (1, 0): np.lib.format.read_array_header_1_0,
+        (2, 0): np.lib.format.read_array_header_2_0,
+    }
+    if version not in readers:
+        raise ValueError(f"unsupported .npy format version {version[0]}.{version[1]}")
+    shape, _, dtype = readers[version](handle)
+    return shape, dtype, handle.tell()
+
+
+def byte_budget(max_bytes: int | None = None, filename: str = "model") -> int:
+    """The most bytes a model may hold uncompressed: ``max_bytes``, else the environment
+    variable ``CRASP_MAX_MODEL_BYTES``, else :data:`MAX_MODEL_BYTES`."""
+    if max_bytes is not None:
+        if type(max_bytes) is not int or max_bytes < 1:
+            raise CraspError(
+                f"max_bytes must be a positive integer, not {max_bytes!r}", filename=filename
+            )
+        return max_bytes
+    text = os.environ.get(BUDGET_VARIABLE)
+    if text is None:
+        return MAX_MODEL_BYTES
+    value = text.strip()
+    if not (value.isascii() and value.isdigit() and len(value) < 30 and int(value) >= 1):
+        raise CraspError(
+            f"{BUDGET_VARIABLE}={text!r} is not a positive number of bytes", filename=filename
+        )
+    return int(value)
+
+
 def _expect(condition: bool, message: str) -> None:
     if not condition:
         raise _Invalid(message)
@@ -153,7 +265,7 @@ def _array(data, name: str, shape: tuple[int, ...]) -> np.ndarray:
     _expect(array.dtype.kind == "f", f"array {name!r} is not floating point")
     _expect(array.shape == shape, f"array {name!r} has shape {array.shape}, expected {shape}")
     _expect(bool(np.isfinite(array).all()), f"array {name!r} has non-finite values")
-    return array.astype(np.float64)
+    return array.astype(np.float64, copy=False)  # no second copy of a large array
 
 
 def _matrix(data, name: str, shape: tuple[int, int]) -> Matrix:
@@ -161,19 +273,16 @@ def _matrix(data, name: str, shape: tuple[int, int]) -> Matrix:
     if f"{name}.data" not in data.files:
         return _array(data, name, shape)
     values = _member(data, f"{name}.data")
-    indices, indptr = _member(data, f"{name}.indices"), _member(data, f"{name}.indptr")
+    indices, indptr = _indices(data, name, "indices"), _indices(data, name, "indptr")
     _expect(values.dtype.kind == "f", f"array {name!r} is not floating point")
-    _expect(
-        indices.dtype.kind in "iu" and indptr.dtype.kind in "iu",
-        f"sparse matrix {name!r} has non-integer indices",
-    )
     rows, cols = shape
+    # int64 comparisons only (no differences): nothing can wrap around
     _expect(
         values.ndim == indices.ndim == indptr.ndim == 1
         and len(indptr) == rows + 1
         and len(values) == len(indices) == int(indptr[-1])
         and int(indptr[0]) == 0
-        and bool(np.all(np.diff(indptr) >= 0)),
+        and bool(np.all(indptr[1:] >= indptr[:-1])),
         f"sparse matrix {name!r} is malformed (expected {rows} rows)",
     )
     _expect(
@@ -181,10 +290,23 @@ def _matrix(data, name: str, shape: tuple[int, int]) -> Matrix:
         f"sparse matrix {name!r} has a column index outside 0..{cols - 1}",
     )
     _expect(bool(np.isfinite(values).all()), f"array {name!r} has non-finite values")
-    return sparse.csr_array(
-        (values.astype(np.float64), indices.astype(np.int64), indptr.astype(np.int64)),
-        shape=shape,
+    return sparse.csr_array((values.astype(np.float64), indices, indptr), shape=shape)
+
+
+def _indices(data, name: str, part: str) -> np.ndarray:
+    """CSR index array ``name.part`` as int64: stored as int32 or int64 (an unsigned or
+    narrower type would wrap around in the bounds checks)."""
+    member = f"{name}.{part}"
+    array = _member(data, member)
+    _expect(
+        array.dtype.kind in "iu",
+        f"sparse matrix {name!r} has non-integer indices ({member!r} is {array.dtype})",
     )
+    _expect(
+        array.dtype.kind == "i" and array.dtype.itemsize in (4, 8),
+        f"array {member!r} has dtype {array.dtype}: sparse index arrays must be int32 or int64",
+    )
+    return array.astype(np.int64)
 
 
 def _names(data, name: str) -> set[str]:
@@ -206,19 +328,43 @@ def _read_header(data) -> Any:
     _expect("header" in data.files, "no header: not a crasp model file")
     raw = _member(data, "header")
     _expect(raw.dtype.kind == "U" and raw.shape == (), "the header is not a JSON string")
+    text = str(raw)
+    _expect(
+        len(text) <= MAX_HEADER_CHARS,
+        f"the header has {len(text):,} characters (at most {MAX_HEADER_CHARS:,})",
+    )
     try:
-        return json.loads(str(raw))
-    except json.JSONDecodeError as err:
+        return json.loads(text)
+    except RecursionError:
+        raise _Invalid(f"the header nests deeper than {MAX_HEADER_DEPTH} levels") from None
+    except ValueError as err:  # JSONDecodeError, or an integer of too many digits
         raise _Invalid(f"the header is not valid JSON ({err})") from None
+
+
+def _depth(value: Any) -> int:
+    """How deeply lists and objects nest in ``value`` (counted without recursion)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def _header(header: Any) -> dict[str, Any]:
     _expect(isinstance(header, dict), "the header is not a JSON object")
+    _expect(
+        _depth(header) <= MAX_HEADER_DEPTH,
+        f"the header nests deeper than {MAX_HEADER_DEPTH} levels",
+    )
     _expect(header.get("format") == FORMAT, "not a crasp model file (wrong format name)")
     version = header.get("version")
     _expect(
-        version == VERSION,
-        f"unsupported format version {version!r} (this crasp_compiler reads version {VERSION})",
+        version in READABLE_VERSIONS,
+        f"unsupported format version {version!r} (this crasp_compiler reads versions "
+        f"{', '.join(map(str, READABLE_VERSIONS))})",
     )
     for key, kind in (
         ("vocab", list),
@@ -246,10 +392,12 @@ def _parse(raw_header: Any, data) -> Model:
         try:
             check_feature(name)
         except ValueError as err:
-            raise _Invalid(str(err)) from None
+            raise _Invalid(f"header field 'features': {err}") from None
     d = len(header["residual"])
     w_e = _array(data, "w_e", (len(vocab), d))
     w_p = _matrix(data, "w_p", (d, len(features)))
+    if header["version"] == 1:
+        _periodic_from_version_1(w_e, w_p, features)
     inputs = header.get("inputs", [])
     _expect(
         isinstance(inputs, list) and all(isinstance(name, str) for name in inputs),
@@ -261,27 +409,32 @@ def _parse(raw_header: Any, data) -> Model:
     for l_index, spec in enumerate(header["layers"]):
         _expect(
             isinstance(spec, dict) and isinstance(spec.get("heads"), list),
-            f"layer {l_index} is malformed",
+            f"layer {l_index + 1} is malformed",
         )
         heads = []
         for h_index, hs in enumerate(spec["heads"]):
             prefix = f"layer{l_index}.head{h_index}"
-            _expect(isinstance(hs, dict), f"{prefix} is malformed")
+            where = f"layer {l_index + 1} head {h_index + 1} ({prefix})"
+            _expect(isinstance(hs, dict), f"{where} is malformed")
             _expect(
                 hs.get("weighting") in WEIGHTINGS,
-                f"{prefix}: unknown weighting {hs.get('weighting')!r}",
+                f"{where}: unknown weighting {hs.get('weighting')!r}",
             )
-            _expect(hs.get("mask") in MASKS, f"{prefix}: unknown mask {hs.get('mask')!r}")
+            _expect(hs.get("mask") in MASKS, f"{where}: unknown mask {hs.get('mask')!r}")
             dk, dv = _rows(data, f"{prefix}.w_q"), _rows(data, f"{prefix}.w_v")
-            _expect(dk >= 1 and dv >= 1, f"{prefix}: malformed projection shapes")
+            _expect(dk >= 1 and dv >= 1, f"{where}: malformed projection shapes")
             try:
                 bias = {int(k): float(v) for k, v in dict(hs.get("bias", {})).items()}
                 scale = float(hs.get("scale", 1.0))
-            except (TypeError, ValueError):
-                raise _Invalid(f"{prefix}: malformed bias or scale") from None
+            except (TypeError, ValueError, OverflowError):
+                raise _Invalid(f"{where}: malformed bias or scale") from None
             _expect(
                 all(map(math.isfinite, [scale, *bias.values()])),
-                f"{prefix}: non-finite bias or scale",
+                f"{where}: non-finite bias or scale",
+            )
+            _expect(
+                all(abs(offset) <= MAX_INTEGER for offset in bias),
+                f"{where}: a bias offset is beyond ±{MAX_INTEGER:,}",
             )
             heads.append(
                 Head(
@@ -300,14 +453,15 @@ def _parse(raw_header: Any, data) -> Model:
         if spec.get("mlp") is not None:
             ms = spec["mlp"]
             prefix = f"layer{l_index}.mlp"
+            where = f"layer {l_index + 1} MLP ({prefix})"
             _expect(
                 isinstance(ms, dict) and isinstance(ms.get("activations"), list),
-                f"{prefix} is malformed",
+                f"{where} is malformed",
             )
-            _expect(isinstance(ms.get("labels", []), list), f"{prefix}: malformed labels")
+            _expect(isinstance(ms.get("labels", []), list), f"{where}: malformed labels")
             hidden = len(ms["activations"])
             _expect(
-                all(a in ACTIVATIONS for a in ms["activations"]), f"{prefix}: unknown activation"
+                all(a in ACTIVATIONS for a in ms["activations"]), f"{where}: unknown activation"
             )
             labels = [str(x) for x in ms.get("labels", [])]
             groups = ms.get("norm_groups", [])
@@ -318,7 +472,7 @@ def _parse(raw_header: Any, data) -> Model:
                     for g in groups
                 )
                 and len({u for g in groups for u in g}) == sum(len(g) for g in groups),
-                f"{prefix}: norm_groups must be disjoint lists of hidden-unit indices",
+                f"{where}: norm_groups must be disjoint lists of hidden-unit indices",
             )
             mlp = MLP(
                 _matrix(data, f"{prefix}.w1", (hidden, d)),
@@ -356,10 +510,8 @@ def _parse(raw_header: Any, data) -> Model:
             )
     extra = sorted(set(data.files) - expected)
     _expect(not extra, f"unexpected array(s) for parts the header does not declare: {extra}")
-    g = header["guarantee"]
-    max_len = g.get("max_len")
-    _expect(max_len is None or (type(max_len) is int and max_len >= 0), "malformed guarantee")
-    return Model(
+    guarantee = _guarantee(header["guarantee"], inputs)
+    model = Model(
         vocab=vocab,
         w_e=w_e,
         features=features,
@@ -367,13 +519,185 @@ def _parse(raw_header: Any, data) -> Model:
         layers=layers,
         outputs=outputs,
         residual=[str(r) for r in header["residual"]],
-        guarantee=Guarantee(max_len, str(g.get("text", ""))),
+        guarantee=guarantee,
         accept=accept,
         options=dict(header.get("options") or {}),
         source=header.get("source") or "",
         info=dict(header.get("info") or {}),
         inputs=[str(name) for name in inputs],
         w_x=w_x,
+    )
+    _check_origin(model)
+    return model
+
+
+def _check_origin(model: Model) -> None:
+    """Options, info and source agree with each other and with the model: a known
+    language and mode, the guarantee that mode gives, a source in that language."""
+    language = model.info.get("language")
+    _expect(
+        language is None or language in LANGUAGES,
+        f"header field info 'language' is {language!r}, not one of {', '.join(LANGUAGES)}",
+    )
+    if language == "PCOC":
+        _check_pcoc(model)
+    elif language == "C-RASP" or "mode" in model.options:
+        _check_crasp(model)
+    if model.source and language is not None:
+        _check_source(model, language)
+
+
+def _check_crasp(model: Model) -> None:
+    """A C-RASP compile mode, and for ``relu`` the guarantee up to ``options.max_len``."""
+    mode, max_len = model.options.get("mode"), model.options.get("max_len")
+    _expect(
+        mode in CRASP_MODES,
+        f"header field options 'mode' is {mode!r}, not a C-RASP mode ({', '.join(CRASP_MODES)})",
+    )
+    _expect(
+        max_len is None or (type(max_len) is int and max_len >= 0),
+        f"header field options 'max_len' is {max_len!r}, not a length",
+    )
+    _expect(
+        mode != "relu" or (max_len is not None and model.guarantee.max_len == max_len),
+        f"the guarantee (max_len {model.guarantee.max_len!r}) is not that of a relu model "
+        f"compiled with options 'max_len' {max_len!r}: such a model is exact only up to it",
+    )
+
+
+def _check_pcoc(model: Model) -> None:
+    """What ``machines``, ``run_pcoc`` and ``crasp info`` read from a PCOC model."""
+    from crasp_compiler.lower.pcoc import TOKEN
+
+    options, info = model.options, model.info
+    n = info.get("n")
+    _expect(
+        type(n) is int and 1 <= n <= MAX_INTEGER,
+        f"header field info 'n' is {n!r}, not a number of machines (1 to {MAX_INTEGER:,})",
+    )
+    _expect(
+        model.guarantee.max_len == n,
+        f"the guarantee (max_len {model.guarantee.max_len!r}) does not cover exactly the "
+        f"info 'n' = {n} machines",
+    )
+    for key, want in (("language", "PCOC"), ("n", n)):
+        _expect(
+            options.get(key) == want,
+            f"header field options {key!r} is {options.get(key)!r}, but info {key!r} is {want!r}",
+        )
+    mode = options.get("mode")
+    _expect(
+        mode in PCOC_MODES,
+        f"header field options 'mode' is {mode!r}, not a PCOC mode ({', '.join(PCOC_MODES)})",
+    )
+    names = [o.name for o in model.outputs]
+    for key, want in (("pcoc_inputs", model.inputs), ("pcoc_outputs", names)):
+        _expect(
+            info.get(key) == want,
+            f"header field info {key!r} is {info.get(key)!r}, not the model's {want!r}",
+        )
+    slots = info.get("slots")
+    _expect(
+        isinstance(slots, list)
+        and all(isinstance(slot, str) for slot in slots)
+        and set(model.inputs + names) <= set(slots),
+        f"header field info 'slots' is {slots!r}, not a list holding the inputs and outputs",
+    )
+    _expect(
+        model.vocab == [BOS, TOKEN],
+        f"header field 'vocab' of a PCOC model is {model.vocab!r}, not {[BOS, TOKEN]!r}",
+    )
+    _expect(
+        model.accept is None and all(o.rule == "value" for o in model.outputs),
+        "a PCOC model's outputs are numbers: rule 'value' and no acceptance output",
+    )
+    benes, temperature = info.get("benes") or {}, info.get("temperature")
+    counts = {"send_rounds", "bound_2Rlog2n"}
+    _expect(
+        isinstance(info.get("theorem", {}), dict)
+        and (benes == {} or (isinstance(benes, dict) and counts <= set(benes)))
+        and (temperature is None or type(temperature) in (int, float)),
+        "header field info 'theorem', 'benes' or 'temperature' is malformed",
+    )
+
+
+def _check_source(model: Model, language: str) -> None:
+    """The stored source parses as ``language``, with the model's inputs and outputs."""
+    from crasp_compiler.pcoc.parse import parse_pcoc
+    from crasp_compiler.program import parse_program
+
+    try:
+        if language == "PCOC":
+            program = parse_pcoc(model.source, "<model source>")
+        else:
+            program = parse_program(model.source, "<model source>", alphabet=model.vocab[1:])
+    except (CraspError, RecursionError) as err:
+        reason = err.diagnostics[0].message if isinstance(err, CraspError) else "too deep"
+        raise _Invalid(f"header field 'source' does not parse as {language} ({reason})") from None
+    want = {"inputs": model.inputs} if language == "PCOC" else {}
+    want["outputs"] = [o.name for o in model.outputs]
+    for key, names in want.items():
+        got = list(getattr(program, key))
+        _expect(
+            got == names,
+            f"header field 'source' is a {language} program whose {key} ({', '.join(got)}) "
+            f"are not the model's ({', '.join(names)})",
+        )
+
+
+def _periodic_from_version_1(w_e: np.ndarray, w_p: Matrix, features: list[str]) -> None:
+    """Version 1 had ``periodic:m:r`` = 0 at BOS; version 2 has its value at position −1
+    (1 for r = m − 1). Moving those columns' contribution off the BOS embedding row keeps
+    every residual the same."""
+    for column, name in enumerate(features):
+        parts = name.split(":")
+        if parts[0] == "periodic" and int(parts[2]) == int(parts[1]) - 1:
+            w_e[0] -= dense(w_p[:, [column]])[:, 0]
+
+
+def guarantee_header(guarantee: Guarantee) -> dict[str, Any]:
+    """The guarantee as the header stores it (``dtypes``/``input_bounds`` only when set)."""
+    out: dict[str, Any] = {"max_len": guarantee.max_len, "text": guarantee.text}
+    if guarantee.dtypes:
+        out["dtypes"] = dict(guarantee.dtypes)
+    if guarantee.input_bounds:
+        out["input_bounds"] = dict(guarantee.input_bounds)
+    return out
+
+
+def _guarantee(g: dict[str, Any], inputs: list[str]) -> Guarantee:
+    """The header's guarantee, validated: lengths are integers >= 0, float limits name
+    float types and do not exceed the real-arithmetic limit, bounds name numeric inputs."""
+    max_len = g.get("max_len")
+    _expect(max_len is None or (type(max_len) is int and max_len >= 0), "malformed guarantee")
+    _expect(isinstance(g.get("text", ""), str), "malformed guarantee text")
+    dtypes = g.get("dtypes", {})
+    _expect(
+        isinstance(dtypes, dict)
+        and all(
+            key in FLOAT_DTYPES and type(limit) is int and limit >= -1
+            for key, limit in dtypes.items()
+        ),
+        "malformed guarantee: 'dtypes' must map float64/float32 to lengths >= -1",
+    )
+    _expect(
+        max_len is None or all(limit <= max_len for limit in dtypes.values()),
+        "inconsistent guarantee: a float limit exceeds the real-arithmetic limit",
+    )
+    bounds = g.get("input_bounds", {})
+    _expect(
+        isinstance(bounds, dict)
+        and all(
+            key in inputs and type(bound) in (int, float) and math.isfinite(bound) and bound >= 0
+            for key, bound in bounds.items()
+        ),
+        "malformed guarantee: 'input_bounds' must map numeric inputs to bounds >= 0",
+    )
+    return Guarantee(
+        max_len,
+        str(g.get("text", "")),
+        {key: int(limit) for key, limit in dtypes.items()},
+        {key: float(bound) for key, bound in bounds.items()},
     )
 
 
@@ -387,16 +711,28 @@ def _rows(data, name: str) -> int:
     return int(array.shape[0])
 
 
-def load_model(path: str | Path) -> Model:
-    """Read and validate a model file; any problem raises :class:`CraspError`."""
+def load_model(path: str | Path, max_bytes: int | None = None) -> Model:
+    """Read and validate a model file; any problem raises :class:`CraspError`.
+    ``max_bytes``: the most the archive may hold uncompressed (see :func:`byte_budget`)."""
+    budget = byte_budget(max_bytes, str(path))
     try:
         with open(path, "rb") as handle:
             magic = handle.read(4)
         if magic != b"PK\x03\x04":
             raise _Invalid("not an .npz archive (wrong file type?)")
-        with np.load(path, allow_pickle=False) as data:
+        with zipfile.ZipFile(path) as archive:
+            data = _Archive(archive, budget)
             return _parse(_read_header(data), data)
     except _Invalid as err:
         raise CraspError(f"invalid model file: {err}", filename=str(path)) from None
-    except (OSError, ValueError, zipfile.BadZipFile, zlib.error, EOFError, KeyError) as err:
+    except (
+        OSError,
+        ValueError,
+        zipfile.BadZipFile,
+        zlib.error,
+        EOFError,
+        KeyError,
+        NotImplementedError,  # a compression method zipfile does not support
+        RuntimeError,  # an encrypted member
+    ) as err:
         raise CraspError(f"cannot read model file: {err}", filename=str(path)) from None

@@ -37,13 +37,14 @@ Decision rules turn an output into a value: ``bool`` is ``out > 0.5``; ``count``
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 from scipy import sparse
 
-from crasp_compiler.errors import CraspError
+from crasp_compiler.errors import CraspError, spacing_hint
 
 ACTIVATIONS = ("relu", "heaviside", "gelu")
 WEIGHTINGS = ("softmax", "hard", "hard-left", "hard-right")
@@ -90,6 +91,21 @@ def matmul_t(x: np.ndarray, w: Matrix) -> np.ndarray:
 
 # The torch module and the exports hold dense weights: at most this many parameters.
 TORCH_DENSE_LIMIT = 1 << 27
+# Builders refuse models that would store more numbers than this (1 GiB in float64),
+# unless the environment variable names another budget.
+PARAMETER_BUDGET = 1 << 27
+BUDGET_VARIABLE = "CRASP_MAX_PARAMETERS"
+
+
+def parameter_budget() -> int:
+    """The most numbers a built model may store: ``$CRASP_MAX_PARAMETERS`` if set (an
+    integer), else :data:`PARAMETER_BUDGET`."""
+    text = os.environ.get(BUDGET_VARIABLE)
+    if text is None:
+        return PARAMETER_BUDGET
+    if not text.strip().isdecimal():
+        raise CraspError(f"{BUDGET_VARIABLE}={text!r} is not a whole number of parameters")
+    return int(text)
 
 
 def require_dense(model: Model, what: str) -> None:
@@ -166,15 +182,70 @@ class Output:
     rule: str  # one of RULES
 
 
+FLOAT_DTYPES = ("float64", "float32")
+
+
+def describe_limit(limit: int) -> str:
+    """A float-type length limit of a guarantee in words (−1: no input)."""
+    if limit < 0:
+        return "for no input"
+    if limit == 0:
+        return "only for the empty input"
+    return f"for inputs of length <= {limit:,}"
+
+
 @dataclass
 class Guarantee:
-    """When the outputs are exact: ``max_len`` None means every length (real arithmetic)."""
+    """When the outputs are exact.
+
+    ``max_len``: the longest input covered in real arithmetic (None: every length).
+    ``dtypes``: per float type (``"float64"``, ``"float32"``), the longest input for which
+    the compiler's rounding analysis proves the outputs exact when the model runs in that
+    type (−1: no input, not even the empty one); a type that is absent was not analysed
+    (the model claims only ``max_len``).
+    ``input_bounds``: ``|v| ≤ bound`` for numeric input channels; values outside are not
+    covered. ``text`` says all of this in words.
+    """
 
     max_len: int | None
     text: str
+    dtypes: dict[str, int] = field(default_factory=dict)
+    input_bounds: dict[str, float] = field(default_factory=dict)
 
-    def covers(self, length: int) -> bool:
-        return self.max_len is None or length <= self.max_len
+    def limit(self, dtype: str | None = None) -> int | None:
+        """The longest input covered when running in ``dtype`` (None: no limit)."""
+        limits = [self.max_len, self.dtypes.get(dtype) if dtype is not None else None]
+        known = [limit for limit in limits if limit is not None]
+        return min(known) if known else None
+
+    def covers(self, length: int, dtype: str | None = None) -> bool:
+        limit = self.limit(dtype)
+        return limit is None or length <= limit
+
+    def length_problem(self, length: int, dtype: str | None = None) -> str | None:
+        """Why an input of ``length`` tokens is not covered in ``dtype``, or None."""
+        if self.covers(length, dtype):
+            return None
+        if self.max_len is not None and length > self.max_len:
+            return f"input length {length} exceeds the model's guarantee ({self.text})"
+        limit = self.dtypes[dtype]  # type: ignore[index]
+        return (
+            f"input length {length} is beyond what the model is proven exact for in {dtype} "
+            f"({describe_limit(limit)}; float64 and float32 limits differ)"
+        )
+
+    def value_problem(self, name: str, values: np.ndarray) -> str | None:
+        """Why numeric input ``name`` holding ``values`` is not covered, or None."""
+        bound = self.input_bounds.get(name)
+        if bound is None or not values.size:
+            return None
+        worst = float(np.max(np.abs(values)))
+        if worst <= bound:
+            return None
+        return (
+            f"numeric input {name!r} holds {worst:g}, outside its declared bound "
+            f"|{name}| <= {bound:g} (the model is exact only within it)"
+        )
 
 
 @dataclass
@@ -250,6 +321,10 @@ def token_ids(vocab: list[str], tokens: list[str]) -> list[int]:
     ids = []
     for position, token in enumerate(tokens):
         if token not in index or token == BOS:
-            raise ValueError(f"token {token!r} at position {position} is not in the vocabulary")
+            hint = spacing_hint(token, vocab[1:])
+            raise ValueError(
+                f"token {token!r} at position {position} is not in the vocabulary"
+                + (f"; {hint}" if hint else "")
+            )
         ids.append(index[token])
     return ids

@@ -16,14 +16,16 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from crasp_compiler.errors import CraspError
-from crasp_compiler.lower.pcoc import MODES, TOKEN, lower_pcoc
+from crasp_compiler.errors import CraspError, Diagnostic
+from crasp_compiler.lower.pcoc import MODES, TOKEN, Comparison, lower_pcoc
 from crasp_compiler.model.model import Guarantee, Model
 from crasp_compiler.pcoc.benes import has_sends, lower_sends
 from crasp_compiler.pcoc.nodes import Program, unroll
-from crasp_compiler.runtime.numpy_exec import run
+from crasp_compiler.runtime.numpy_exec import beyond_guarantee, run
 
 DTYPES = {"float64": np.float64, "float32": np.float32}
+# The most machines a model is compiled for (the interpreter goes to 10^7).
+MAX_COMPILE_MACHINES = 100_000
 # exp(−T) underflows in float64 past about 745; no program needs that much.
 MAX_TEMPERATURE = 700.0
 LANGUAGE = "PCOC"
@@ -113,6 +115,13 @@ def compile_pcoc(
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise CraspError(f"n must be an integer >= 1, not {n!r}", filename=program.filename)
     n = int(n)
+    if n > MAX_COMPILE_MACHINES:
+        raise CraspError(
+            f"n = {n:,} machines is more than the compiler builds ({MAX_COMPILE_MACHINES:,}: "
+            "the model is O(n) wide and the lowering O(n) per round); the interpreter runs "
+            "up to 10,000,000",
+            filename=program.filename,
+        )
     if mode not in MODES:
         raise CraspError(f"mode must be one of {MODES}, not {mode!r}", filename=program.filename)
     if dtype not in DTYPES:
@@ -153,11 +162,20 @@ def compile_pcoc(
     rounds = len(lowered.rounds)
     # the theorem's memory s: the slots plus the values a machine receives in a round
     memory = len(program.slots) + max((r.receives for r in lowered.rounds), default=0)
+    # hard mode: Heaviside comparisons at the middle of each margin are exact in a float
+    # type whose rounding of left − right stays below it (softmax mode states its rounding
+    # estimate against the tolerance instead, in the guarantee's text)
+    resolved = {d: _margins_resolved(lowered.comparisons, d) for d in DTYPES}
+    if mode == "hard" and resolved["float64"] is not None:
+        raise _margin_error(program, resolved["float64"], "float64")
     if mode == "hard":
+        estimate = max(_rounding(lowered, program, "float64").values(), default=0.0)
         text = (
             f"exact for n = {n} machines (exactly {n} numbers per input slot) in real "
             "arithmetic, with average-hard attention, for inputs within their declared bounds "
-            "and data comparisons outside their margins"
+            "and data comparisons outside their margins (while every slot keeps its declared "
+            "bound); estimated float64 rounding of the "
+            + (f"outputs {estimate:.3g}" if math.isfinite(estimate) else "outputs not bounded")
         )
     else:
         worst = max(bounds.values(), default=0.0)
@@ -170,9 +188,19 @@ def compile_pcoc(
         )
         if 2 * noise > tolerance / 2:
             text += f"; the {dtype} rounding estimate exceeds half the tolerance"
+    if mode == "hard" and resolved["float32"] is not None:
+        text += "; not float32: a comparison margin is below float32 rounding"
+    dtypes = {d: (n if problem is None else -1) for d, problem in resolved.items()}
+    bounds = {s.name: s.bound for s in program.slots if s.name in program.inputs}
     model = lowered.builder.build(
         {name: (lowered.slots[name].form, "value") for name in program.outputs},
-        guarantee=Guarantee(n, text),
+        guarantee=Guarantee(
+            n,
+            text,
+            dtypes if mode == "hard" else {},
+            {name: float(bound) for name, bound in bounds.items() if bound is not None},
+        ),
+        filename=program.filename,
         options={
             "language": LANGUAGE,
             "n": n,
@@ -191,7 +219,7 @@ def compile_pcoc(
             "pcoc_outputs": list(program.outputs),
             "heads_per_round": [len(r.heads) for r in lowered.rounds],
             "theorem": {"nodes": n + 1, "layers": rounds, "heads_per_layer": memory},
-            **softmax,
+            **(softmax or {"rounding_estimate": _rounding(lowered, program, "float64")}),
         },
     )
     model.info["layers"] = len(model.layers)
@@ -207,6 +235,52 @@ def compile_pcoc(
             "bound_2Rlog2n": 2 * sends * k,
         }
     return model
+
+
+# A data comparison is resolved in a float type when the estimated rounding of
+# left − right is at most this fraction of its margin.
+MARGIN_FRACTION = 0.25
+
+
+def _rounding(lowered, program: Program, dtype: str) -> dict[str, float]:
+    """The estimated rounding of every output of a hard-mode model in ``dtype``."""
+    unit = float(np.finfo(DTYPES[dtype]).eps) / 2
+    return {name: lowered.slots[name].noise * unit for name in program.outputs}
+
+
+def _margins_resolved(comparisons: Sequence[Comparison], dtype: str) -> Comparison | None:
+    """The comparison whose declared margin is smallest against the estimated rounding of
+    ``left − right`` in ``dtype`` (:data:`MARGIN_FRACTION`), or None when every margin is
+    wide enough. A margin of 0 (a Heaviside step, exact in real arithmetic) is not
+    checked: such a comparison is decided exactly where ``left − right`` is computed
+    with the right sign."""
+    unit = float(np.finfo(DTYPES[dtype]).eps) / 2
+    worst, ratio = None, MARGIN_FRACTION
+    for comparison in comparisons:
+        if comparison.margin > 0 and comparison.noise * unit / comparison.margin > ratio:
+            worst, ratio = comparison, comparison.noise * unit / comparison.margin
+    return worst
+
+
+def _margin_error(program: Program, comparison: Comparison, dtype: str) -> CraspError:
+    from crasp_compiler.pcoc.parse import span_of
+
+    unit = float(np.finfo(DTYPES[dtype]).eps) / 2
+    rounding = comparison.noise * unit
+    need = rounding / MARGIN_FRACTION
+    return CraspError(
+        [
+            Diagnostic(
+                f"the margin {comparison.margin:g} of this comparison is below what {dtype} "
+                f"resolves: left − right (values up to {comparison.magnitude:g}) is computed "
+                f"only to within about {rounding:.3g}",
+                span_of(comparison.node) or comparison.span,
+                f"declare `margin {need:.2g}` or more, or tighter bounds on the values",
+            )
+        ],
+        program.source or None,
+        program.filename,
+    )
 
 
 def is_pcoc(model: Model) -> bool:
@@ -267,18 +341,25 @@ def input_matrix(model: Model, inputs: Inputs, where: str = "input") -> np.ndarr
 
 
 def run_pcoc(
-    model: Model, batch: Sequence[Inputs], *, dtype: type = np.float64, runtime: str = "numpy"
+    model: Model,
+    batch: Sequence[Inputs],
+    *,
+    dtype: type = np.float64,
+    runtime: str = "numpy",
+    on_beyond: str = "error",
 ) -> dict[str, np.ndarray]:
     """Run a compiled PCOC model on a batch of inputs (each as :func:`input_matrix`
     takes it); returns ``{output slot: array (B, n)}``, machine i in column i.
-    ``runtime``: ``"numpy"`` (the reference executor) or ``"torch"``."""
+    ``runtime``: ``"numpy"`` (the reference executor) or ``"torch"``. Inputs outside the
+    declared bounds, or a float type the model is not exact in, are refused
+    (``on_beyond="warn"`` warns, ``"ignore"`` runs them anyway)."""
     n = machines(model)
     matrices = [input_matrix(model, inputs) for inputs in batch]
     if not matrices:
         return {out.name: np.zeros((0, n)) for out in model.outputs}
     tokens = [[TOKEN] * n for _ in matrices]
     if runtime == "numpy":
-        result = run(model, tokens, dtype=dtype, values=matrices)
+        result = run(model, tokens, dtype=dtype, values=matrices, on_overlength=on_beyond)
         return {name: raw[:, 1:] for name, raw in result.outputs.items()}
     if runtime != "torch":
         raise ValueError(f"runtime must be numpy or torch, not {runtime!r}")
@@ -286,6 +367,12 @@ def run_pcoc(
 
     from crasp_compiler.runtime.torch_module import TorchTransformer
 
+    guarantee = model.guarantee
+    problems = [guarantee.length_problem(n, np.dtype(dtype).name)] + [
+        guarantee.value_problem(name, np.stack([m[:, k] for m in matrices]))
+        for k, name in enumerate(model.inputs)
+    ]
+    beyond_guarantee([p for p in problems if p], on_beyond)
     module = TorchTransformer(model)
     if dtype == np.float32:
         module = module.float()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import math
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -512,8 +513,15 @@ class _Machine:
         shape = (self.batch, self.n)
         for stmt in body:
             if isinstance(stmt, Assign):
-                value = self.value(stmt.expr, mem, temps, active)
+                with np.errstate(over="ignore", invalid="ignore"):
+                    value = self.value(stmt.expr, mem, temps, active)
                 value = np.array(np.broadcast_to(value, shape), dtype=np.float64)
+                if not np.all(np.isfinite(value)):
+                    raise self.fail(
+                        f"{stmt.target!r} overflows float64 (beyond ±1.8e308) "
+                        f"(for {self.where(~np.isfinite(value))})",
+                        stmt.span,
+                    )
                 if stmt.target in self.slot_names:
                     mem[stmt.target] = value
                 else:
@@ -663,20 +671,55 @@ def _input_array(program: Program, n: int, inputs, batched: bool) -> np.ndarray:
     return values
 
 
+def check_input_bounds(program: Program, values: np.ndarray, on_beyond: str = "error") -> None:
+    """Inputs ``(B, k, n)`` outside the declared bounds of their slots: ``on_beyond`` is
+    ``"error"`` (:class:`CraspError`), ``"warn"`` or ``"ignore"``. The program's
+    guarantees (and its compiled models') hold only within the bounds."""
+    if on_beyond not in ("error", "warn", "ignore"):
+        raise ValueError(f"on_beyond must be error, warn or ignore, not {on_beyond!r}")
+    problems = []
+    for k, name in enumerate(program.inputs):
+        bound = program.slot(name).bound
+        if bound is None or on_beyond == "ignore":
+            continue
+        bad = np.abs(values[:, k, :]) > bound
+        if bad.any():
+            b, i = np.unravel_index(int(np.argmax(bad)), bad.shape)
+            where = f"machine {int(i)}" + (f" of input {int(b)}" if len(values) > 1 else "")
+            problems.append(
+                f"input {name!r} holds {float(values[b, k, i])!r} at {where}, outside its "
+                f"declared bound {bound:g}"
+            )
+    if not problems:
+        return
+    message = "; ".join(problems)
+    if on_beyond == "error":
+        raise CraspError(
+            message + " (allow it with --beyond-guarantee warn, or on_beyond='warn')",
+            filename=program.filename,
+        )
+    warnings.warn(message, stacklevel=3)
+
+
 def interpret_pcoc(
     program: Program,
     n: int,
     inputs: Sequence[Sequence[float]] | np.ndarray,
     *,
     check_promises: bool = False,
+    on_beyond: str = "error",
 ) -> Trace:
     """Run ``program`` on ``n`` machines. ``inputs`` holds one vector of ``n`` numbers per
     input slot (shape ``(len(program.inputs), n)``; a single vector of length n when the
-    program has one input). float64, exact comparisons. With ``check_promises``, a data
-    comparison whose operands come within its margin of the threshold (on a machine where
-    it takes effect) or a slot outside its declared bound raises :class:`CraspError`."""
+    program has one input). float64, exact comparisons. Inputs outside their declared
+    bounds are refused (``on_beyond``: see :func:`check_input_bounds`). With
+    ``check_promises``, a data comparison whose operands come within its margin of the
+    threshold (on a machine where it takes effect) or a slot outside its declared bound
+    raises :class:`CraspError`."""
     n = _validate_n(n, program.filename)
     values = _input_array(program, n, inputs, batched=False)
+    if not check_promises:  # which checks every slot's bound, from the initial memory on
+        check_input_bounds(program, values, on_beyond)
     trace = _Machine(program, n, 1, check_promises).run(values)
     trace.rounds = [{k: v[0] for k, v in m.items()} for m in trace.rounds]
     trace.outputs = {k: v[0] for k, v in trace.outputs.items()}
@@ -684,13 +727,20 @@ def interpret_pcoc(
 
 
 def interpret_pcoc_batch(
-    program: Program, n: int, inputs: np.ndarray, *, check_promises: bool = False
+    program: Program,
+    n: int,
+    inputs: np.ndarray,
+    *,
+    check_promises: bool = False,
+    on_beyond: str = "error",
 ) -> Trace:
     """:func:`interpret_pcoc` on many inputs at once: ``inputs`` of shape
     ``(batch, len(program.inputs), n)`` (or ``(batch, n)`` for one input slot); the trace's
     arrays have shape ``(batch, n)``."""
     n = _validate_n(n, program.filename)
     values = _input_array(program, n, inputs, batched=True)
+    if not check_promises:
+        check_input_bounds(program, values, on_beyond)
     return _Machine(program, n, values.shape[0], check_promises).run(values)
 
 

@@ -83,6 +83,9 @@ RESERVED = KEYWORDS | frozenset(STATIC_VARS) | FUNCTIONS
 STATIC_TYPES = (SNum, SVar, SBin, SNot, SCall)
 
 _SPAN_ATTR = "_pcoc_span"
+# Longest number literal read (float64 ends near 1.8e308; static integers beyond 2**1000
+# are refused later anyway).
+MAX_NUMBER_TEXT = 400
 
 
 def span_of(node: object) -> Span | None:
@@ -531,7 +534,9 @@ class _Builder:
             if not _closed(expr):
                 return None
             value = self._fold(expr)
-            return float(value) if abs(value) < 2**1000 else math.copysign(math.inf, value)
+            if abs(value) < 2**1000:
+                return float(value)
+            return math.inf if value > 0 else -math.inf
         match expr:
             case Num(value):
                 return value
@@ -988,6 +993,10 @@ class _Builder:
 
     def e_number(self, tree: Tree, scope: _Scope):
         text = str(tree.children[0])
+        if len(text) > MAX_NUMBER_TEXT:  # no 5000-digit conversions
+            raise self.error(
+                f"the number {text[:12]}… ({len(text)} characters) is out of range", tree
+            )
         if text.isdigit():
             return SNum(int(text))
         value = float(text)

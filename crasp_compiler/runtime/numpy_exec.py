@@ -29,7 +29,8 @@ HARD_TOLERANCE = {np.float64: 1e-9, np.float32: 1e-4}
 @dataclass
 class RunResult:
     """Outputs of one batch. ``outputs[name]`` has shape (B, T) with T = 1 + longest input;
-    ``values[name]`` applies the output's decision rule. ``lengths`` are the input lengths
+    ``values[name]`` applies the output's decision rule (False, 0 or NaN at the padding
+    beyond a shorter sequence's end). ``lengths`` are the input lengths
     (without BOS), so sequence b's last position is ``lengths[b]``. ``residuals`` (when
     requested) lists ``(label, array (B, T, d))`` after the embedding and every sublayer."""
 
@@ -213,8 +214,10 @@ def run(
     shape ``(len(tokens), m)`` (or ``(len(tokens),)`` when m = 1): the inputs at the
     tokens; BOS reads 0.
 
-    ``on_overlength`` decides what happens when an input is longer than the model's
-    guarantee covers: ``"error"`` raises :class:`CraspError`, ``"warn"`` warns, ``"ignore"``.
+    ``on_overlength`` decides what happens with an input the model's guarantee does not
+    cover (longer than it covers in real arithmetic or in ``dtype``, or numeric inputs
+    outside their declared bounds): ``"error"`` raises :class:`CraspError`, ``"warn"``
+    warns, ``"ignore"``.
     """
     if on_overlength not in ("error", "warn", "ignore"):
         raise ValueError(f"on_overlength must be error, warn or ignore, not {on_overlength!r}")
@@ -227,14 +230,16 @@ def run(
             raise CraspError(str(err), filename="input") from None
     lengths = np.array([len(ids) for ids in ids_list], dtype=np.int64)
     longest = int(lengths.max()) if len(lengths) else 0
-    if not model.guarantee.covers(longest) and on_overlength != "ignore":
-        message = f"input length {longest} exceeds the model's guarantee ({model.guarantee.text})"
-        if on_overlength == "error":
-            raise CraspError(
-                message
-                + "; allow it with --beyond-guarantee warn (CLI) or on_overlength='warn' (API)"
-            )
-        warnings.warn(message, stacklevel=2)
+    numeric = None
+    if model.inputs or values is not None:
+        numeric = numeric_matrix(model.inputs, lengths, values)
+    problems = [model.guarantee.length_problem(longest, np.dtype(dtype).name)]
+    if numeric is not None:
+        problems += [
+            model.guarantee.value_problem(name, numeric[..., k])
+            for k, name in enumerate(model.inputs)
+        ]
+    beyond_guarantee([p for p in problems if p], on_overlength)
     size = longest + 1
     ids = np.zeros((len(ids_list), size), dtype=np.int64)
     for row, seq in enumerate(ids_list):
@@ -243,8 +248,7 @@ def run(
         model.w_e.astype(dtype)[ids]
         + matmul_t(feature_matrix(model.features, size), model.w_p).astype(dtype)[None]
     )
-    if model.inputs or values is not None:
-        numeric = numeric_matrix(model.inputs, lengths, values)
+    if numeric is not None:
         x = x + (numeric @ model.numeric_weights.T).astype(dtype)
     trace: list[tuple[str, np.ndarray]] = [("embed", x.copy())] if residuals else []
     for number, layer in enumerate(model.layers, start=1):
@@ -262,11 +266,25 @@ def run(
                 trace.append((f"layer {number} mlp", x.copy()))
     outputs, values = {}, {}
     scale = np.arange(1, size + 1, dtype=np.float64)[None, :]  # t + 1 is exact in float64
+    padding = np.arange(size)[None, :] > lengths[:, None]
     for out in model.outputs:
         raw = x @ out.weights.astype(dtype)
         outputs[out.name] = raw
-        values[out.name] = decide(out.rule, raw, scale)
+        values[out.name] = decide(out.rule, raw, scale, padding)
     return RunResult(outputs, values, lengths, trace if residuals else None)
+
+
+def beyond_guarantee(problems: list[str], on_overlength: str) -> None:
+    """Act on inputs the guarantee does not cover (``on_overlength``: error, warn or
+    ignore)."""
+    if not problems or on_overlength == "ignore":
+        return
+    message = "; ".join(problems)
+    if on_overlength == "error":
+        raise CraspError(
+            message + "; allow it with --beyond-guarantee warn (CLI) or on_overlength='warn' (API)"
+        )
+    warnings.warn(message, stacklevel=3)
 
 
 def numeric_matrix(
@@ -295,15 +313,22 @@ def numeric_matrix(
     return out
 
 
-def decide(rule: str, raw: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """Apply a decision rule (see :mod:`crasp_compiler.model.model`); ``scale`` is t + 1."""
+def decide(
+    rule: str, raw: np.ndarray, scale: np.ndarray, padding: np.ndarray | None = None
+) -> np.ndarray:
+    """Apply a decision rule (see :mod:`crasp_compiler.model.model`); ``scale`` is t + 1.
+    Positions marked in ``padding`` (beyond a sequence's end) read False, 0 or NaN."""
     if rule == "bool":
-        return raw > 0.5
-    if rule == "count":
-        return np.rint(raw.astype(np.float64) * scale).astype(np.int64)
-    if rule == "int":
-        return np.rint(raw).astype(np.int64)
-    return raw
+        decided = raw > 0.5
+    elif rule == "count":
+        decided = np.rint(raw.astype(np.float64) * scale).astype(np.int64)
+    elif rule == "int":
+        decided = np.rint(raw).astype(np.int64)
+    else:
+        decided = raw
+    if padding is None or not padding.any():
+        return decided
+    return np.where(padding, np.nan if rule == "value" else 0, decided).astype(decided.dtype)
 
 
 def _cast_head(head: Head, dtype: type) -> Head:

@@ -20,7 +20,7 @@ are masked.
 
 from __future__ import annotations
 
-import warnings
+import copy
 from collections.abc import Sequence
 
 import numpy as np
@@ -32,7 +32,6 @@ from crasp_compiler.errors import CraspError
 from crasp_compiler.model.features import feature_matrix
 from crasp_compiler.model.model import (
     MLP,
-    Guarantee,
     Head,
     Layer,
     Model,
@@ -41,7 +40,12 @@ from crasp_compiler.model.model import (
     require_dense,
     token_ids,
 )
-from crasp_compiler.runtime.numpy_exec import HARD_TOLERANCE, SCORE_BUDGET, numeric_matrix
+from crasp_compiler.runtime.numpy_exec import (
+    HARD_TOLERANCE,
+    SCORE_BUDGET,
+    beyond_guarantee,
+    numeric_matrix,
+)
 
 
 class Embedding(nn.Module):
@@ -372,21 +376,41 @@ class TorchTransformer(nn.Module):
         table = numeric_matrix(names, lengths.cpu().numpy(), values)
         return torch.tensor(table, device=self.embed.w_e.device)
 
-    def decide(self, raw: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Apply each output's decision rule to raw outputs ``(B, T, K)``."""
+    def decide(
+        self, raw: torch.Tensor, lengths: torch.Tensor | None = None
+    ) -> dict[str, torch.Tensor]:
+        """Apply each output's decision rule to raw outputs ``(B, T, K)``; with
+        ``lengths``, the padding beyond each sequence's end reads False, 0 or NaN."""
         steps = torch.arange(1, raw.shape[1] + 1, device=raw.device, dtype=torch.float64)
+        padding = None
+        if lengths is not None:
+            positions = torch.arange(raw.shape[1], device=raw.device)
+            padding = positions[None, :] > lengths.to(raw.device)[:, None]
         values = {}
         for k, (name, rule) in enumerate(zip(self.output_names, self.output_rules, strict=True)):
             column = raw[..., k]
             if rule == "bool":
-                values[name] = column > 0.5
+                decided = column > 0.5
             elif rule == "count":
-                values[name] = torch.round(column.double() * steps[None]).to(torch.long)
+                decided = torch.round(column.double() * steps[None]).to(torch.long)
             elif rule == "int":
-                values[name] = torch.round(column).to(torch.long)
+                decided = torch.round(column).to(torch.long)
             else:
-                values[name] = column
+                decided = column
+            if padding is not None:
+                pad = torch.tensor(
+                    float("nan") if rule == "value" else 0, dtype=decided.dtype, device=raw.device
+                )
+                decided = torch.where(padding, pad, decided)
+            values[name] = decided
         return values
+
+    def final(self, raw: torch.Tensor, lengths: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Each output's decided value at each sequence's last position ``lengths[b]``
+        (not the last column, which is padding for shorter sequences): ``{name: (B,)}``."""
+        rows = torch.arange(raw.shape[0], device=raw.device)
+        last = lengths.to(raw.device).long()
+        return {name: value[rows, last] for name, value in self.decide(raw, lengths).items()}
 
     @torch.no_grad()
     def run(
@@ -402,15 +426,17 @@ class TorchTransformer(nn.Module):
             raise ValueError(f"on_overlength must be error, warn or ignore, not {on_overlength!r}")
         ids, lengths = self.encode(inputs)
         longest = int(lengths.max()) if len(lengths) else 0
-        if not self.guarantee.covers(longest) and on_overlength != "ignore":
-            message = (
-                f"input length {longest} exceeds the model's guarantee ({self.guarantee.text})"
-            )
-            if on_overlength == "error":
-                raise CraspError(message + "; allow it with on_overlength='warn'")
-            warnings.warn(message, stacklevel=2)
-        numeric = self.encode_values(values, lengths) if self.numeric is not None else None
-        return self.decide(self(ids, lengths, numeric))
+        dtype = str(self.embed.w_e.dtype).removeprefix("torch.")
+        problems = [self.guarantee.length_problem(longest, dtype)]
+        numeric = None
+        if self.numeric is not None:
+            numeric = self.encode_values(values, lengths)
+            problems += [
+                self.guarantee.value_problem(name, numeric[..., k].cpu().numpy())
+                for k, name in enumerate(self.numeric.names)
+            ]
+        beyond_guarantee([p for p in problems if p], on_overlength)
+        return self.decide(self(ids, lengths, numeric), lengths)
 
     # ------------------------------------------------------------------ conversion
 
@@ -465,7 +491,7 @@ class TorchTransformer(nn.Module):
             layers=layers,
             outputs=outputs,
             residual=list(self.residual),
-            guarantee=Guarantee(self.guarantee.max_len, self.guarantee.text),
+            guarantee=copy.deepcopy(self.guarantee),
             accept=self.accept,
             options=dict(self.options),
             source=self.source,

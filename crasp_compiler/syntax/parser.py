@@ -201,12 +201,22 @@ def _blank_lines(text: str, first: int, last: int) -> str:
     return "\n".join(lines)
 
 
+# U+2212 MINUS SIGN, as the docs print it, outside token literals (one character for one,
+# so every column stays where it is).
+_MINUS_OUTSIDE_LITERALS = re.compile(r"(\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*')|\u2212")
+
+
+def _ascii_minus(text: str) -> str:
+    return _MINUS_OUTSIDE_LITERALS.sub(lambda m: m.group(1) or "-", text)
+
+
 def parse_tree(text: str, filename: str = "<string>") -> Tree[Token]:
-    """Parse program text; raise :class:`CraspError` listing every syntax error."""
+    """Parse program text; raise :class:`CraspError` listing every syntax error. The minus
+    sign − (U+2212) is read as ``-``."""
     parser = _parser()
     diagnostics: list[Diagnostic] = []
     blanked_lines: set[int] = set()
-    current = text
+    current = _ascii_minus(text)
     while True:
         try:
             tree = parser.parse(current)

@@ -94,10 +94,16 @@ def finetune(config: FinetuneConfig) -> dict:
     module.train()
     names = []
     for name, parameter in module.named_parameters():
-        keep = config.params == "all" or name.rsplit(".", 1)[-1] in ("w_v", "w_o")
+        chosen = config.params == "all" or name.rsplit(".", 1)[-1] in ("w_v", "w_o")
+        keep = chosen and parameter.numel() > 0  # n = 1 has empty (0-wide) position maps
         parameter.requires_grad_(keep)
         names += [name] if keep else []
     trainable = [p for p in module.parameters() if p.requires_grad]
+    if not trainable:
+        raise CraspError(
+            f"nothing to train: the compiled model of {config.task} at n={config.n} has no "
+            f"attention, so no value maps (params {config.params!r})"
+        )
     if config.optimizer == "adamw":
         opt = torch.optim.AdamW(trainable, lr=config.lr, weight_decay=config.weight_decay)
     else:
@@ -126,7 +132,12 @@ def finetune(config: FinetuneConfig) -> dict:
         losses.append(float(loss.detach()))
     after = _evaluate(module, task, tests, output)
     moved = max(
-        float((p.detach() - start_weights[n]).abs().max()) for n, p in module.named_parameters()
+        (
+            float((p.detach() - start_weights[n]).abs().max())
+            for n, p in module.named_parameters()
+            if p.numel()
+        ),
+        default=0.0,
     )
 
     def exact(scores: dict) -> bool:

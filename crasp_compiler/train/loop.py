@@ -7,9 +7,20 @@ outputs) with AdamW, on batches drawn afresh at every step, and evaluates it on 
 sets. Everything is deterministic given ``seed`` (training data, initialisation, positions)
 and ``test_seed`` (the test sets, and the randomized positions used at test).
 
-Files written to ``out_dir`` (when given): ``model.safetensors`` (the state dict),
-``config.json`` (``{"train": TrainConfig, "model_class": ..., "model": model config}``)
-and ``results.json``, a dict with the keys:
+Files written to ``out_dir`` (when given; it is created and checked writable before
+training starts): ``model.safetensors`` (the state dict), ``config.json``
+(``{"train": TrainConfig, "model_class": ..., "model": model config}``) and, last,
+``results.json``. Each is written to a temporary file and renamed (:mod:`.files`), so an
+interrupted or failed write never leaves a truncated file.
+
+Checkpoints: at every evaluation ``train`` also writes ``checkpoint.pt`` (model,
+optimiser and scheduler state, step, histories and random-generator states). A run
+started again with the same config (:func:`train_key`: every field but ``out_dir`` and
+``progress``) and ``out_dir`` resumes from it, taking the same steps as an uninterrupted
+run would (exactly so on the CPU); the checkpoint is removed once ``results.json`` is
+written.
+
+``results.json`` is a dict with the keys:
 
 - every task: ``task``, ``family``, ``kind`` (``"sequence"`` or ``"numeric"``),
   ``model_class``, ``config`` (the TrainConfig as a dict), ``model_config``, ``device``,
@@ -18,7 +29,9 @@ and ``results.json``, a dict with the keys:
   (the final evaluation), ``final_loss`` (mean training loss over the last window),
   ``loss_history`` (``[step, mean training loss since the previous entry]``),
   ``eval_history`` (``[step, value]``: in-distribution accuracy, or MSE at the first scale),
-  ``compiled_error`` (why the program could not be run, else ``None``);
+  ``compiled_error`` (why the program could not be run, else ``None``), ``resumed_from``
+  (the step of the checkpoint the run resumed from, else ``None``; ``wall_time_s`` then
+  counts the last session only);
 - sequence tasks: ``bins`` (``{"lo-hi": [lo, hi]}``), ``test_size``, ``max_positions``,
   ``accuracy`` (``{"lo-hi": fraction of sequences exactly right}``), and, for tasks with
   a program (``None`` otherwise), ``compiled_accuracy`` and ``agreement`` (same keys);
@@ -33,8 +46,12 @@ parameters to optimise (the others are frozen).
 
 from __future__ import annotations
 
+import io
 import json
+import math
+import os
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -46,6 +63,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from crasp_compiler.errors import CraspError, Diagnostic
+from crasp_compiler.files import writable_dir, write_bytes, write_text
 from crasp_compiler.tasks.base import NumericTask, SequenceTask, Task
 from crasp_compiler.train.data import (
     IGNORE,
@@ -66,7 +84,9 @@ from crasp_compiler.train.evaluate import (
     target_ids,
 )
 from crasp_compiler.train.models import (
+    NUMERIC_KINDS,
     PES,
+    RANDOM_BASES,
     NumericModel,
     NumericModelConfig,
     SequenceModel,
@@ -76,7 +96,90 @@ from crasp_compiler.train.models import (
 MODEL_CLASSES = {"SequenceModel": SequenceModel, "NumericModel": NumericModel}
 CONFIG_CLASSES = {"SequenceModel": SequenceModelConfig, "NumericModel": NumericModelConfig}
 RANDOM_PE_POSITIONS = 2048  # default max_positions for randomized PE (the paper's L)
+MAX_LEN = 100_000  # the longest LEN a bin or train_max may ask for
+CHECKPOINT = "checkpoint.pt"
 ParamFilter = Callable[[str, nn.Parameter], bool]
+
+
+def _integer(lo: int, hi: int = 2**63 - 1) -> tuple[str, Callable[[object], bool]]:
+    what = f"an integer >= {lo}" if hi == 2**63 - 1 else f"an integer in [{lo}, {hi}]"
+    return what, lambda v: type(v) is int and lo <= v <= hi
+
+
+def _number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _one_of(options: tuple[str, ...]) -> tuple[str, Callable[[object], bool]]:
+    return f"one of {', '.join(options)}", lambda v: isinstance(v, str) and v in options
+
+
+def _bins(v: object) -> bool:
+    return (
+        isinstance(v, list | tuple)
+        and len(v) > 0
+        and all(
+            isinstance(b, list | tuple)
+            and len(b) == 2
+            and all(type(x) is int for x in b)
+            and 0 <= b[0] <= b[1] <= MAX_LEN
+            for b in v
+        )
+    )
+
+
+_BOOL = ("true or false", lambda v: type(v) is bool)
+_SIZE = _integer(1, 2**31 - 1)
+# What each TrainConfig field (but ``task``) must be; OPTIONAL ones may also be None.
+FIELD_RULES: dict[str, tuple[str, Callable[[object], bool]]] = {
+    "pe": _one_of(PES),
+    "steps": _integer(1),
+    "seed": _integer(0),
+    "batch_size": _SIZE,
+    "lr": ("a number > 0", lambda v: _number(v) and v > 0),
+    "weight_decay": ("a number >= 0", lambda v: _number(v) and v >= 0),
+    "d_model": _SIZE,
+    "n_layers": _SIZE,
+    "n_heads": _SIZE,
+    "dropout": ("a number in [0, 1)", lambda v: _number(v) and 0 <= v < 1),
+    "max_positions": _SIZE,
+    "random_base": _one_of(RANDOM_BASES),
+    "warmup_steps": _integer(0),
+    "grad_clip": ("a number > 0", lambda v: _number(v) and v > 0),
+    "eval_every": _integer(1),
+    "early_stop": _BOOL,
+    "test_size": _SIZE,
+    "test_seed": _integer(0),
+    "eval_batch_size": _SIZE,
+    "bins": (f"a non-empty list of [lo, hi] pairs with 0 <= lo <= hi <= {MAX_LEN}", _bins),
+    "train_max": _integer(0, MAX_LEN),
+    "test_offsets": _BOOL,
+    "numeric_kind": _one_of(NUMERIC_KINDS),
+    "numeric_n": _SIZE,
+    "scales": (
+        "a non-empty list of positive numbers",
+        lambda v: (
+            isinstance(v, list | tuple) and len(v) > 0 and all(_number(c) and c > 0 for c in v)
+        ),
+    ),
+    "compare_compiled": _BOOL,
+    "compiled_backend": _one_of(("compiled", "interpreter")),
+    "compiled_mode": _one_of(("hard", "softmax")),
+    "device": ("a torch device name (a string)", lambda v: isinstance(v, str)),
+    "out_dir": ("a path (a string)", lambda v: isinstance(v, str) and "\0" not in v),
+    "progress": _BOOL,
+}
+OPTIONAL = {"n_layers", "max_positions", "grad_clip", "bins", "train_max", "out_dir"}
+
+
+def field_problem(name: str, value: object) -> str | None:
+    """What is wrong with ``value`` for the TrainConfig field ``name`` (``"must be ...,
+    not ..."``), or None when it is fine."""
+    what, ok = FIELD_RULES[name]
+    if ok(value) or (value is None and name in OPTIONAL):
+        return None
+    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:59] + "…"
+    return f"must be {what}, not {shown}"
 
 
 @dataclass
@@ -102,6 +205,8 @@ class TrainConfig:
     numeric tasks; ``scales``: the scale factors c tested. ``compare_compiled``: also
     evaluate the task's compiled program (``compiled_backend``, ``compiled_mode``).
     ``device``: ``"auto"`` is CUDA when available; ``out_dir``: ``None`` writes nothing.
+    Every field is checked (:data:`FIELD_RULES`) when the config is made and when it is
+    trained: a bad value is a :class:`CraspError` naming the field.
     """
 
     task: str | Task
@@ -137,6 +242,23 @@ class TrainConfig:
     out_dir: str | None = None
     progress: bool = True
 
+    def __post_init__(self) -> None:
+        if isinstance(self.out_dir, os.PathLike):
+            self.out_dir = os.fspath(self.out_dir)
+        self.check()
+        if self.bins is not None:
+            self.bins = [tuple(b) for b in self.bins]
+        self.scales = tuple(self.scales)
+
+    def check(self) -> None:
+        """Refuse a field of the wrong type or range (a CraspError naming the field)."""
+        if not isinstance(self.task, str | Task):
+            raise CraspError(f"task must be a task name (a string), not {self.task!r}")
+        for name in FIELD_RULES:
+            problem = field_problem(name, getattr(self, name))
+            if problem:
+                raise CraspError(f"{name} {problem}")
+
     def to_dict(self) -> dict:
         """A JSON-ready dict (a Task object is stored by its name)."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -152,12 +274,18 @@ class TrainConfig:
         unknown = sorted(set(data) - names)
         if unknown:
             raise CraspError(f"unknown TrainConfig fields: {', '.join(unknown)}")
-        data = dict(data)
-        if data.get("bins") is not None:
-            data["bins"] = [tuple(b) for b in data["bins"]]
-        if "scales" in data:
-            data["scales"] = tuple(data["scales"])
+        if "task" not in data:
+            raise CraspError("a TrainConfig needs a task")
         return cls(**data)
+
+
+def train_key(config: TrainConfig | dict) -> dict:
+    """What determines a run's results: the config as a dict without ``out_dir`` and
+    ``progress``. A checkpoint (or, in a sweep, a finished run) is reused only when its
+    key equals the new run's."""
+    data = (config if isinstance(config, TrainConfig) else TrainConfig.from_dict(config)).to_dict()
+    del data["out_dir"], data["progress"]
+    return data
 
 
 def resolve_task(task: str | Task) -> Task:
@@ -225,6 +353,48 @@ def _optimizer(config: TrainConfig, model: nn.Module, param_filter: ParamFilter 
     return optimizer, schedule
 
 
+class _Randomness:
+    """The random generators a run draws from while training (saved in checkpoints):
+    ``rng`` the batches, ``generator`` the training positions, torch's global generator
+    anything else (dropout)."""
+
+    def __init__(self, rng: np.random.Generator, generator: torch.Generator | None = None):
+        self.rng, self.generator = rng, generator
+
+    def state(self) -> dict:
+        return {
+            "numpy": self.rng.bit_generator.state,
+            "generator": None if self.generator is None else self.generator.get_state(),
+            "torch": torch.get_rng_state(),
+        }
+
+    def restore(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["numpy"]
+        if self.generator is not None:
+            self.generator.set_state(state["generator"])
+        torch.set_rng_state(state["torch"])
+
+
+def _resume(path: Path | None, config: TrainConfig, parts: dict) -> dict | None:
+    """Load the checkpoint at ``path`` into ``parts`` (model, optimizer, schedule,
+    randomness) when it was written for this config; its state, or None."""
+    if path is None or not path.exists():
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch.load raises many kinds; a bad checkpoint is only lost time
+        warnings.warn(
+            f"{path}: unreadable checkpoint ({err}); training from the start", stacklevel=3
+        )
+        return None
+    if not isinstance(state, dict) or state.get("config") != train_key(config):
+        return None
+    for name in ("model", "optimizer", "schedule"):
+        parts[name].load_state_dict(state[name])
+    parts["randomness"].restore(state["randomness"])
+    return state
+
+
 def _fit(
     config: TrainConfig,
     model: nn.Module,
@@ -232,16 +402,26 @@ def _fit(
     batch_loss: Callable[[], Tensor],
     check: Callable[[], tuple[float, bool]],
     name: str,
+    randomness: _Randomness,
 ) -> dict:
     """The optimisation loop shared by both kinds of task: ``batch_loss`` draws a batch and
-    returns its loss; ``check`` evaluates and says whether to stop."""
+    returns its loss; ``check`` evaluates and says whether to stop. With an ``out_dir``,
+    resumes from its checkpoint and writes one at every evaluation."""
     optimizer, schedule = _optimizer(config, model, param_filter)
     trainable = [p for p in model.parameters() if p.requires_grad]
+    parts = {"model": model, "optimizer": optimizer, "schedule": schedule}
+    path = None if config.out_dir is None else Path(config.out_dir) / CHECKPOINT
+    resumed = _resume(path, config, {**parts, "randomness": randomness})
+    loss_history, eval_history, step, stopped = [], [], 0, False
+    if resumed is not None:
+        step, stopped = resumed["step"], resumed["stopped"]
+        loss_history, eval_history = resumed["loss_history"], resumed["eval_history"]
     model.train()
-    loss_history, eval_history = [], []
-    window, window_steps, step, stopped = 0.0, 0, 0, False
+    window, window_steps = 0.0, 0
     start = time.perf_counter()
-    bar = tqdm(total=config.steps, desc=name, disable=not config.progress, leave=False)
+    bar = tqdm(
+        total=config.steps, initial=step, desc=name, disable=not config.progress, leave=False
+    )
     while step < config.steps and not stopped:
         loss = batch_loss()
         optimizer.zero_grad(set_to_none=True)
@@ -262,8 +442,16 @@ def _fit(
             model.train()
             eval_history.append([step, value])
             bar.set_postfix(loss=f"{mean_loss:.4g}", eval=f"{value:.4g}")
+            if path is not None:
+                state = {k: part.state_dict() for k, part in parts.items()}
+                state |= {"config": train_key(config), "step": step, "stopped": stopped}
+                state |= {"loss_history": loss_history, "eval_history": eval_history}
+                buffer = io.BytesIO()
+                torch.save({**state, "randomness": randomness.state()}, buffer)
+                write_bytes(path, buffer.getvalue())
     bar.close()
     return {
+        "resumed_from": None if resumed is None else resumed["step"],
         "steps": step,
         "early_stopped": stopped and step < config.steps,
         "wall_time_s": time.perf_counter() - start,
@@ -338,7 +526,8 @@ def _train_sequence(
         accuracy = float(same_where_scored(targets, predicted, targets).mean())
         return accuracy, config.early_stop and accuracy == 1.0
 
-    results = _fit(config, model, param_filter, batch_loss, check, task.name)
+    randomness = _Randomness(rng, generator)
+    results = _fit(config, model, param_filter, batch_loss, check, task.name, randomness)
     start = time.perf_counter()
     results.update(
         evaluate_sequence(
@@ -389,7 +578,7 @@ def _train_numeric(
         )
         return result["metrics"][first_scale]["mse"], False
 
-    results = _fit(config, model, param_filter, batch_loss, check, task.name)
+    results = _fit(config, model, param_filter, batch_loss, check, task.name, _Randomness(rng))
     start = time.perf_counter()
     results.update(
         evaluate_numeric(
@@ -423,23 +612,17 @@ def train(
     ``max_positions`` must cover the test sets. ``param_filter(name, parameter)``: only the
     parameters it accepts are optimised, the others are frozen.
     """
+    config.check()
     task = resolve_task(config.task)
     device = resolve_device(config.device)
-    for name in ("steps", "batch_size", "eval_every", "test_size"):
-        if getattr(config, name) < 1:
-            raise CraspError(
-                [Diagnostic(f"{name} must be at least 1", hint=f"got {getattr(config, name)}")]
-            )
     if not isinstance(task, SequenceTask | NumericTask):
         raise CraspError(f"task {task.name!r} is neither a sequence nor a numeric task")
     model_type = SequenceModel if isinstance(task, SequenceTask) else NumericModel
     if model is not None and not isinstance(model, model_type):
         raise CraspError(f"task {task.name!r} trains a {model_type.__name__}")
+    if config.out_dir is not None:  # before training, so a bad path loses no work
+        writable_dir(config.out_dir)
     if isinstance(task, SequenceTask):
-        if config.pe not in PES:
-            raise CraspError(
-                [Diagnostic(f"unknown positional encoding {config.pe!r}", hint=str(PES))]
-            )
         model, results = _train_sequence(config, task, device, model, param_filter)
     else:
         model, results = _train_numeric(config, task, device, model, param_filter)
@@ -457,24 +640,25 @@ def train(
     }
     if config.out_dir is not None:
         save(model, config, results, config.out_dir)
+        (Path(config.out_dir) / CHECKPOINT).unlink(missing_ok=True)
     return results
 
 
 def save(model: nn.Module, config: TrainConfig, results: dict, out_dir: str | Path) -> None:
-    """Write ``model.safetensors``, ``config.json`` and ``results.json`` to ``out_dir``."""
-    from safetensors.torch import save_file
+    """Write ``model.safetensors``, ``config.json`` and, last, ``results.json`` to
+    ``out_dir``, each replaced whole (:func:`~crasp_compiler.files.write_bytes`)."""
+    from safetensors import torch as safetensors_torch
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = writable_dir(out_dir)
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    save_file(state, out / "model.safetensors")
+    write_bytes(out / "model.safetensors", safetensors_torch.save(state))
     meta = {
         "train": config.to_dict(),
         "model_class": type(model).__name__,
         "model": asdict(model.config),
     }
-    (out / "config.json").write_text(json.dumps(meta, indent=2) + "\n")
-    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    write_text(out / "config.json", json.dumps(meta, indent=2) + "\n")
+    write_text(out / "results.json", json.dumps(results, indent=2) + "\n")
 
 
 def load_config(out_dir: str | Path) -> TrainConfig:

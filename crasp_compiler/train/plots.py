@@ -6,14 +6,17 @@
 - :func:`plot_value_scales`: numeric tasks, MSE per value scale c on a log axis, one line
   per numeric model kind, the compiled model dashed (zero errors drawn at ``MSE_FLOOR``).
 
-Each writes one PNG per task and, for several tasks, one overview grid.
-:func:`load_results` gathers the results of grid files and run directories.
+Each writes one PNG per task and, for several tasks, one overview grid (each replaced
+whole: a failed write keeps the old file). :func:`load_results` gathers the results of
+grid files and run directories.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import math
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -22,6 +25,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from crasp_compiler.errors import CraspError
+from crasp_compiler.files import writable_dir, write_bytes
 
 MSE_FLOOR = 1e-16  # where an MSE of 0 (or below) is drawn on the log axis
 PE_COLORS = {"ape": "C0", "nope": "C1", "sin": "C2", "random": "C3"}
@@ -33,7 +37,8 @@ def load_results(sources: Iterable[str | Path]) -> list[dict]:
     """The results of every finished run under ``sources``: grid TOML files (their runs'
     directories), ``results.json`` files, run directories, or directories searched
     recursively for ``results.json``. Each dict gets its directory under ``"run_dir"``;
-    a file reached twice is read once."""
+    a file reached twice is read once. A file that is not a complete ``results.json`` (an
+    interrupted write) is skipped with a warning naming it."""
     from crasp_compiler.train.sweep import load_grid
 
     files: dict[Path, None] = {}
@@ -54,10 +59,12 @@ def load_results(sources: Iterable[str | Path]) -> list[dict]:
     for file in files:
         try:
             data = json.loads(file.read_text())
-        except (OSError, json.JSONDecodeError) as err:
-            raise CraspError(f"cannot read the results: {err}", filename=str(file)) from None
-        if not isinstance(data, dict) or "kind" not in data:
-            raise CraspError("not a results.json written by train()", filename=str(file))
+            problem = None if isinstance(data, dict) and "kind" in data else "not from train()"
+        except (OSError, ValueError) as err:
+            problem = " ".join(str(err).split())
+        if problem:
+            warnings.warn(f"{file}: skipped, not a complete results.json ({problem})", stacklevel=2)
+            continue
         results.append({**data, "run_dir": str(file.parent)})
     return results
 
@@ -102,7 +109,7 @@ def _figures(
     """One figure per task, and an overview grid of every task when there are several."""
     if not by_task:
         return []
-    out.mkdir(parents=True, exist_ok=True)
+    writable_dir(out)
     paths = []
     for task, runs in by_task.items():
         figure = Figure(figsize=(6.4, 4.2), layout="constrained")
@@ -126,7 +133,9 @@ def _figures(
 
 
 def _save(figure: Figure, path: Path) -> Path:
-    figure.savefig(path, dpi=120)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, dpi=120, format="png")
+    write_bytes(path, buffer.getvalue())
     return path
 
 
