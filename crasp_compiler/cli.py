@@ -139,6 +139,17 @@ def _batch(
         )
 
 
+def _beyond_option(help: str):
+    """``--beyond-guarantee error|warn``: inputs the guarantee does not cover."""
+    return click.option(
+        "--beyond-guarantee",
+        type=click.Choice(["error", "warn"]),
+        default="error",
+        show_default=True,
+        help=help,
+    )
+
+
 def _batch_options(f):
     f = click.option(
         "--invalid",
@@ -164,13 +175,7 @@ def _batch_options(f):
     "--n", "machines", type=click.IntRange(min=1), help="Number of machines (PCOC programs)."
 )
 @_batch_options
-@click.option(
-    "--beyond-guarantee",
-    type=click.Choice(["error", "warn"]),
-    default="error",
-    show_default=True,
-    help="PCOC: what to do with inputs outside their declared bounds.",
-)
+@_beyond_option("PCOC: what to do with inputs outside their declared bounds.")
 def interpret_command(
     program: str,
     input: str | None,
@@ -631,13 +636,9 @@ def _run_pcoc(model: Model, input: str | None, float32: bool, beyond: str) -> No
 @click.option("--outputs", is_flag=True, help="Print every named output at every position.")
 @click.option("--trace", is_flag=True, help="Print the residual stream after every sublayer.")
 @click.option("--float32", is_flag=True, help="Compute in float32 instead of float64.")
-@click.option(
-    "--beyond-guarantee",
-    type=click.Choice(["error", "warn"]),
-    default="error",
-    show_default=True,
-    help="What to do with inputs the model's guarantee does not cover (longer than it "
-    "covers in this float type; PCOC: values outside their declared bounds).",
+@_beyond_option(
+    "What to do with inputs the model's guarantee does not cover (longer than it covers "
+    "in this float type; PCOC: values outside their declared bounds)."
 )
 @_batch_options
 def run_command(

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from crasp_compiler.errors import CraspError, Diagnostic
-from crasp_compiler.lower.pcoc import MODES, TOKEN, Comparison, lower_pcoc
+from crasp_compiler.lower.pcoc import MODES, TOKEN, Comparison, Lowered, lower_pcoc
 from crasp_compiler.model.model import Guarantee, Model
 from crasp_compiler.pcoc.benes import has_sends, lower_sends
 from crasp_compiler.pcoc.nodes import Program, unroll
@@ -242,7 +242,7 @@ def compile_pcoc(
 MARGIN_FRACTION = 0.25
 
 
-def _rounding(lowered, program: Program, dtype: str) -> dict[str, float]:
+def _rounding(lowered: Lowered, program: Program, dtype: str) -> dict[str, float]:
     """The estimated rounding of every output of a hard-mode model in ``dtype``."""
     unit = float(np.finfo(DTYPES[dtype]).eps) / 2
     return {name: lowered.slots[name].noise * unit for name in program.outputs}
