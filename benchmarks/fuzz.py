@@ -1497,10 +1497,9 @@ def _subprocess_inputs(
         full = [
             *exe,
             *args,
-            *(
-                os.fsencode(a) if isinstance(a, str) else a
-                for a in [x.encode("utf-8", "surrogateescape") for x in argv]
-            ),
+            # argv holds bytes: a lone surrogate becomes invalid UTF-8 (surrogatepass), and
+            # a NUL, which no argument can hold, is dropped
+            *(x.encode("utf-8", "surrogatepass").replace(b"\0", b"") for x in argv),
         ]
         proc = subprocess.run(
             full,

@@ -269,8 +269,8 @@ def test_check_summary(dyck):
         "  outputs:     D\n"
         '  C_open   count  # "("\n'
         '  C_close  count  # ")"\n'
-        "  V        bool   (C_open < C_close)\n"
-        "  D        bool   ((# V == 0) && (C_open == C_close))\n"
+        "  V        bool   C_open < C_close\n"
+        "  D        bool   # V == 0 && C_open == C_close\n"
     )
 
 

@@ -64,7 +64,7 @@ def test_a_comparison_float64_cannot_resolve_is_refused_at_the_expression():
     with pytest.raises(CraspError) as info:
         compile_program(program)
     text = info.value.format()
-    assert "<string>:4:5: error: the comparison `(X > (3 * B))`" in text
+    assert "<string>:4:5: error: the comparison `X > B * 3`" in text
     assert "not provably exact in float64" in text
     assert "compare smaller multiples" in text
 

@@ -1,8 +1,10 @@
 """Print a program as canonical `.cr`-style text that parses back to the same IR.
 
-Every compound sub-expression is parenthesised, so the text does not depend on
-precedence. Local counts use the binder form, whose position variable changes with
-nesting depth (i, j, k, i', ...), and periodic atoms name the variable in scope.
+Sub-expressions are parenthesised only where the precedence of the surface syntax needs
+it (``a + b + c``, ``!!x``, ``x * 2 * 3``), so the text nests no deeper than the program
+it came from and stays within the parser's nesting limit. Local counts use the binder
+form, whose position variable changes with nesting depth (i, j, k, i', ...), and
+periodic atoms name the variable in scope.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ from crasp_compiler.ir.nodes import (
     TokenIs,
 )
 
+# Precedence levels of the surface syntax, loosest first: an operand printed at a lower
+# level than its position needs is parenthesised.
+COND, OR, AND, CMP, SUM, PROD, UNARY, ATOM = range(8)
+
 
 def _var(depth: int) -> str:
     return "ijk"[depth % 3] + "'" * (depth // 3)
@@ -38,32 +44,41 @@ def _var(depth: int) -> str:
 
 def format_expr(node: Node, depth: int = 0) -> str:
     """Render one expression evaluated at the position variable of ``depth``."""
+    return _format(node, depth)[0]
 
-    def sub(n: Node) -> str:
-        return format_expr(n, depth)
+
+def _format(node: Node, depth: int) -> tuple[str, int]:
+    """The text of ``node`` and its precedence level."""
+
+    def at(n: Node, level: int) -> str:
+        text, own = _format(n, depth)
+        return text if own >= level else f"({text})"
 
     match node:
         case TokenIs(symbol):
-            return json.dumps(symbol, ensure_ascii=False)
+            return json.dumps(symbol, ensure_ascii=False), ATOM
         case BoolConst(value):
-            return "true" if value else "false"
+            return ("true" if value else "false"), ATOM
         case Periodic(modulus, residues):
             var = _var(depth)
             atoms = [f"{var} % {modulus} == {r}" for r in sorted(residues)]
-            return atoms[0] if len(atoms) == 1 else "(" + " || ".join(atoms) + ")"
-        case Not(arg):
-            return f"!{sub(arg)}" if _atomic(arg) else f"!({sub(arg)})"
-        case And(a, b):
-            return f"({sub(a)} && {sub(b)})"
-        case Or(a, b):
-            return f"({sub(a)} || {sub(b)})"
-        case Compare(op, a, b):
-            return f"({sub(a)} {op} {sub(b)})"
+            if len(atoms) > 1:
+                return "(" + " || ".join(atoms) + ")", ATOM
+            return atoms[0], CMP  # `# (i % 2 == 0)`: the atom would take a following `<=`
         case BoolRef(name) | CountRef(name):
-            return name
+            return name, ATOM
+        case CountConst(value):
+            return str(value), (UNARY if value < 0 else ATOM)
+        case Not(arg):
+            return f"!{at(arg, UNARY)}", UNARY
+        case And(a, b):
+            return f"{at(a, AND)} && {at(b, CMP)}", AND
+        case Or(a, b):
+            return f"{at(a, OR)} || {at(b, AND)}", OR
+        case Compare(op, a, b):
+            return f"{at(a, SUM)} {op} {at(b, SUM)}", CMP
         case Count(arg, None):
-            body = format_expr(arg, depth)
-            return f"# {body}" if _self_delimited(arg) else f"# ({body})"
+            return f"# {at(arg, UNARY)}", UNARY
         case Count(arg, offsets):
             outer, inner = _var(depth), _var(depth + 1)
             parts = [
@@ -72,31 +87,26 @@ def format_expr(node: Node, depth: int = 0) -> str:
                 else f"{inner} >= {outer} - {b} && {inner} <= {outer} - {a}"
                 for a, b in offset_runs(offsets)
             ]
-            return f"#[{inner} <= {outer}, {_balanced(parts)}] ({format_expr(arg, depth + 1)})"
-        case CountConst(value):
-            return str(value)
+            body, level = _format(arg, depth + 1)
+            body = body if level == ATOM else f"({body})"
+            # the binder's body would extend over a following `&&` or `||`: as an operand
+            # the whole count is parenthesised (the lowest level)
+            return f"#[{inner} <= {outer}, {_balanced(parts)}] {body}", COND
         case Add(a, b):
-            return f"({sub(a)} + {sub(b)})"
+            return f"{at(a, SUM)} + {at(b, PROD)}", SUM
         case Sub(a, b):
-            return f"({sub(a)} - {sub(b)})"
-        case Scale(factor, arg):
-            return f"({factor} * {sub(arg)})"
+            return f"{at(a, SUM)} - {at(b, PROD)}", SUM
+        case Scale(factor, arg) if _constant(arg):  # `c * k` would be one constant c·k
+            return f"{factor} * {at(arg, UNARY)}", PROD
+        case Scale(factor, arg):  # the factor last: `x * 2 * 3` nests without parentheses
+            return f"{at(arg, PROD)} * {factor}", PROD
         case Min(a, b):
-            return f"min({sub(a)}, {sub(b)})"
+            return f"min({format_expr(a, depth)}, {format_expr(b, depth)})", ATOM
         case Max(a, b):
-            return f"max({sub(a)}, {sub(b)})"
+            return f"max({format_expr(a, depth)}, {format_expr(b, depth)})", ATOM
         case Cond(c, a, b):
-            return f"({sub(a)} if {sub(c)} else {sub(b)})"
+            return f"{at(a, OR)} if {at(c, OR)} else {at(b, COND)}", COND
     raise TypeError(f"not an IR node: {node!r}")  # pragma: no cover
-
-
-def _self_delimited(node: Node) -> bool:
-    """Whether the node's text already binds as one unary operand."""
-    return _atomic(node) or isinstance(node, (Not, And, Or, Compare))
-
-
-def _atomic(node: Node) -> bool:
-    return isinstance(node, (TokenIs, BoolConst, BoolRef, CountRef))
 
 
 def format_program(program: Program) -> str:
@@ -113,6 +123,11 @@ def format_program(program: Program) -> str:
     if others:
         lines.append("output " + ", ".join(others))
     return "\n".join(lines) + "\n"
+
+
+def _constant(node: Node) -> bool:
+    """Whether ``node`` prints as an integer literal or a product of them."""
+    return isinstance(node, CountConst) or (isinstance(node, Scale) and _constant(node.arg))
 
 
 def offset_runs(offsets: frozenset[int] | list[int]) -> list[tuple[int, int]]:

@@ -31,6 +31,7 @@ import zipfile
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
+from tokenize import TokenError
 from typing import Any
 
 import numpy as np
@@ -231,7 +232,10 @@ def _npy_header(handle) -> tuple[tuple[int, ...], np.dtype, int]:
     }
     if version not in readers:
         raise ValueError(f"unsupported .npy format version {version[0]}.{version[1]}")
-    shape, _, dtype = readers[version](handle)
+    try:
+        shape, _, dtype = readers[version](handle)
+    except (SyntaxError, TokenError, TypeError, MemoryError) as err:  # a mangled header dict
+        raise ValueError(f"malformed .npy header ({type(err).__name__})") from None
     return shape, dtype, handle.tell()
 
 
@@ -334,11 +338,16 @@ def _read_header(data) -> Any:
         f"the header has {len(text):,} characters (at most {MAX_HEADER_CHARS:,})",
     )
     try:
-        return json.loads(text)
+        header = json.loads(text)
     except RecursionError:
         raise _Invalid(f"the header nests deeper than {MAX_HEADER_DEPTH} levels") from None
     except ValueError as err:  # JSONDecodeError, or an integer of too many digits
         raise _Invalid(f"the header is not valid JSON ({err})") from None
+    try:  # \ud800-style escapes decode to lone surrogates, which no output can print
+        json.dumps(header, ensure_ascii=False).encode("utf-8")
+    except (UnicodeEncodeError, RecursionError):
+        raise _Invalid("the header holds a string that is not valid Unicode") from None
+    return header
 
 
 def _depth(value: Any) -> int:
