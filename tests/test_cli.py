@@ -430,3 +430,30 @@ def test_a_directory_is_taken_as_an_export(tmp_path):
     pytest.importorskip("torch")  # exports are read with torch
     # this one has no config
     assert "cannot read export config" in user_error("check", tmp_path).stderr
+
+
+def test_the_core_runs_without_torch(tmp_path):
+    """A core install (`pip install -e ".[dev]"`) has no torch: parsing, interpreting,
+    compiling and the numpy executor work without it, and commands that need it say so."""
+    script = (
+        "import sys; sys.modules['torch'] = None\n"  # `import torch` now fails
+        "from crasp_compiler.cli import main\n"
+        "main()\n"
+    )
+    model = tmp_path / "dyck.npz"
+    commands = [
+        (["compile", str(EXAMPLES / "dyck1.cr"), "-o", str(model)], 0),
+        (["run", str(model), "( ( ) )"], 0),
+        (["interpret", str(EXAMPLES / "dyck1.cr"), "( ) )"], 0),
+        (["check", str(model)], 1),
+    ]
+    outputs = []
+    for args, status in commands:
+        proc = subprocess.run(
+            [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=120
+        )
+        assert proc.returncode == status, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr
+        outputs.append(proc.stdout + proc.stderr)
+    assert outputs[1] == "True\n" and outputs[2] == "False\n"
+    assert "this needs torch" in outputs[3]

@@ -203,6 +203,17 @@ def test_train_refuses_cuda_without_it(tmp_path):
     assert "CUDA is not available" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [("meta", "meta tensors hold no values"), ("hpu", "torch cannot compute there")],
+)
+def test_train_refuses_devices_torch_cannot_compute_on(tmp_path, device, message):
+    """``--device meta`` / ``hpu`` gave tracebacks once training had started."""
+    result = user_error("train", "tomita2", *TINY, "--device", device, "--out", tmp_path / "r")
+    assert message in result.stderr
+    assert not (tmp_path / "r").exists()
+
+
 def test_train_misuse():
     assert "--pe: only for sequence tasks" in misuse("train", "num_cumsum", "--pe", "nope").stderr
     assert "--n: only for numeric tasks" in misuse("train", "tomita2", "--n", "4").stderr
