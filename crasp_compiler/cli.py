@@ -932,7 +932,7 @@ def _check_device(device: str) -> None:
     not built in, CUDA where there is none) before any training starts."""
     if device == "auto":
         return
-    from crasp_compiler.verify import torch_device
+    from crasp_compiler.runtime.torch_module import torch_device
 
     torch_device(device, "float32")
 

@@ -92,34 +92,6 @@ def span_text(span: tuple[int, int]) -> str:
     return f"{low}" if low == high else f"{low}-{high}"
 
 
-def torch_device(name: str, dtype: str = "float64"):
-    """The torch device ``name``, checked by computing on it: CraspError unless torch can
-    run ``dtype`` arithmetic there (meta tensors hold no values; backends that are not
-    built in or have no hardware fail)."""
-    import torch
-
-    try:
-        device = torch.device(name)
-    except (RuntimeError, ValueError) as err:
-        raise CraspError(f"--device {name!r}: {err}") from None
-    if device.type == "meta":
-        raise CraspError(f"--device {name!r}: meta tensors hold no values (use cpu or cuda)")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise CraspError(
-            f"--device {name!r}: CUDA is not available here (torch.cuda.is_available() is "
-            "False); use cpu"
-        )
-    try:
-        probe = torch.ones(2, dtype=getattr(torch, dtype), device=device)
-        works = float((probe @ probe).cpu()) == 2.0
-    except Exception as err:  # unbuilt or absent backends fail in many ways
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise CraspError(f"--device {name!r}: torch cannot compute there ({first[:200]})") from None
-    if not works:
-        raise CraspError(f"--device {name!r}: torch computed a wrong result there")
-    return device
-
-
 def _differ(rule: str, a: np.ndarray, b: np.ndarray, dtype: type) -> np.ndarray:
     """Positions where two runtimes disagree: decided values must be equal; raw ``value``
     outputs within a tolerance for the dtype."""
@@ -140,18 +112,18 @@ def check_model(
     """Compare interpreter, numpy and torch on ``samples`` random inputs (see module doc)."""
     import torch
 
-    from crasp_compiler.runtime.torch_module import TorchTransformer
+    from crasp_compiler.runtime.torch_module import TorchTransformer, torch_device
 
     if model.info.get("language") == "PCOC":
         raise CraspError(
             "crasp check compares C-RASP and hand-built models; compare a PCOC model with "
             "its program by `crasp run` against `crasp interpret`"
         )
+    if dtype not in ("float64", "float32"):
+        raise CraspError(f"dtype must be float64 or float32, not {dtype!r}")
     problem = model.guarantee.length_problem(max_len, dtype)
     if problem is not None:
         raise CraspError(f"--max-len {max_len}: {problem}")
-    if dtype not in ("float64", "float32"):
-        raise CraspError(f"dtype must be float64 or float32, not {dtype!r}")
     torch_device(device, dtype)
     torch_dtype = {"float64": torch.float64, "float32": torch.float32}[dtype]
     np_dtype = {"float64": np.float64, "float32": np.float32}[dtype]

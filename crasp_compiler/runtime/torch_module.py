@@ -48,6 +48,32 @@ from crasp_compiler.runtime.numpy_exec import (
 )
 
 
+def torch_device(name: str, dtype: str = "float64"):
+    """The torch device ``name``, checked by computing on it: CraspError unless torch can
+    run ``dtype`` arithmetic there (meta tensors hold no values; backends that are not
+    built in or have no hardware fail)."""
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError) as err:
+        raise CraspError(f"--device {name!r}: {err}") from None
+    if device.type == "meta":
+        raise CraspError(f"--device {name!r}: meta tensors hold no values (use cpu or cuda)")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise CraspError(
+            f"--device {name!r}: CUDA is not available here (torch.cuda.is_available() is "
+            "False); use cpu"
+        )
+    try:
+        probe = torch.ones(2, dtype=getattr(torch, dtype), device=device)
+        works = float((probe @ probe).cpu()) == 2.0
+    except Exception as err:  # unbuilt or absent backends fail in many ways
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise CraspError(f"--device {name!r}: torch cannot compute there ({first[:200]})") from None
+    if not works:
+        raise CraspError(f"--device {name!r}: torch computed a wrong result there")
+    return device
+
+
 class Embedding(nn.Module):
     def __init__(self, w_e: np.ndarray) -> None:
         super().__init__()
