@@ -25,7 +25,7 @@ from pathlib import Path
 from _common import EXAMPLES_DIR, example_names, machine, provenance_line, revision
 
 from crasp_compiler import load_program
-from crasp_compiler.compiler import compile_program
+from crasp_compiler.languages.crasp.compile import compile_program
 
 MODES = ("heaviside", "layernorm", "relu")
 SHORT = {"heaviside": "h", "layernorm": "l", "relu": "r"}

@@ -4,7 +4,7 @@ For each numeric task in ``--tasks`` (n = ``--n``, softmax compiled model) and e
 setting (weights trained: all or the value maps only; optimiser: AdamW with weight decay
 0.01 as in training, AdamW without decay, plain SGD without decay), fine-tune for
 ``--steps`` steps on values in [−2, 2] and record the largest error at scales c = 1..10
-before and after (see :mod:`crasp_compiler.train.finetune`).
+before and after (see :mod:`crasp_compiler.experiments.train.finetune`).
 
 Usage::
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from crasp_compiler.train.finetune import FinetuneConfig, finetune
+from crasp_compiler.experiments.train.finetune import FinetuneConfig, finetune
 
 SETTINGS = [
     {"optimizer": "adamw", "weight_decay": 0.01, "lr": 1e-3},

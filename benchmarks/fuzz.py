@@ -672,7 +672,7 @@ def crasp_text(rng: random.Random) -> tuple[str, dict]:
 
 
 def _count_depth(node) -> int:
-    from crasp_compiler.ir.nodes import Count, children
+    from crasp_compiler.languages.crasp.nodes import Count, children
 
     best, stack = 0, [(node, 0)]
     while stack:
@@ -804,7 +804,7 @@ def _torch_no_grad():
 
 def fuzz_crasp(case: Case, rng: random.Random) -> None:
     from crasp_compiler import format_program, interpret, parse_program
-    from crasp_compiler.compiler import compile_program
+    from crasp_compiler.languages.crasp.compile import compile_program
 
     text, how = crasp_text(rng)
     case.repro.update(how)
@@ -1165,9 +1165,9 @@ def fuzz_pcoc(case: Case, rng: random.Random) -> None:
     import numpy as np
 
     from crasp_compiler.errors import CraspError
-    from crasp_compiler.pcoc.compile import compile_pcoc, run_pcoc
-    from crasp_compiler.pcoc.interpret import check_pcoc, interpret_pcoc
-    from crasp_compiler.pcoc.parse import parse_pcoc
+    from crasp_compiler.languages.pcoc.compile import compile_pcoc, run_pcoc
+    from crasp_compiler.languages.pcoc.interpret import check_pcoc, interpret_pcoc
+    from crasp_compiler.languages.pcoc.parse import parse_pcoc
 
     text, how = pcoc_text(rng)
     case.repro.update(how)
@@ -1274,10 +1274,10 @@ def base_models() -> dict[str, dict]:
     """Models compiled from a few examples, saved once per worker:
     name -> {path, input (argv for run), kind}."""
     from crasp_compiler import load_program
-    from crasp_compiler.compiler import compile_program
+    from crasp_compiler.languages.crasp.compile import compile_program
+    from crasp_compiler.languages.pcoc.compile import compile_pcoc
+    from crasp_compiler.languages.pcoc.parse import load_pcoc
     from crasp_compiler.model import save_model
-    from crasp_compiler.pcoc.compile import compile_pcoc
-    from crasp_compiler.pcoc.parse import load_pcoc
 
     out = {}
     specs = [
@@ -2566,7 +2566,7 @@ def _invalid_toml(rng: random.Random, text: str) -> tuple[bytes, str]:
 
 
 def fuzz_grids(case: Case, rng: random.Random) -> None:
-    from crasp_compiler.train import sweep
+    from crasp_compiler.experiments.train import sweep
 
     spec = _base_grid(rng)
     described = []
@@ -2628,8 +2628,8 @@ def fuzz_grids(case: Case, rng: random.Random) -> None:
 @contextlib.contextmanager
 def _fake_training():
     """``crasp sweep`` with every run's training replaced by a config round trip."""
-    from crasp_compiler.train import sweep
-    from crasp_compiler.train.loop import TrainConfig
+    from crasp_compiler.experiments.train import sweep
+    from crasp_compiler.experiments.train.loop import TrainConfig
 
     def fake(config: dict) -> str | None:
         TrainConfig.from_dict(config)

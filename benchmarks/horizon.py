@@ -56,7 +56,7 @@ from _common import (  # noqa: E402
 sys.path.insert(0, str(ROOT))  # for tests.recognizers
 
 from crasp_compiler import interpret_batch, load_program  # noqa: E402
-from crasp_compiler.compiler import compile_program  # noqa: E402
+from crasp_compiler.languages.crasp.compile import compile_program  # noqa: E402
 from crasp_compiler.runtime import run  # noqa: E402
 from tests.recognizers import REGISTRY  # noqa: E402
 

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from crasp_compiler.tasks.registry import get_task
-from crasp_compiler.train.plots import load_results, plot_length_bins, plot_value_scales
+from crasp_compiler.experiments.tasks.registry import get_task
+from crasp_compiler.experiments.train.plots import load_results, plot_length_bins, plot_value_scales
 
 GRIDS = Path(__file__).parent / "grids"
 # the C-RASP paper's prediction: does the encoding length-generalise on this class?

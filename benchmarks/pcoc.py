@@ -45,13 +45,13 @@ import numpy as np  # noqa: E402
 from _common import ROOT, load_average, machine, provenance_line, revision  # noqa: E402
 
 from crasp_compiler.errors import CraspError  # noqa: E402
-from crasp_compiler.pcoc.compile import compile_pcoc, run_pcoc  # noqa: E402
-from crasp_compiler.pcoc.interpret import (  # noqa: E402
+from crasp_compiler.languages.pcoc.compile import compile_pcoc, run_pcoc  # noqa: E402
+from crasp_compiler.languages.pcoc.interpret import (  # noqa: E402
     check_pcoc,
     interpret_pcoc,
     interpret_pcoc_batch,
 )
-from crasp_compiler.pcoc.parse import load_pcoc  # noqa: E402
+from crasp_compiler.languages.pcoc.parse import load_pcoc  # noqa: E402
 
 PCOC_DIR = ROOT / "examples" / "pcoc"
 NS = (4, 8, 16, 32, 64)

@@ -31,7 +31,7 @@ import torch
 from _common import EXAMPLES_DIR, example_names, machine, provenance_line, revision
 
 from crasp_compiler import load_program
-from crasp_compiler.compiler import compile_program
+from crasp_compiler.languages.crasp.compile import compile_program
 from crasp_compiler.runtime.numpy_exec import run
 from crasp_compiler.runtime.torch_module import TorchTransformer
 

@@ -11,7 +11,7 @@ The Python API::
 
 from crasp_compiler.assemble.builder import Builder
 from crasp_compiler.errors import CraspError, Diagnostic, Span
-from crasp_compiler.ir import (
+from crasp_compiler.languages.crasp import (
     Program,
     Sort,
     Trace,
@@ -22,7 +22,12 @@ from crasp_compiler.ir import (
     interpret,
     interpret_batch,
 )
-from crasp_compiler.program import load_program, parse_program, tokenize, with_alphabet
+from crasp_compiler.languages.crasp.program import (
+    load_program,
+    parse_program,
+    tokenize,
+    with_alphabet,
+)
 
 __version__ = "0.1.0"
 

@@ -16,19 +16,19 @@ from typing import TYPE_CHECKING
 import click
 import numpy as np
 
-from crasp_compiler.compiler import compile_program
 from crasp_compiler.display import value_table
 from crasp_compiler.errors import CraspError, Diagnostic
-from crasp_compiler.ir import format_expr, interpret
-from crasp_compiler.ir.nodes import Program, Sort
+from crasp_compiler.languages.crasp import format_expr, interpret
+from crasp_compiler.languages.crasp.compile import compile_program
+from crasp_compiler.languages.crasp.nodes import Program, Sort
+from crasp_compiler.languages.crasp.program import load_program, tokenize
+from crasp_compiler.languages.pcoc.parse import PCOC_SUFFIXES
 from crasp_compiler.model import Model, load_model, save_model
-from crasp_compiler.pcoc.parse import PCOC_SUFFIXES
-from crasp_compiler.program import load_program, tokenize
 from crasp_compiler.runtime import run
 
 if TYPE_CHECKING:
-    from crasp_compiler.tasks.base import Task
-    from crasp_compiler.train.loop import TrainConfig
+    from crasp_compiler.experiments.tasks.base import Task
+    from crasp_compiler.experiments.train.loop import TrainConfig
 
 
 class _Command(click.Group):
@@ -270,7 +270,7 @@ def _vector_text(input: str | None) -> tuple[str, str]:
 def _pcoc_vectors(input: str | None, n: int, slots: int) -> list[np.ndarray]:
     """Input vectors, one ``(slots, n)`` array per non-empty line (a program without
     input slots runs once, on nothing)."""
-    from crasp_compiler.pcoc.interpret import read_vectors
+    from crasp_compiler.languages.pcoc.interpret import read_vectors
 
     if slots == 0:
         return [np.zeros((0, n))]
@@ -282,7 +282,7 @@ def _pcoc_vectors(input: str | None, n: int, slots: int) -> list[np.ndarray]:
 
 def _echo_pcoc(outputs: dict[str, np.ndarray], names: list[str]) -> None:
     """One line per output slot: the vector (``slot: `` first with several slots)."""
-    from crasp_compiler.pcoc.interpret import format_vector
+    from crasp_compiler.languages.pcoc.interpret import format_vector
 
     for name in names:
         line = format_vector(outputs[name])
@@ -300,8 +300,8 @@ def _warnings_on_stderr() -> Iterator[None]:
 
 
 def _interpret_pcoc(path: str, input: str | None, n: int, trace: bool, beyond: str) -> None:
-    from crasp_compiler.pcoc.interpret import check_pcoc, format_vector, interpret_pcoc
-    from crasp_compiler.pcoc.parse import load_pcoc
+    from crasp_compiler.languages.pcoc.interpret import check_pcoc, format_vector, interpret_pcoc
+    from crasp_compiler.languages.pcoc.parse import load_pcoc
 
     program = load_pcoc(path)
     check_pcoc(program, n)
@@ -563,8 +563,8 @@ def _compile_pcoc(
     tolerance: float | None,
     dtype: str | None,
 ) -> None:
-    from crasp_compiler.pcoc.compile import compile_pcoc
-    from crasp_compiler.pcoc.parse import load_pcoc
+    from crasp_compiler.languages.pcoc.compile import compile_pcoc
+    from crasp_compiler.languages.pcoc.parse import load_pcoc
 
     if max_len is not None or alphabet is not None:
         raise click.UsageError("--max-len and --alphabet are for C-RASP programs")
@@ -617,7 +617,7 @@ def _pcoc_shape(model: Model) -> str:
 
 
 def _run_pcoc(model: Model, input: str | None, float32: bool, beyond: str) -> None:
-    from crasp_compiler.pcoc.compile import machines, run_pcoc
+    from crasp_compiler.languages.pcoc.compile import machines, run_pcoc
 
     n = machines(model)
     batch = _pcoc_vectors(input, n, len(model.inputs))
@@ -657,7 +657,7 @@ def run_command(
     one per line with exactly n numbers per input slot, and prints each output vector on
     one line (`slot: ` first when there are several output slots)."""
     model = _load_model(model_file)
-    from crasp_compiler.pcoc.compile import is_pcoc
+    from crasp_compiler.languages.pcoc.compile import is_pcoc
 
     if is_pcoc(model):
         if outputs or trace or echo or invalid != "skip":
@@ -742,7 +742,7 @@ def info_command(model_file: str) -> None:
 )
 def tasks_command(family: str | None) -> None:
     """List the registered tasks: name, family, C-RASP class, program file, description."""
-    from crasp_compiler.tasks.registry import all_tasks
+    from crasp_compiler.experiments.tasks.registry import all_tasks
 
     rows = [("name", "family", "class", "program", "description")]
     rows += [
@@ -885,8 +885,8 @@ def train_command(ctx: click.Context, task: str, **options) -> None:
     Sequence tasks: accuracy per length bin of the trained and the compiled model and
     their agreement; numeric tasks: MSE and close-accuracy per value scale. Writes
     model.safetensors, config.json and results.json to --out."""
-    from crasp_compiler.tasks.base import NumericTask
-    from crasp_compiler.tasks.registry import get_task
+    from crasp_compiler.experiments.tasks.base import NumericTask
+    from crasp_compiler.experiments.tasks.registry import get_task
 
     found = get_task(task)
     numeric = isinstance(found, NumericTask)
@@ -899,8 +899,8 @@ def train_command(ctx: click.Context, task: str, **options) -> None:
         kind = "sequence" if numeric else "numeric"
         raise click.UsageError(f"{', '.join(misplaced)}: only for {kind} tasks")
     _need_torch()
-    from crasp_compiler.train.loop import train
-    from crasp_compiler.train.models import PES
+    from crasp_compiler.experiments.train.loop import train
+    from crasp_compiler.experiments.train.models import PES
 
     if not numeric and options["pe"] not in PES:
         raise CraspError(
@@ -917,7 +917,7 @@ def train_command(ctx: click.Context, task: str, **options) -> None:
 
 def _interrupted(out_dir: str) -> None:
     """Ctrl-C during ``crasp train``: say where the run can resume; exit status 130."""
-    from crasp_compiler.train.loop import CHECKPOINT
+    from crasp_compiler.experiments.train.loop import CHECKPOINT
 
     if (Path(out_dir) / CHECKPOINT).exists():
         resume = f"the same command resumes from the checkpoint in {out_dir}"
@@ -941,8 +941,8 @@ def _train_config(task: Task, options: dict) -> TrainConfig:
     """The TrainConfig of a ``crasp train`` call: ``--out`` defaults to
     ``runs/TASK-PE-seedS`` (numeric tasks: the model kind for PE); with ``--bins`` and no
     ``--train-max``, training stops at the first bin's end (or the task's own, if lower)."""
-    from crasp_compiler.tasks.base import NumericTask
-    from crasp_compiler.train.loop import TrainConfig
+    from crasp_compiler.experiments.tasks.base import NumericTask
+    from crasp_compiler.experiments.train.loop import TrainConfig
 
     numeric = isinstance(task, NumericTask)
     variant = options["numeric_kind"] if numeric else options["pe"]
@@ -1058,11 +1058,11 @@ def _train_summary(results: dict) -> str:
     help="Local worker processes (default: the grid file's workers).",
 )
 def sweep_command(grid: str, ray_address: str | None, workers: int | None) -> None:
-    """Train every run of the GRID file not finished yet (see crasp_compiler.train.sweep
+    """Train every run of the GRID file not finished yet (see crasp_compiler.experiments.train.sweep
     for the format), then print one line per finished run. Ctrl-C stops every run (exit
     status 130); the same command then resumes."""
     _need_torch()
-    from crasp_compiler.train.sweep import collect, load_grid, run_sweep
+    from crasp_compiler.experiments.train.sweep import collect, load_grid, run_sweep
 
     runs, _ = load_grid(grid)  # refuses unknown tasks and encodings before anything trains
     interrupted = False
@@ -1151,8 +1151,8 @@ def finetune_command(
     """Fine-tune the compiled model of a numeric TASK on its own data and report whether
     it stays exact: the largest error per value scale before and after."""
     _need_torch()
+    from crasp_compiler.experiments.train.finetune import FinetuneConfig, finetune
     from crasp_compiler.files import writable_dir, write_text
-    from crasp_compiler.train.finetune import FinetuneConfig, finetune
 
     if output is not None:  # before the work, so a bad path loses none
         writable_dir(Path(output).parent)
@@ -1199,7 +1199,11 @@ def plot_command(sources: tuple[str, ...], output: str) -> None:
     """Plot the results of SOURCES (grid TOML files, run directories, or directories of run
     directories): accuracy per length bin for sequence tasks, MSE per value scale for
     numeric tasks, each against the compiled program."""
-    from crasp_compiler.train.plots import load_results, plot_length_bins, plot_value_scales
+    from crasp_compiler.experiments.train.plots import (
+        load_results,
+        plot_length_bins,
+        plot_value_scales,
+    )
 
     with _warnings_on_stderr():  # e.g. a truncated results.json, skipped
         results = load_results(sources)

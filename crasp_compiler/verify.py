@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from crasp_compiler.errors import CraspError
-from crasp_compiler.ir.interpret import interpret_batch
+from crasp_compiler.languages.crasp.interpret import interpret_batch
+from crasp_compiler.languages.crasp.program import parse_program
 from crasp_compiler.model.model import Model
-from crasp_compiler.program import parse_program
 from crasp_compiler.runtime.numpy_exec import run
 
 RUNTIMES = ("interpreter", "numpy", "torch")

@@ -1,6 +1,6 @@
 """A second evaluator of C-RASP, written straight from the definition.
 
-It is deliberately unlike :mod:`crasp_compiler.ir.interpret`: no numpy, one position
+It is deliberately unlike :mod:`crasp_compiler.languages.crasp.interpret`: no numpy, one position
 at a time, each node evaluated recursively at that position, and every count an
 explicit loop over the positions ``j`` in ``0..i`` that checks the relation
 (``i - j`` in the offsets). It is slow (a count nested k deep costs n^k) and meant
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from crasp_compiler.ir.nodes import (
+from crasp_compiler.languages.crasp.nodes import (
     Add,
     And,
     BoolConst,

@@ -41,7 +41,7 @@ from typing import Protocol
 
 from hypothesis import strategies as st
 
-from crasp_compiler.ir.nodes import (
+from crasp_compiler.languages.crasp.nodes import (
     COMPARISONS,
     Add,
     And,

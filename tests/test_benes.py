@@ -1,4 +1,4 @@
-"""Data-dependent ``send`` in PCOC and its Beneš lowering (crasp_compiler.pcoc.benes).
+"""Data-dependent ``send`` in PCOC and its Beneš lowering (crasp_compiler.languages.pcoc.benes).
 
 The interpreter on the original program (reference semantics of ``send``) against the
 interpreter on the lowered program (fixed-pattern rounds only) on random permutations and
@@ -15,10 +15,15 @@ import numpy as np
 import pytest
 
 from crasp_compiler.errors import CraspError
-from crasp_compiler.pcoc import interpret_pcoc, interpret_pcoc_batch, load_pcoc, parse_pcoc
-from crasp_compiler.pcoc.benes import has_sends, lower_sends, routing_rounds
-from crasp_compiler.pcoc.compile import compile_pcoc, run_pcoc
-from crasp_compiler.pcoc.nodes import Round
+from crasp_compiler.languages.pcoc import (
+    interpret_pcoc,
+    interpret_pcoc_batch,
+    load_pcoc,
+    parse_pcoc,
+)
+from crasp_compiler.languages.pcoc.benes import has_sends, lower_sends, routing_rounds
+from crasp_compiler.languages.pcoc.compile import compile_pcoc, run_pcoc
+from crasp_compiler.languages.pcoc.nodes import Round
 
 # Not in examples/pcoc: the example tests there feed random inputs (collisions here) and
 # list every example's counts.

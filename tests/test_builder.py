@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from crasp_compiler.assemble.builder import Builder
-from crasp_compiler.compiler import compile_program
 from crasp_compiler.cookbook.blocks import EXACT, Exactness, FFNBlock, Form, HeadBlock, Unit, var
-from crasp_compiler.ir.interpret import interpret_batch
+from crasp_compiler.languages.crasp.compile import compile_program
+from crasp_compiler.languages.crasp.interpret import interpret_batch
+from crasp_compiler.languages.crasp.program import load_program
 from crasp_compiler.model.io import load_model, save_model
-from crasp_compiler.program import load_program
 from crasp_compiler.runtime.numpy_exec import run
 from tests.block_harness import evaluate
 from tests.test_compiler import EXAMPLES

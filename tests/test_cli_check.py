@@ -76,7 +76,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
         "export-pt": root / "induction-export-pt",
     }
     save_model(model("dyck1.cr", "heaviside"), paths["dyck"])
-    from crasp_compiler.compiler import compile_program
+    from crasp_compiler.languages.crasp.compile import compile_program
 
     save_model(compile_program(program("dyck1.cr"), mode="relu", max_len=16), paths["relu"])
     save_model(model("induction_head.crasp", "layernorm"), paths["induction"])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from crasp_compiler.errors import CraspError
-from crasp_compiler.train.finetune import FinetuneConfig, finetune
+from crasp_compiler.experiments.train.finetune import FinetuneConfig, finetune
 
 SMALL = {"n": 4, "steps": 20, "test_size": 32, "scales": [1.0, 10.0], "batch_size": 16}
 

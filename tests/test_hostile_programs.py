@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from crasp_compiler import CraspError, interpret, interpret_batch, parse_program
-from crasp_compiler.compiler import compile_program, dependency_bound
-from crasp_compiler.ir import format_program
-from crasp_compiler.pcoc import interpret_pcoc, parse_pcoc
-from crasp_compiler.pcoc.compile import MAX_COMPILE_MACHINES, compile_pcoc
+from crasp_compiler.languages.crasp import format_program
+from crasp_compiler.languages.crasp.compile import compile_program, dependency_bound
+from crasp_compiler.languages.pcoc import interpret_pcoc, parse_pcoc
+from crasp_compiler.languages.pcoc.compile import MAX_COMPILE_MACHINES, compile_pcoc
 from crasp_compiler.runtime.numpy_exec import run
 
 
@@ -68,7 +68,7 @@ def test_the_bos_token_is_reserved():
         parse_program('A = Q_"<bos>"(i)\n')
     program = parse_program('A = "a"\n')
     with pytest.raises(CraspError, match="reserved"):
-        from crasp_compiler.program import with_alphabet
+        from crasp_compiler.languages.crasp.program import with_alphabet
 
         with_alphabet(program, ["a", "<bos>"])
 
@@ -165,7 +165,7 @@ def test_pcoc_overflows_are_located_errors():
 def test_pcoc_clamp_with_huge_bounds_compiles():
     program = parse_pcoc("input x bound 1e9\noutput x\nround {\n  x = clamp(x, -1, 1e300)\n}\n")
     model = compile_pcoc(program, 2)
-    from crasp_compiler.pcoc.compile import run_pcoc
+    from crasp_compiler.languages.pcoc.compile import run_pcoc
 
     assert run_pcoc(model, [[[-5.0, 7.0]]])["x"].tolist() == [[-1.0, 7.0]]
 

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from crasp_compiler import CraspError, accepts, interpret, interpret_batch, parse_program
-from crasp_compiler.ir.nodes import And, Compare, Count, CountRef
+from crasp_compiler.languages.crasp.nodes import And, Compare, Count, CountRef
 from tests.naive import naive_accepts, naive_values
 from tests.strategies import (
     all_inputs,

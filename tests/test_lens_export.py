@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from crasp_compiler import CraspError, load_program, parse_program
-from crasp_compiler.compiler import compile_program
 from crasp_compiler.export.lens import MAX_N_CTX, export_lens, lens_state_dict
+from crasp_compiler.languages.crasp.compile import compile_program
 from crasp_compiler.model.model import (
     MLP,
     TORCH_DENSE_LIMIT,

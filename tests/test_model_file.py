@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from crasp_compiler import CraspError, load_program
-from crasp_compiler.compiler import compile_program
+from crasp_compiler.languages.crasp.compile import compile_program
 from crasp_compiler.model import load_model, save_model
 from crasp_compiler.model.io import VERSION
 from crasp_compiler.model.model import Model

@@ -21,13 +21,13 @@ from click.testing import CliRunner
 
 from crasp_compiler import CraspError, load_program
 from crasp_compiler.cli import main
-from crasp_compiler.compiler import compile_program
+from crasp_compiler.languages.crasp.compile import compile_program
+from crasp_compiler.languages.pcoc.compile import compile_pcoc
+from crasp_compiler.languages.pcoc.parse import load_pcoc
 from crasp_compiler.model import load_model, save_model
 from crasp_compiler.model import model as model_module
 from crasp_compiler.model.features import check_feature
 from crasp_compiler.model.model import Model
-from crasp_compiler.pcoc.compile import compile_pcoc
-from crasp_compiler.pcoc.parse import load_pcoc
 from tests.test_model_file import EXAMPLES, arrays_of, assert_same_model, compiled, refused, write
 from tests.test_sparse_weights import assert_same_weights
 

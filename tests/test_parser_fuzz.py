@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 
 from crasp_compiler import CraspError, format_expr, format_program, interpret, parse_program
 from crasp_compiler.cli import main
-from crasp_compiler.compiler import compile_program
 from crasp_compiler.errors import SHOWN_LINE, cells, display_line
-from crasp_compiler.program import with_alphabet
+from crasp_compiler.languages.crasp.compile import compile_program
+from crasp_compiler.languages.crasp.program import with_alphabet
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_DIR = ROOT / "examples" / "crasp"

@@ -17,8 +17,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from crasp_compiler.cli import main
+from crasp_compiler.languages.pcoc import format_vector, load_pcoc
 from crasp_compiler.model import load_model
-from crasp_compiler.pcoc import format_vector, load_pcoc
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -1,4 +1,4 @@
-"""The PCOC compiler (crasp_compiler.pcoc.compile, crasp_compiler.lower.pcoc) and the
+"""The PCOC compiler (crasp_compiler.languages.pcoc.compile, crasp_compiler.languages.pcoc.lower) and the
 positional routing head (crasp_compiler.cookbook.attention.route).
 
 Compiled models run through the numpy executor (average-hard and softmax) and the torch
@@ -22,10 +22,8 @@ from hypothesis import strategies as st
 from crasp_compiler.cookbook import attention as A
 from crasp_compiler.cookbook.blocks import var
 from crasp_compiler.errors import CraspError
-from crasp_compiler.model import load_model, save_model
-from crasp_compiler.model.features import onehot
-from crasp_compiler.pcoc import interpret_pcoc_batch, load_pcoc, parse_pcoc
-from crasp_compiler.pcoc.compile import (
+from crasp_compiler.languages.pcoc import interpret_pcoc_batch, load_pcoc, parse_pcoc
+from crasp_compiler.languages.pcoc.compile import (
     compile_pcoc,
     input_matrix,
     is_pcoc,
@@ -33,7 +31,7 @@ from crasp_compiler.pcoc.compile import (
     run_pcoc,
     temperature_for,
 )
-from crasp_compiler.pcoc.nodes import (
+from crasp_compiler.languages.pcoc.nodes import (
     Add,
     Assign,
     Call,
@@ -55,6 +53,8 @@ from crasp_compiler.pcoc.nodes import (
     Sub,
     SVar,
 )
+from crasp_compiler.model import load_model, save_model
+from crasp_compiler.model.features import onehot
 from crasp_compiler.runtime.numpy_exec import run
 from tests.block_harness import build, evaluate
 

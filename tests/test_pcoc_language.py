@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crasp_compiler.errors import CraspError
-from crasp_compiler.pcoc import (
+from crasp_compiler.languages.pcoc import (
     check_pcoc,
     format_vector,
     interpret_pcoc,
@@ -24,8 +24,8 @@ from crasp_compiler.pcoc import (
     read_vectors,
     span_of,
 )
-from crasp_compiler.pcoc.interpret import _Failure, static_value
-from crasp_compiler.pcoc.nodes import (
+from crasp_compiler.languages.pcoc.interpret import _Failure, static_value
+from crasp_compiler.languages.pcoc.nodes import (
     Add,
     Assign,
     Compare,
@@ -47,7 +47,7 @@ from crasp_compiler.pcoc.nodes import (
     eval_static,
     unroll,
 )
-from crasp_compiler.pcoc.parse import MAX_DEPTH
+from crasp_compiler.languages.pcoc.parse import MAX_DEPTH
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "pcoc"
 SIZES = [*range(1, 17), 32]

@@ -1,4 +1,4 @@
-"""The float guarantee of compiled C-RASP models (crasp_compiler/lower/rounding.py).
+"""The float guarantee of compiled C-RASP models (crasp_compiler/languages/crasp/rounding.py).
 
 A compiled model records, per float type, the longest input its rounding analysis proves
 it exact for; the runtimes refuse longer inputs in that type. These tests check that the
@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crasp_compiler import CraspError, interpret_batch, parse_program
-from crasp_compiler.compiler import compile_program
-from crasp_compiler.lower.rounding import MAX_CLAIM, Check, Poly, horizon
+from crasp_compiler.languages.crasp.compile import compile_program
+from crasp_compiler.languages.crasp.rounding import MAX_CLAIM, Check, Poly, horizon
 from crasp_compiler.model import load_model, save_model
 from crasp_compiler.runtime.numpy_exec import run
 

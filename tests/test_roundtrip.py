@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crasp_compiler import format_program, load_program, parse_program
-from crasp_compiler.ir.nodes import Periodic
+from crasp_compiler.languages.crasp.nodes import Periodic
 from tests.strategies import programs, random_program
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "crasp"

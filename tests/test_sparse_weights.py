@@ -16,13 +16,13 @@ import pytest
 from scipy import sparse
 
 from crasp_compiler import Builder, CraspError, load_program
-from crasp_compiler.compiler import compile_program
 from crasp_compiler.cookbook import attention
+from crasp_compiler.languages.crasp.compile import compile_program
+from crasp_compiler.languages.pcoc.compile import compile_pcoc, run_pcoc
+from crasp_compiler.languages.pcoc.parse import load_pcoc
 from crasp_compiler.model import load_model, save_model
 from crasp_compiler.model import model as model_module
 from crasp_compiler.model.model import Model, dense
-from crasp_compiler.pcoc.compile import compile_pcoc, run_pcoc
-from crasp_compiler.pcoc.parse import load_pcoc
 from crasp_compiler.runtime.numpy_exec import run
 from tests.strategies import all_inputs
 

@@ -1,4 +1,4 @@
-"""The algorithmic tasks (crasp_compiler/tasks/algorithmic.py): generators against
+"""The algorithmic tasks (crasp_compiler/experiments/tasks/algorithmic.py): generators against
 straightforward Python (format, LEN, answers, constraints), and the programs' labels (the
 interpreter and the compiled model) against the targets."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from crasp_compiler.errors import CraspError
-from crasp_compiler.tasks.algorithmic import (
+from crasp_compiler.experiments.tasks.algorithmic import (
     EOS,
     SEP,
     SOS,
@@ -21,7 +21,7 @@ from crasp_compiler.tasks.algorithmic import (
     Sort,
     program_text,
 )
-from crasp_compiler.tasks.base import Example
+from crasp_compiler.experiments.tasks.base import Example
 
 TABLE_3 = {
     "binary_majority": "C-RASP[∅]",

@@ -1,4 +1,4 @@
-"""The Chomsky-hierarchy tasks (crasp_compiler/tasks/chomsky.py): every generator against
+"""The Chomsky-hierarchy tasks (crasp_compiler/experiments/tasks/chomsky.py): every generator against
 an independent check of the task's definition (Python's eval, int(), sorted(), a stack
 simulation, isqrt bounds) on random inputs, the input construction (query tokens, scored
 positions, output lengths) and the token and label sets."""
@@ -10,8 +10,8 @@ import math
 import numpy as np
 import pytest
 
-from crasp_compiler.tasks.base import Example
-from crasp_compiler.tasks.chomsky import EOS, QUERY, TASKS
+from crasp_compiler.experiments.tasks.base import Example
+from crasp_compiler.experiments.tasks.chomsky import EOS, QUERY, TASKS
 
 BY_NAME = {task.name: task for task in TASKS}
 LENGTHS = [*range(1, 14), 40, 41, 97, 200]

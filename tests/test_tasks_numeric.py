@@ -1,4 +1,4 @@
-"""The numeric tasks (crasp_compiler/tasks/numeric.py): targets against plain-Python
+"""The numeric tasks (crasp_compiler/experiments/tasks/numeric.py): targets against plain-Python
 definitions, and each task's PCOC program (the interpreter and the compiled model, hard
 and softmax) against the targets."""
 
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from crasp_compiler.errors import CraspError
-from crasp_compiler.pcoc import interpret_pcoc_batch
-from crasp_compiler.tasks.base import NumericExample
-from crasp_compiler.tasks.numeric import TASKS
+from crasp_compiler.experiments.tasks.base import NumericExample
+from crasp_compiler.experiments.tasks.numeric import TASKS
+from crasp_compiler.languages.pcoc import interpret_pcoc_batch
 
 BY_NAME = {task.name: task for task in TASKS}
 NAMES = sorted(BY_NAME)

@@ -17,8 +17,8 @@ import pytest
 
 from crasp_compiler import load_program
 from crasp_compiler.errors import CraspError
-from crasp_compiler.tasks.base import CLASSES, Example
-from crasp_compiler.tasks.regular import TASKS
+from crasp_compiler.experiments.tasks.base import CLASSES, Example
+from crasp_compiler.experiments.tasks.regular import TASKS
 
 
 def _runs_ok(word: str) -> bool:

@@ -38,7 +38,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from crasp_compiler import CraspError, Program, interpret_batch
-from crasp_compiler.compiler import compile_program
+from crasp_compiler.languages.crasp.compile import compile_program
 from crasp_compiler.model.model import Layer, Model
 from crasp_compiler.runtime.numpy_exec import run
 from crasp_compiler.runtime.torch_module import TorchTransformer

@@ -1,4 +1,4 @@
-"""The training harness (:mod:`crasp_compiler.train`) on small tasks defined here.
+"""The training harness (:mod:`crasp_compiler.experiments.train`) on small tasks defined here.
 
 Checked: model shapes, causal masking and padding; the four positional encodings (APE
 offsets, sorted randomized positions, sinusoid values); the positional numeric model's
@@ -24,8 +24,8 @@ import pytest
 import torch
 
 from crasp_compiler.errors import CraspError
-from crasp_compiler.tasks.base import Example, NumericTask, SequenceTask
-from crasp_compiler.train import (
+from crasp_compiler.experiments.tasks.base import Example, NumericTask, SequenceTask
+from crasp_compiler.experiments.train import (
     NumericModel,
     NumericModelConfig,
     SequenceModel,
@@ -36,7 +36,7 @@ from crasp_compiler.train import (
     loop,
     train,
 )
-from crasp_compiler.train.data import (
+from crasp_compiler.experiments.train.data import (
     IGNORE,
     default_bins,
     encode,
@@ -44,8 +44,8 @@ from crasp_compiler.train.data import (
     make_numeric_test_sets,
     make_test_sets,
 )
-from crasp_compiler.train.evaluate import numeric_metrics, predict, same_where_scored
-from crasp_compiler.train.models import sinusoid
+from crasp_compiler.experiments.train.evaluate import numeric_metrics, predict, same_where_scored
+from crasp_compiler.experiments.train.models import sinusoid
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -1,5 +1,5 @@
 """The training commands ``crasp tasks``, ``train``, ``sweep``, ``finetune`` and ``plot``,
-and the plots of :mod:`crasp_compiler.train.plots`.
+and the plots of :mod:`crasp_compiler.experiments.train.plots`.
 
 Tiny runs (a few steps, ten test examples, bins up to LEN 16) check what the commands
 print against the files they write; user errors exit 1 with a message, misuse exits 2.
@@ -26,9 +26,9 @@ from click.testing import CliRunner, Result
 from matplotlib.figure import Figure
 
 from crasp_compiler.cli import main
-from crasp_compiler.tasks.registry import all_tasks
-from crasp_compiler.train.loop import TrainConfig
-from crasp_compiler.train.plots import (
+from crasp_compiler.experiments.tasks.registry import all_tasks
+from crasp_compiler.experiments.train.loop import TrainConfig
+from crasp_compiler.experiments.train.plots import (
     MSE_FLOOR,
     _draw_length_bins,
     _draw_value_scales,
@@ -36,7 +36,7 @@ from crasp_compiler.train.plots import (
     plot_length_bins,
     plot_value_scales,
 )
-from crasp_compiler.train.sweep import load_grid
+from crasp_compiler.experiments.train.sweep import load_grid
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -227,7 +227,7 @@ def test_train_refuses_bins_that_are_not_ascii_digits(bins):
 
 
 def test_train_checks_the_output_directory_first(tmp_path, monkeypatch):
-    from crasp_compiler.train import loop
+    from crasp_compiler.experiments.train import loop
 
     monkeypatch.setattr(loop, "_fit", lambda *a, **k: pytest.fail("training started"))
     (tmp_path / "file").write_text("x")
@@ -249,7 +249,7 @@ def fill_disk(patch: pytest.MonkeyPatch) -> None:
 
 
 def test_train_resumes_an_interrupted_run(tmp_path, monkeypatch):
-    from crasp_compiler.train import loop
+    from crasp_compiler.experiments.train import loop
 
     args = ["train", "tomita2", *TINY, "--eval-every", 1, "--bins", "1-8", "--no-early-stop"]
     args += ["--out", tmp_path]
@@ -600,7 +600,7 @@ def test_finetune_one_machine():
 
 
 def test_finetune_checks_the_output_path_first(tmp_path, monkeypatch):
-    from crasp_compiler.train import finetune
+    from crasp_compiler.experiments.train import finetune
 
     monkeypatch.setattr(finetune, "_evaluate", lambda *a: pytest.fail("fine-tuning started"))
     (tmp_path / "file").write_text("x")

@@ -576,7 +576,7 @@ def _check_crasp(model: Model) -> None:
 
 def _check_pcoc(model: Model) -> None:
     """What ``machines``, ``run_pcoc`` and ``crasp info`` read from a PCOC model."""
-    from crasp_compiler.lower.pcoc import TOKEN
+    from crasp_compiler.languages.pcoc.lower import TOKEN
 
     options, info = model.options, model.info
     n = info.get("n")
@@ -632,8 +632,8 @@ def _check_pcoc(model: Model) -> None:
 
 def _check_source(model: Model, language: str) -> None:
     """The stored source parses as ``language``, with the model's inputs and outputs."""
-    from crasp_compiler.pcoc.parse import parse_pcoc
-    from crasp_compiler.program import parse_program
+    from crasp_compiler.languages.crasp.program import parse_program
+    from crasp_compiler.languages.pcoc.parse import parse_pcoc
 
     try:
         if language == "PCOC":

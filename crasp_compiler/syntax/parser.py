@@ -45,7 +45,9 @@ _TERMINAL_NAMES = {
 
 @cache
 def _parser() -> Lark:
-    grammar = resources.files("crasp_compiler.grammars").joinpath("crasp.lark").read_text("utf-8")
+    grammar = (
+        resources.files("crasp_compiler.languages.crasp").joinpath("crasp.lark").read_text("utf-8")
+    )
     return Lark(
         grammar,
         parser="lalr",

@@ -1,0 +1,209 @@
+"""Evaluation: a trained model's predictions on fixed test sets, per-sequence exact match,
+the compiled model's accuracy and its per-sequence agreement with the trained model
+(sequence tasks), and error metrics per scale factor (numeric tasks).
+
+Definitions:
+
+- a sequence is *right* when the prediction equals the target at every scored position
+  (targets that are not ``None``); *accuracy* is the fraction of right sequences;
+- *agreement*: the fraction of sequences on which the trained and the compiled model
+  predict the same label at every scored position (right or wrong alike);
+- numeric, per scale factor c (inputs scaled by c): ``mse`` and ``mae`` (means over every
+  entry), ``rel_error`` (sum of absolute errors over the sum of absolute targets) and
+  ``close_accuracy`` (the fraction of lists whose every entry passes
+  ``|pred - y| <= 0.05 + 0.05·|y|``, i.e. ``isclose`` with absolute and relative
+  tolerance 0.05: the positional paper's "closeness" transformation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from crasp_compiler.errors import CraspError
+from crasp_compiler.experiments.tasks.base import Example, NumericTask, SequenceTask
+from crasp_compiler.experiments.train.data import IGNORE, encode, label_ids
+from crasp_compiler.experiments.train.models import NumericModel, SequenceModel
+
+ATTENTION_BUDGET = 2**26  # attention-matrix entries per evaluation chunk (memory cap)
+
+
+@torch.no_grad()
+def predict(
+    model: SequenceModel,
+    task: SequenceTask,
+    examples: Sequence[Example],
+    *,
+    device: torch.device | str = "cpu",
+    batch_size: int = 256,
+    seed: int = 0,
+    offsets: bool = False,
+) -> list[np.ndarray]:
+    """The argmax label id at every position of every example (in input order).
+
+    Examples are run in chunks sorted by length; positions come from
+    ``model.sample_positions(train=False)`` with a CPU generator seeded by ``seed`` (so
+    randomized positions are drawn afresh for every chunk, reproducibly), ``offsets`` asks
+    for random APE offsets at test.
+    """
+    was_training = model.training
+    model.eval()
+    generator = torch.Generator().manual_seed(seed)
+    order = sorted(range(len(examples)), key=lambda i: len(examples[i].tokens))
+    heads = model.config.n_heads
+    out: list[np.ndarray] = [np.empty(0, dtype=np.int64)] * len(examples)
+    start = 0
+    while start < len(order):
+        width = len(examples[order[min(start + batch_size, len(order)) - 1]].tokens)
+        rows = max(1, min(batch_size, ATTENTION_BUDGET // (heads * max(width, 1) ** 2)))
+        chunk = order[start : start + rows]
+        batch = encode(task, [examples[i] for i in chunk])
+        positions = model.sample_positions(
+            batch.lengths, batch.tokens.shape[1], offsets=offsets, generator=generator
+        )
+        logits = model(batch.tokens.to(device), positions)
+        predicted = logits.argmax(-1).cpu().numpy()
+        for row, i in enumerate(chunk):
+            out[i] = predicted[row, : len(examples[i].tokens)]
+        start += rows
+    model.train(was_training)
+    return out
+
+
+def target_ids(task: SequenceTask, examples: Sequence[Example]) -> list[np.ndarray]:
+    """The target label ids of every example (``IGNORE`` where not scored)."""
+    return [label_ids(task, ex.targets) for ex in examples]
+
+
+def same_where_scored(
+    targets: Sequence[np.ndarray], first: Sequence[np.ndarray], second: Sequence[np.ndarray]
+) -> np.ndarray:
+    """Per sequence: ``first`` equals ``second`` at every position where ``targets`` is
+    scored (not ``IGNORE``)."""
+    return np.array(
+        [
+            bool(np.all(a[t != IGNORE] == b[t != IGNORE]))
+            for t, a, b in zip(targets, first, second, strict=True)
+        ],
+        dtype=bool,
+    )
+
+
+def compiled_predictions(
+    task: SequenceTask, examples: Sequence[Example], backend: str = "compiled"
+) -> list[np.ndarray]:
+    """The label ids the task's program gives (``task.compiled_labels``)."""
+    return [label_ids(task, labels) for labels in task.compiled_labels(list(examples), backend)]
+
+
+def evaluate_sequence(
+    model: SequenceModel,
+    task: SequenceTask,
+    test_sets: dict[str, list[Example]],
+    *,
+    device: torch.device | str = "cpu",
+    batch_size: int = 256,
+    seed: int = 0,
+    offsets: bool = False,
+    compiled: bool = True,
+    backend: str = "compiled",
+) -> dict:
+    """Per bin: ``accuracy``; and, when ``compiled`` and the task has a program,
+    ``compiled_accuracy`` and ``agreement`` (else ``None``). ``compiled_error`` holds the
+    message if the program could not be run (CraspError or NotImplementedError)."""
+    result: dict = {
+        "accuracy": {},
+        "compiled_accuracy": None,
+        "agreement": None,
+        "compiled_error": None,
+    }
+    use_compiled = compiled and task.program is not None
+    if use_compiled:
+        result["compiled_accuracy"], result["agreement"] = {}, {}
+    for name, examples in test_sets.items():
+        targets = target_ids(task, examples)
+        trained = predict(
+            model, task, examples, device=device, batch_size=batch_size, seed=seed, offsets=offsets
+        )
+        result["accuracy"][name] = float(same_where_scored(targets, trained, targets).mean())
+        if not use_compiled or result["compiled_error"] is not None:
+            continue
+        try:
+            reference = compiled_predictions(task, examples, backend)
+        except (CraspError, NotImplementedError) as exc:
+            result["compiled_error"] = str(exc)
+            result["compiled_accuracy"] = result["agreement"] = None
+            continue
+        right = same_where_scored(targets, reference, targets)
+        result["compiled_accuracy"][name] = float(right.mean())
+        result["agreement"][name] = float(same_where_scored(targets, trained, reference).mean())
+    return result
+
+
+@torch.no_grad()
+def predict_numeric(
+    model: NumericModel,
+    inputs: np.ndarray,
+    *,
+    device: torch.device | str = "cpu",
+    batch_size: int = 1024,
+) -> np.ndarray:
+    """The model's outputs ``(batch, n)`` for inputs ``(batch, n)``, as float64."""
+    was_training = model.training
+    model.eval()
+    outputs = [
+        model(torch.as_tensor(inputs[i : i + batch_size], dtype=torch.float32, device=device))
+        .double()
+        .cpu()
+        .numpy()
+        for i in range(0, len(inputs), batch_size)
+    ]
+    model.train(was_training)
+    return np.concatenate(outputs) if outputs else np.empty_like(inputs)
+
+
+def numeric_metrics(predicted: np.ndarray, targets: np.ndarray) -> dict[str, float]:
+    """``mse``, ``mae``, ``rel_error`` and ``close_accuracy`` (module docstring)."""
+    error = np.abs(predicted - targets)
+    close = error <= 0.05 + 0.05 * np.abs(targets)
+    return {
+        "mse": float(np.mean(error**2)),
+        "mae": float(np.mean(error)),
+        "rel_error": float(error.sum() / max(np.abs(targets).sum(), 1e-12)),
+        "close_accuracy": float(np.all(close, axis=1).mean()),
+    }
+
+
+def evaluate_numeric(
+    model: NumericModel,
+    task: NumericTask,
+    test_sets: dict[str, tuple[np.ndarray, np.ndarray]],
+    *,
+    device: torch.device | str = "cpu",
+    batch_size: int = 1024,
+    compiled: bool = True,
+    mode: str = "hard",
+    backend: str = "compiled",
+) -> dict:
+    """Per scale factor: ``metrics`` of the trained model and, when ``compiled`` and the task
+    has a program, ``compiled_metrics`` of ``task.compiled_values`` (else ``None``);
+    ``compiled_error`` as in :func:`evaluate_sequence`."""
+    result: dict = {"metrics": {}, "compiled_metrics": None, "compiled_error": None}
+    use_compiled = compiled and task.program is not None
+    if use_compiled:
+        result["compiled_metrics"] = {}
+    for scale, (inputs, targets) in test_sets.items():
+        predicted = predict_numeric(model, inputs, device=device, batch_size=batch_size)
+        result["metrics"][scale] = numeric_metrics(predicted, targets)
+        if not use_compiled or result["compiled_error"] is not None:
+            continue
+        try:
+            values = np.asarray(task.compiled_values(inputs, mode=mode, backend=backend))
+        except (CraspError, NotImplementedError) as exc:
+            result["compiled_error"] = str(exc)
+            result["compiled_metrics"] = None
+            continue
+        result["compiled_metrics"][scale] = numeric_metrics(values.astype(np.float64), targets)
+    return result

@@ -1,0 +1,702 @@
+"""The training loop: :class:`TrainConfig`, :func:`train` and :func:`load`.
+
+``train(config)`` trains a :class:`~crasp_compiler.experiments.train.models.SequenceModel` on a
+sequence task (cross-entropy on the scored positions) or a
+:class:`~crasp_compiler.experiments.train.models.NumericModel` on a numeric task (MSE on the n
+outputs) with AdamW, on batches drawn afresh at every step, and evaluates it on fixed test
+sets. Everything is deterministic given ``seed`` (training data, initialisation, positions)
+and ``test_seed`` (the test sets, and the randomized positions used at test).
+
+Files written to ``out_dir`` (when given; it is created and checked writable before
+training starts): ``model.safetensors`` (the state dict), ``config.json``
+(``{"train": TrainConfig, "model_class": ..., "model": model config}``) and, last,
+``results.json``. Each is written to a temporary file and renamed (:mod:`.files`), so an
+interrupted or failed write never leaves a truncated file.
+
+Checkpoints: at every evaluation ``train`` also writes ``checkpoint.pt`` (model,
+optimiser and scheduler state, step, histories and random-generator states). A run
+started again with the same config (:func:`train_key`: every field but ``out_dir`` and
+``progress``) and ``out_dir`` resumes from it, taking the same steps as an uninterrupted
+run would (exactly so on the CPU); the checkpoint is removed once ``results.json`` is
+written.
+
+``results.json`` is a dict with the keys:
+
+- every task: ``task``, ``family``, ``kind`` (``"sequence"`` or ``"numeric"``),
+  ``model_class``, ``config`` (the TrainConfig as a dict), ``model_config``, ``device``,
+  ``n_parameters``, ``n_trainable``, ``steps`` (optimiser steps taken), ``early_stopped``,
+  ``wall_time_s`` (training, evaluations during training included), ``eval_time_s``
+  (the final evaluation), ``final_loss`` (mean training loss over the last window),
+  ``loss_history`` (``[step, mean training loss since the previous entry]``),
+  ``eval_history`` (``[step, value]``: in-distribution accuracy, or MSE at the first scale),
+  ``compiled_error`` (why the program could not be run, else ``None``), ``resumed_from``
+  (the step of the checkpoint the run resumed from, else ``None``; ``wall_time_s`` then
+  counts the last session only);
+- sequence tasks: ``bins`` (``{"lo-hi": [lo, hi]}``), ``test_size``, ``max_positions``,
+  ``accuracy`` (``{"lo-hi": fraction of sequences exactly right}``), and, for tasks with
+  a program (``None`` otherwise), ``compiled_accuracy`` and ``agreement`` (same keys);
+- numeric tasks: ``n``, ``scales``, ``test_size``, ``metrics``
+  (``{"c": {"mse", "mae", "rel_error", "close_accuracy"}}``) and ``compiled_metrics``
+  (same shape, or ``None``).
+
+Extension points (compiled initialisation, fine-tuning only some weights): ``train``
+accepts a ready ``model`` and a ``param_filter(name, parameter) -> bool`` that picks the
+parameters to optimise (the others are frozen).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from crasp_compiler.errors import CraspError, Diagnostic
+from crasp_compiler.experiments.tasks.base import NumericTask, SequenceTask, Task
+from crasp_compiler.experiments.train.data import (
+    IGNORE,
+    bin_name,
+    default_bins,
+    encode,
+    feasible_lengths,
+    make_numeric_test_sets,
+    make_test_sets,
+    numeric_batch,
+    sample_examples,
+)
+from crasp_compiler.experiments.train.evaluate import (
+    evaluate_numeric,
+    evaluate_sequence,
+    predict,
+    same_where_scored,
+    target_ids,
+)
+from crasp_compiler.experiments.train.models import (
+    NUMERIC_KINDS,
+    PES,
+    RANDOM_BASES,
+    NumericModel,
+    NumericModelConfig,
+    SequenceModel,
+    SequenceModelConfig,
+)
+from crasp_compiler.files import writable_dir, write_bytes, write_text
+
+MODEL_CLASSES = {"SequenceModel": SequenceModel, "NumericModel": NumericModel}
+CONFIG_CLASSES = {"SequenceModel": SequenceModelConfig, "NumericModel": NumericModelConfig}
+RANDOM_PE_POSITIONS = 2048  # default max_positions for randomized PE (the paper's L)
+MAX_LEN = 100_000  # the longest LEN a bin or train_max may ask for
+CHECKPOINT = "checkpoint.pt"
+ParamFilter = Callable[[str, nn.Parameter], bool]
+
+
+def _integer(lo: int, hi: int = 2**63 - 1) -> tuple[str, Callable[[object], bool]]:
+    what = f"an integer >= {lo}" if hi == 2**63 - 1 else f"an integer in [{lo}, {hi}]"
+    return what, lambda v: type(v) is int and lo <= v <= hi
+
+
+def _number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _one_of(options: tuple[str, ...]) -> tuple[str, Callable[[object], bool]]:
+    return f"one of {', '.join(options)}", lambda v: isinstance(v, str) and v in options
+
+
+def _bins(v: object) -> bool:
+    return (
+        isinstance(v, list | tuple)
+        and len(v) > 0
+        and all(
+            isinstance(b, list | tuple)
+            and len(b) == 2
+            and all(type(x) is int for x in b)
+            and 0 <= b[0] <= b[1] <= MAX_LEN
+            for b in v
+        )
+    )
+
+
+_BOOL = ("true or false", lambda v: type(v) is bool)
+_SIZE = _integer(1, 2**31 - 1)
+# What each TrainConfig field (but ``task``) must be; OPTIONAL ones may also be None.
+FIELD_RULES: dict[str, tuple[str, Callable[[object], bool]]] = {
+    "pe": _one_of(PES),
+    "steps": _integer(1),
+    "seed": _integer(0),
+    "batch_size": _SIZE,
+    "lr": ("a number > 0", lambda v: _number(v) and v > 0),
+    "weight_decay": ("a number >= 0", lambda v: _number(v) and v >= 0),
+    "d_model": _SIZE,
+    "n_layers": _SIZE,
+    "n_heads": _SIZE,
+    "dropout": ("a number in [0, 1)", lambda v: _number(v) and 0 <= v < 1),
+    "max_positions": _SIZE,
+    "random_base": _one_of(RANDOM_BASES),
+    "warmup_steps": _integer(0),
+    "grad_clip": ("a number > 0", lambda v: _number(v) and v > 0),
+    "eval_every": _integer(1),
+    "early_stop": _BOOL,
+    "test_size": _SIZE,
+    "test_seed": _integer(0),
+    "eval_batch_size": _SIZE,
+    "bins": (f"a non-empty list of [lo, hi] pairs with 0 <= lo <= hi <= {MAX_LEN}", _bins),
+    "train_max": _integer(0, MAX_LEN),
+    "test_offsets": _BOOL,
+    "numeric_kind": _one_of(NUMERIC_KINDS),
+    "numeric_n": _SIZE,
+    "scales": (
+        "a non-empty list of positive numbers",
+        lambda v: (
+            isinstance(v, list | tuple) and len(v) > 0 and all(_number(c) and c > 0 for c in v)
+        ),
+    ),
+    "compare_compiled": _BOOL,
+    "compiled_backend": _one_of(("compiled", "interpreter")),
+    "compiled_mode": _one_of(("hard", "softmax")),
+    "device": ("a torch device name (a string)", lambda v: isinstance(v, str)),
+    "out_dir": ("a path (a string)", lambda v: isinstance(v, str) and "\0" not in v),
+    "progress": _BOOL,
+}
+OPTIONAL = {"n_layers", "max_positions", "grad_clip", "bins", "train_max", "out_dir"}
+
+
+def field_problem(name: str, value: object) -> str | None:
+    """What is wrong with ``value`` for the TrainConfig field ``name`` (``"must be ...,
+    not ..."``), or None when it is fine."""
+    what, ok = FIELD_RULES[name]
+    if ok(value) or (value is None and name in OPTIONAL):
+        return None
+    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:59] + "…"
+    return f"must be {what}, not {shown}"
+
+
+@dataclass
+class TrainConfig:
+    """One training run.
+
+    Model: ``pe`` (sequence tasks: ``ape``/``nope``/``sin``/``random``), ``numeric_kind``
+    (numeric tasks: ``positional``/``standard``), ``d_model``, ``n_layers`` (``None``: 2
+    for sequence tasks, ``ceil(log2 n) + 1`` for numeric ones), ``n_heads``, ``dropout``,
+    ``max_positions`` (``None``: the longest test sequence, and at least 2048 for
+    ``random``), ``random_base`` (``sin``/``learned``).
+    Optimisation: AdamW (no weight decay on biases and LayerNorm parameters), linear
+    warm-up over ``warmup_steps`` then a constant ``lr``, gradient norm clipped at
+    ``grad_clip`` (``None``: no clipping).
+    Data: ``seed`` draws the training batches, the initialisation and the training
+    positions; ``test_seed`` the test sets (``test_size`` per bin or scale, the same for
+    every training seed) and the randomized positions at test.
+    Evaluation: every ``eval_every`` steps on the in-distribution test set (the first
+    bin; numeric: the first scale, 1 by default), stopping early at 100% accuracy when
+    ``early_stop`` (sequence tasks only); at the end on every bin / scale. ``bins``: ``None`` for
+    :func:`~crasp_compiler.experiments.train.data.default_bins`; ``train_max``: ``None`` for the
+    task's; ``test_offsets``: random APE offsets at test too. ``numeric_n``: the n of
+    numeric tasks; ``scales``: the scale factors c tested. ``compare_compiled``: also
+    evaluate the task's compiled program (``compiled_backend``, ``compiled_mode``).
+    ``device``: ``"auto"`` is CUDA when available; ``out_dir``: ``None`` writes nothing.
+    Every field is checked (:data:`FIELD_RULES`) when the config is made and when it is
+    trained: a bad value is a :class:`CraspError` naming the field.
+    """
+
+    task: str | Task
+    pe: str = "ape"
+    steps: int = 30_000
+    seed: int = 0
+    batch_size: int = 64
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    d_model: int = 64
+    n_layers: int | None = None
+    n_heads: int = 2
+    dropout: float = 0.0
+    max_positions: int | None = None
+    random_base: str = "sin"
+    warmup_steps: int = 0
+    grad_clip: float | None = 1.0
+    eval_every: int = 500
+    early_stop: bool = True
+    test_size: int = 2000
+    test_seed: int = 0
+    eval_batch_size: int = 256
+    bins: list[tuple[int, int]] | None = None
+    train_max: int | None = None
+    test_offsets: bool = False
+    numeric_kind: str = "positional"
+    numeric_n: int = 8
+    scales: tuple[float, ...] = field(default_factory=lambda: tuple(range(1, 11)))
+    compare_compiled: bool = True
+    compiled_backend: str = "compiled"
+    compiled_mode: str = "hard"
+    device: str = "auto"
+    out_dir: str | None = None
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.out_dir, os.PathLike):
+            self.out_dir = os.fspath(self.out_dir)
+        self.check()
+        if self.bins is not None:
+            self.bins = [tuple(b) for b in self.bins]
+        self.scales = tuple(self.scales)
+
+    def check(self) -> None:
+        """Refuse a field of the wrong type or range (a CraspError naming the field)."""
+        if not isinstance(self.task, str | Task):
+            raise CraspError(f"task must be a task name (a string), not {self.task!r}")
+        for name in FIELD_RULES:
+            problem = field_problem(name, getattr(self, name))
+            if problem:
+                raise CraspError(f"{name} {problem}")
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict (a Task object is stored by its name)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["task"] = self.task if isinstance(self.task, str) else self.task.name
+        data["bins"] = None if self.bins is None else [list(b) for b in self.bins]
+        data["scales"] = list(self.scales)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TrainConfig:
+        """The inverse of :meth:`to_dict` (unknown keys are refused)."""
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise CraspError(f"unknown TrainConfig fields: {', '.join(unknown)}")
+        if "task" not in data:
+            raise CraspError("a TrainConfig needs a task")
+        return cls(**data)
+
+
+def train_key(config: TrainConfig | dict) -> dict:
+    """What determines a run's results: the config as a dict without ``out_dir`` and
+    ``progress``. A checkpoint (or, in a sweep, a finished run) is reused only when its
+    key equals the new run's."""
+    data = (config if isinstance(config, TrainConfig) else TrainConfig.from_dict(config)).to_dict()
+    del data["out_dir"], data["progress"]
+    return data
+
+
+def resolve_task(task: str | Task) -> Task:
+    """A Task object: ``task`` itself, or the registered task of that name."""
+    if isinstance(task, Task):
+        return task
+    from crasp_compiler.experiments.tasks.registry import get_task
+
+    return get_task(task)
+
+
+def resolve_device(device: str) -> torch.device:
+    """``"auto"``: CUDA when available, else the CPU; any other torch device string."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def build_model(config: TrainConfig, task: Task, max_positions: int = 512) -> nn.Module:
+    """The untrained model the config describes for ``task``."""
+    if isinstance(task, NumericTask):
+        return NumericModel(
+            NumericModelConfig(
+                n=config.numeric_n,
+                kind=config.numeric_kind,
+                d_model=config.d_model,
+                n_layers=config.n_layers,
+                n_heads=config.n_heads,
+            )
+        )
+    return SequenceModel(
+        SequenceModelConfig(
+            vocab_size=len(task.vocab),
+            n_labels=len(task.labels),
+            d_model=config.d_model,
+            n_layers=2 if config.n_layers is None else config.n_layers,
+            n_heads=config.n_heads,
+            pe=config.pe,
+            max_positions=max_positions,
+            dropout=config.dropout,
+            causal=not task.encoder,
+            random_base=config.random_base,
+        )
+    )
+
+
+def _optimizer(config: TrainConfig, model: nn.Module, param_filter: ParamFilter | None):
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        if param_filter is not None and not param_filter(name, param):
+            param.requires_grad_(False)
+            continue
+        (decay if param.ndim >= 2 else no_decay).append(param)
+    if not decay and not no_decay:
+        raise CraspError("the parameter filter leaves nothing to train")
+    groups = [
+        {"params": decay, "weight_decay": config.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    optimizer = torch.optim.AdamW(groups, lr=config.lr)
+    warmup = max(config.warmup_steps, 0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
+    )
+    return optimizer, schedule
+
+
+class _Randomness:
+    """The random generators a run draws from while training (saved in checkpoints):
+    ``rng`` the batches, ``generator`` the training positions, torch's global generator
+    anything else (dropout)."""
+
+    def __init__(self, rng: np.random.Generator, generator: torch.Generator | None = None):
+        self.rng, self.generator = rng, generator
+
+    def state(self) -> dict:
+        return {
+            "numpy": self.rng.bit_generator.state,
+            "generator": None if self.generator is None else self.generator.get_state(),
+            "torch": torch.get_rng_state(),
+        }
+
+    def restore(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["numpy"]
+        if self.generator is not None:
+            self.generator.set_state(state["generator"])
+        torch.set_rng_state(state["torch"])
+
+
+def _resume(path: Path | None, config: TrainConfig, parts: dict) -> dict | None:
+    """Load the checkpoint at ``path`` into ``parts`` (model, optimizer, schedule,
+    randomness) when it was written for this config; its state, or None."""
+    if path is None or not path.exists():
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch.load raises many kinds; a bad checkpoint is only lost time
+        warnings.warn(
+            f"{path}: unreadable checkpoint ({err}); training from the start", stacklevel=3
+        )
+        return None
+    if not isinstance(state, dict) or state.get("config") != train_key(config):
+        return None
+    for name in ("model", "optimizer", "schedule"):
+        parts[name].load_state_dict(state[name])
+    parts["randomness"].restore(state["randomness"])
+    return state
+
+
+def _fit(
+    config: TrainConfig,
+    model: nn.Module,
+    param_filter: ParamFilter | None,
+    batch_loss: Callable[[], Tensor],
+    check: Callable[[], tuple[float, bool]],
+    name: str,
+    randomness: _Randomness,
+) -> dict:
+    """The optimisation loop shared by both kinds of task: ``batch_loss`` draws a batch and
+    returns its loss; ``check`` evaluates and says whether to stop. With an ``out_dir``,
+    resumes from its checkpoint and writes one at every evaluation."""
+    optimizer, schedule = _optimizer(config, model, param_filter)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    parts = {"model": model, "optimizer": optimizer, "schedule": schedule}
+    path = None if config.out_dir is None else Path(config.out_dir) / CHECKPOINT
+    resumed = _resume(path, config, {**parts, "randomness": randomness})
+    loss_history, eval_history, step, stopped = [], [], 0, False
+    if resumed is not None:
+        step, stopped = resumed["step"], resumed["stopped"]
+        loss_history, eval_history = resumed["loss_history"], resumed["eval_history"]
+    model.train()
+    window, window_steps = 0.0, 0
+    start = time.perf_counter()
+    bar = tqdm(
+        total=config.steps, initial=step, desc=name, disable=not config.progress, leave=False
+    )
+    while step < config.steps and not stopped:
+        loss = batch_loss()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if config.grad_clip is not None:
+            nn.utils.clip_grad_norm_(trainable, config.grad_clip)
+        optimizer.step()
+        schedule.step()
+        step += 1
+        window = window + loss.detach()
+        window_steps += 1
+        bar.update(1)
+        if step % config.eval_every == 0 or step == config.steps:
+            mean_loss = float(window) / window_steps
+            loss_history.append([step, mean_loss])
+            window, window_steps = 0.0, 0
+            value, stopped = check()
+            model.train()
+            eval_history.append([step, value])
+            bar.set_postfix(loss=f"{mean_loss:.4g}", eval=f"{value:.4g}")
+            if path is not None:
+                state = {k: part.state_dict() for k, part in parts.items()}
+                state |= {"config": train_key(config), "step": step, "stopped": stopped}
+                state |= {"loss_history": loss_history, "eval_history": eval_history}
+                buffer = io.BytesIO()
+                torch.save({**state, "randomness": randomness.state()}, buffer)
+                write_bytes(path, buffer.getvalue())
+    bar.close()
+    return {
+        "resumed_from": None if resumed is None else resumed["step"],
+        "steps": step,
+        "early_stopped": stopped and step < config.steps,
+        "wall_time_s": time.perf_counter() - start,
+        "final_loss": loss_history[-1][1] if loss_history else None,
+        "loss_history": loss_history,
+        "eval_history": eval_history,
+    }
+
+
+def _train_sequence(
+    config: TrainConfig,
+    task: SequenceTask,
+    device: torch.device,
+    model: nn.Module | None,
+    param_filter: ParamFilter | None,
+) -> tuple[nn.Module, dict]:
+    train_max = task.train_max if config.train_max is None else config.train_max
+    bins = default_bins(task, train_max) if config.bins is None else list(config.bins)
+    test_sets = make_test_sets(task, bins, config.test_size, config.test_seed)
+    if not test_sets:
+        raise CraspError(f"task {task.name!r}: no bin has a feasible length")
+    longest = max(len(ex.tokens) for examples in test_sets.values() for ex in examples)
+    lengths = feasible_lengths(task, task.min_length, train_max)
+    if lengths:  # the training sequences need positions too
+        sample = task.sample(np.random.default_rng(config.seed), lengths[-1])
+        longest = max(longest, len(sample.tokens))
+    max_positions = config.max_positions or (
+        max(longest, RANDOM_PE_POSITIONS) if config.pe == "random" else longest
+    )
+    torch.manual_seed(config.seed)
+    if model is None:
+        model = build_model(config, task, max_positions)
+    elif model.config.pe in ("ape", "random") and model.config.max_positions < longest:
+        raise CraspError(
+            [
+                Diagnostic(
+                    f"the model has {model.config.max_positions} positions; "
+                    f"the test sets need {longest}",
+                    hint="build it with a larger max_positions",
+                )
+            ]
+        )
+    model.to(device)
+    train_lengths = feasible_lengths(task, task.min_length, train_max)
+    rng = np.random.default_rng(config.seed)
+    generator = torch.Generator().manual_seed(config.seed)
+    in_distribution = next(iter(test_sets.values()))
+
+    def batch_loss() -> Tensor:
+        batch = encode(task, sample_examples(task, rng, train_lengths, config.batch_size))
+        positions = model.sample_positions(
+            batch.lengths, batch.tokens.shape[1], train=True, generator=generator
+        )
+        logits = model(batch.tokens.to(device), positions)
+        labels = batch.labels.to(device)
+        total = F.cross_entropy(
+            logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE, reduction="sum"
+        )
+        return total / (labels != IGNORE).sum().clamp(min=1)
+
+    def check() -> tuple[float, bool]:
+        predicted = predict(
+            model,
+            task,
+            in_distribution,
+            device=device,
+            batch_size=config.eval_batch_size,
+            seed=config.test_seed,
+            offsets=config.test_offsets,
+        )
+        targets = target_ids(task, in_distribution)
+        accuracy = float(same_where_scored(targets, predicted, targets).mean())
+        return accuracy, config.early_stop and accuracy == 1.0
+
+    randomness = _Randomness(rng, generator)
+    results = _fit(config, model, param_filter, batch_loss, check, task.name, randomness)
+    start = time.perf_counter()
+    results.update(
+        evaluate_sequence(
+            model,
+            task,
+            test_sets,
+            device=device,
+            batch_size=config.eval_batch_size,
+            seed=config.test_seed,
+            offsets=config.test_offsets,
+            compiled=config.compare_compiled,
+            backend=config.compiled_backend,
+        )
+    )
+    results["eval_time_s"] = time.perf_counter() - start
+    results["bins"] = {bin_name(b): list(b) for b in bins if bin_name(b) in test_sets}
+    results["test_size"] = config.test_size
+    results["max_positions"] = model.config.max_positions
+    return model, results
+
+
+def _train_numeric(
+    config: TrainConfig,
+    task: NumericTask,
+    device: torch.device,
+    model: nn.Module | None,
+    param_filter: ParamFilter | None,
+) -> tuple[nn.Module, dict]:
+    n = config.numeric_n
+    if not config.scales:
+        raise CraspError("scales is empty: give at least one scale factor")
+    test_sets = make_numeric_test_sets(task, n, config.scales, config.test_size, config.test_seed)
+    torch.manual_seed(config.seed)
+    if model is None:
+        model = build_model(config, task)
+    model.to(device)
+    rng = np.random.default_rng(config.seed)
+    first_scale, in_distribution = next(iter(test_sets.items()))
+
+    def batch_loss() -> Tensor:
+        inputs, targets = numeric_batch(task, rng, config.batch_size, n)
+        predicted = model(torch.as_tensor(inputs, dtype=torch.float32, device=device))
+        return F.mse_loss(predicted, torch.as_tensor(targets, dtype=torch.float32, device=device))
+
+    def check() -> tuple[float, bool]:
+        result = evaluate_numeric(
+            model, task, {first_scale: in_distribution}, device=device, compiled=False
+        )
+        return result["metrics"][first_scale]["mse"], False
+
+    results = _fit(config, model, param_filter, batch_loss, check, task.name, _Randomness(rng))
+    start = time.perf_counter()
+    results.update(
+        evaluate_numeric(
+            model,
+            task,
+            test_sets,
+            device=device,
+            batch_size=config.eval_batch_size,
+            compiled=config.compare_compiled,
+            mode=config.compiled_mode,
+            backend=config.compiled_backend,
+        )
+    )
+    results["eval_time_s"] = time.perf_counter() - start
+    results["n"] = n
+    results["scales"] = list(config.scales)
+    results["test_size"] = config.test_size
+    return model, results
+
+
+def train(
+    config: TrainConfig,
+    *,
+    model: nn.Module | None = None,
+    param_filter: ParamFilter | None = None,
+) -> dict:
+    """Train, evaluate, write ``out_dir`` (see the module docstring) and return the results.
+
+    ``model``: train this model (a :class:`SequenceModel` or :class:`NumericModel` of the
+    task's shape, e.g. a compiled initialisation) instead of a fresh one; its
+    ``max_positions`` must cover the test sets. ``param_filter(name, parameter)``: only the
+    parameters it accepts are optimised, the others are frozen.
+    """
+    config.check()
+    task = resolve_task(config.task)
+    device = resolve_device(config.device)
+    if not isinstance(task, SequenceTask | NumericTask):
+        raise CraspError(f"task {task.name!r} is neither a sequence nor a numeric task")
+    model_type = SequenceModel if isinstance(task, SequenceTask) else NumericModel
+    if model is not None and not isinstance(model, model_type):
+        raise CraspError(f"task {task.name!r} trains a {model_type.__name__}")
+    if config.out_dir is not None:  # before training, so a bad path loses no work
+        writable_dir(config.out_dir)
+    if isinstance(task, SequenceTask):
+        model, results = _train_sequence(config, task, device, model, param_filter)
+    else:
+        model, results = _train_numeric(config, task, device, model, param_filter)
+    results = {
+        "task": task.name,
+        "family": task.family,
+        "kind": "numeric" if isinstance(task, NumericTask) else "sequence",
+        "model_class": type(model).__name__,
+        "config": config.to_dict(),
+        "model_config": asdict(model.config),
+        "device": str(device),
+        "n_parameters": sum(p.numel() for p in model.parameters()),
+        "n_trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        **results,
+    }
+    if config.out_dir is not None:
+        save(model, config, results, config.out_dir)
+        (Path(config.out_dir) / CHECKPOINT).unlink(missing_ok=True)
+    return results
+
+
+def save(model: nn.Module, config: TrainConfig, results: dict, out_dir: str | Path) -> None:
+    """Write ``model.safetensors``, ``config.json`` and, last, ``results.json`` to
+    ``out_dir``, each replaced whole (:func:`~crasp_compiler.files.write_bytes`)."""
+    from safetensors import torch as safetensors_torch
+
+    out = writable_dir(out_dir)
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    write_bytes(out / "model.safetensors", safetensors_torch.save(state))
+    meta = {
+        "train": config.to_dict(),
+        "model_class": type(model).__name__,
+        "model": asdict(model.config),
+    }
+    write_text(out / "config.json", json.dumps(meta, indent=2) + "\n")
+    write_text(out / "results.json", json.dumps(results, indent=2) + "\n")
+
+
+def load_config(out_dir: str | Path) -> TrainConfig:
+    """The TrainConfig of a run written to ``out_dir`` (the task by name)."""
+    meta = _read_meta(out_dir)
+    return TrainConfig.from_dict(meta["train"])
+
+
+def load(out_dir: str | Path, device: str = "cpu") -> SequenceModel | NumericModel:
+    """The trained model written to ``out_dir``, in eval mode on ``device``."""
+    from safetensors.torch import load_file
+
+    meta = _read_meta(out_dir)
+    name = meta.get("model_class")
+    if name not in MODEL_CLASSES:
+        raise CraspError(f"{out_dir}: unknown model class {name!r} in config.json")
+    model = MODEL_CLASSES[name](CONFIG_CLASSES[name](**meta["model"]))
+    model.load_state_dict(load_file(Path(out_dir) / "model.safetensors"))
+    return model.to(device).eval()
+
+
+def _read_meta(out_dir: str | Path) -> dict:
+    path = Path(out_dir) / "config.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CraspError(
+            [Diagnostic(f"cannot read {path}: {exc}", hint="a directory written by train()")]
+        ) from None
+
+
+__all__ = [
+    "TrainConfig",
+    "build_model",
+    "load",
+    "load_config",
+    "resolve_device",
+    "resolve_task",
+    "save",
+    "train",
+]

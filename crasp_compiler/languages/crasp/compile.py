@@ -1,0 +1,228 @@
+"""Compile a checked C-RASP program to a :class:`Model`: lower onto a :class:`Builder`,
+build, name the residual dimensions after the definitions, fix the empty prefix."""
+
+from __future__ import annotations
+
+from crasp_compiler.assemble.builder import BOS_VAR
+from crasp_compiler.errors import CraspError, Diagnostic
+from crasp_compiler.languages.crasp.interpret import interpret
+from crasp_compiler.languages.crasp.lower import WINDOW_RUN, lower_program
+from crasp_compiler.languages.crasp.nodes import (
+    And,
+    BoolRef,
+    Compare,
+    Cond,
+    Count,
+    CountConst,
+    CountRef,
+    Max,
+    Min,
+    Node,
+    Not,
+    Or,
+    Program,
+    Sort,
+    children,
+)
+from crasp_compiler.languages.crasp.printer import offset_runs
+from crasp_compiler.languages.crasp.rounding import Analysis, horizon
+from crasp_compiler.model.model import Guarantee, Model, describe_limit
+from crasp_compiler.runtime.numpy_exec import run
+
+
+def dependency_bound(program: Program, mode: str = "heaviside") -> int:
+    """The fewest layers the program's dependencies allow, when every ``#`` needs an
+    attention sublayer after its argument, and every comparison, maximal Boolean
+    formula, min, max, conditional and local-count gating needs an MLP sublayer; a
+    window of offsets (:data:`~crasp_compiler.languages.crasp.lower.WINDOW_RUN` or more in a row)
+    needs a lookup, in relu mode an MLP to clean it, then a count.
+    Constants need ``ONE``, an attention output (slot 1)."""
+    defs = {d.name: d.expr for d in program.definitions}
+    memo: dict[Node, int] = {}
+    leaves_memo: dict[Node, tuple[Node, ...]] = {}
+
+    def next_slot(after: int, attention: bool) -> int:
+        slot = after + 1
+        return slot if (slot % 2 == 1) == attention else slot + 1
+
+    def formula_leaves(node: Node) -> tuple[Node, ...]:
+        if node not in leaves_memo:
+            match node:
+                case Not(a):
+                    leaves = formula_leaves(a)
+                case And(a, b) | Or(a, b):
+                    leaves = formula_leaves(a) + formula_leaves(b)
+                case BoolRef(name) if isinstance(defs[name], (Not, And, Or)):
+                    leaves = formula_leaves(defs[name])
+                case _:
+                    leaves = (node,)
+            leaves_memo[node] = tuple(dict.fromkeys(leaves))
+        return leaves_memo[node]
+
+    def slot(node: Node) -> int:
+        if node in memo:
+            return memo[node]
+        match node:
+            case BoolRef(name) | CountRef(name):
+                value = slot(defs[name])
+            case CountConst(value=v):
+                value = 1 if v else 0
+            case Count(arg, None):
+                value = next_slot(slot(arg), attention=True)
+            case Count(arg, offsets):
+                lookup = next_slot(slot(arg), attention=True)
+                shifted = next_slot(lookup, attention=False) if mode == "relu" else lookup
+                value = max(
+                    next_slot(shifted, attention=True)
+                    if stop - start + 1 >= WINDOW_RUN
+                    else next_slot(lookup, attention=False)
+                    for start, stop in offset_runs(offsets)
+                )
+            case Compare(_, a, b):
+                value = next_slot(max(slot(a), slot(b), 1), attention=False)
+            case And() | Or():
+                value = next_slot(max(slot(leaf) for leaf in formula_leaves(node)), attention=False)
+            case Min(a, b) | Max(a, b):
+                value = next_slot(max(slot(a), slot(b)), attention=False)
+            case Cond(c, a, b):
+                value = next_slot(max(slot(c), slot(a), slot(b)), attention=False)
+            case _:
+                value = max((slot(child) for child in children(node)), default=0)
+        memo[node] = value
+        return value
+
+    for definition in program.definitions:  # in order: a reference finds its slot made
+        formula_leaves(definition.expr)
+        slot(definition.expr)
+    deepest = max((slot(defs[name]) for name in program.outputs), default=0)
+    return (deepest + 1) // 2
+
+
+def compile_program(
+    program: Program,
+    mode: str = "heaviside",
+    max_len: int | None = None,
+    *,
+    max_parameters: int | None = None,
+) -> Model:
+    """Compile ``program`` to a transformer whose outputs equal the interpreter's.
+
+    ``mode="heaviside"`` thresholds comparisons with Heaviside units and ``"layernorm"``
+    with ReLU units after a layer-normalised pair (the sign): both exact at every length
+    in real arithmetic, with average-hard attention for local relations. ``mode="relu"``
+    uses ReLU ramps and softmax lookups: a plain softmax/ReLU model, exact for inputs of
+    length ≤ ``max_len``.
+
+    The model records, per float type, the longest input the rounding analysis of
+    :mod:`crasp_compiler.languages.crasp.rounding` proves it exact for; a program whose float64
+    model is exact for no input is refused with an error at the expression that limits
+    it, and so is one whose model would store more than ``max_parameters`` numbers
+    (default: :func:`~crasp_compiler.model.model.parameter_budget`).
+    """
+    lowered = lower_program(program, mode, max_len)
+    builder, forms = lowered.builder, lowered.forms
+    guarantee = _guarantee(program, lowered.rounding, max_len if mode == "relu" else None)
+    model = builder.build(
+        {
+            name: (forms[name], "bool" if program[name].sort == Sort.BOOL else "count")
+            for name in program.outputs
+        },
+        guarantee=guarantee,
+        accept=program.accept,
+        options={"mode": mode, "max_len": max_len},
+        source=program.source or "",
+        max_parameters=max_parameters,
+        filename=program.filename,
+        info={
+            "language": "C-RASP",
+            "class": program.relation_class,
+            "dependency_bound": dependency_bound(program, mode),
+        },
+    )
+    residual_vars = builder.variables
+    model.residual = _labels(program, forms, residual_vars)
+    model.info["definitions"] = {
+        name: _label_form(form, residual_vars, model.residual) for name, form in forms.items()
+    }
+    _fix_empty_prefix(model, program, residual_vars.index(BOS_VAR))
+    return model
+
+
+def _guarantee(program: Program, rounding: dict[str, Analysis], max_len: int | None) -> Guarantee:
+    """Exact at every length (or up to ``max_len``) in real arithmetic, and in each float
+    type up to the horizon of the rounding analysis. A program whose float64 model is
+    exact for no input is refused, at the expression that limits it."""
+    limits = {dtype: horizon(a.checks, dtype, max_len) for dtype, a in rounding.items()}
+    limit64, worst = limits["float64"]
+    if limit64 < 1 and worst is not None:
+        span = getattr(worst.node, "span", None)
+        raise CraspError(
+            [
+                Diagnostic(
+                    f"{worst.what} is not provably exact in float64 at any input length: "
+                    "the rounding of the values it reads can reach its margin (the model "
+                    "would be exact in real arithmetic only)",
+                    span,
+                    _precision_hint(max_len),
+                )
+            ],
+            program.source,
+            program.filename,
+        )
+    real = (
+        "exact at every length in real arithmetic"
+        if max_len is None
+        else f"exact for inputs of length <= {max_len}"
+    )
+    floats = "; ".join(
+        f"in {dtype} {describe_limit(limit)}" for dtype, (limit, _) in limits.items()
+    )
+    return Guarantee(
+        max_len,
+        f"{real} ({floats})",
+        {dtype: limit for dtype, (limit, _) in limits.items()},
+    )
+
+
+def _precision_hint(max_len: int | None) -> str:
+    if max_len is not None:
+        return (
+            f"relu ramps of width 1/(4(N+1)) magnify rounding with N = --max-len {max_len}: "
+            "use a smaller --max-len, or mode heaviside or layernorm"
+        )
+    return (
+        "large constants and long chains of min, max and conditionals grow the rounding "
+        "bound: compare smaller multiples (`A > B` rather than `1000000000 * A > "
+        "1000000000 * B + 1`) or shorten the chain"
+    )
+
+
+def _labels(program: Program, forms: dict, residual_vars: list[str]) -> list[str]:
+    """Residual labels: a variable that *is* a definition takes the definition's name."""
+    names = {}
+    for definition in program.definitions:
+        form = forms.get(definition.name, {})
+        if len(form) == 1:
+            ((var, coef),) = form.items()
+            if coef == 1.0 and var not in names and "#" in var:
+                names[var] = definition.name
+    return [names.get(var, var) for var in residual_vars]
+
+
+def _label_form(form: dict, residual_vars: list[str], labels: list[str]) -> dict[str, float]:
+    rename = dict(zip(residual_vars, labels, strict=True))
+    return {rename[var]: coef for var, coef in form.items()}
+
+
+def _fix_empty_prefix(model: Model, program: Program, bos_dim: int) -> None:
+    """Make each output equal the program's empty-prefix value at BOS.
+
+    The BOS position's residual is input-independent (it attends only to itself), so
+    ``w·x_BOS`` is a constant; adding ``(e − w·x_BOS)`` on the BOS dimension, which is
+    1 at BOS and 0 at every token, fixes BOS without touching any other position.
+    """
+    empty = interpret(program, [])
+    bos_outputs = run(model, [[]]).outputs
+    for out in model.outputs:
+        wanted = float(empty.values[out.name][0])
+        out.weights[bos_dim] += wanted - float(bos_outputs[out.name][0, 0])

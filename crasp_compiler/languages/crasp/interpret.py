@@ -1,0 +1,245 @@
+"""The reference interpreter: the semantics every compiled model is tested against.
+
+Values are computed for all positions at once with numpy. Arrays are indexed by the
+transformer position ``t = i + 1``: entry 0 is the empty prefix (BOS, position -1),
+entry ``t`` is token position ``t - 1``. At the empty prefix token tests are false and
+counts are 0; counts only ever range over token positions ``0 <= j <= i``.
+
+Counts are exact integers. :func:`count_bound` bounds every count of a program on inputs
+of length n (``|# P| ≤ n``, ``|k·C| = |k|·|C|``, …); where that bound fits in int64 the
+counts are int64 arrays, otherwise the whole batch is evaluated with Python integers
+(object arrays), so no count ever wraps around.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from crasp_compiler.errors import CraspError, Diagnostic, spacing_hint
+from crasp_compiler.languages.crasp.nodes import (
+    Add,
+    And,
+    BoolConst,
+    BoolRef,
+    Compare,
+    Cond,
+    Count,
+    CountConst,
+    CountRef,
+    Max,
+    Min,
+    Node,
+    Not,
+    Or,
+    Periodic,
+    Program,
+    Scale,
+    Sort,
+    Sub,
+    TokenIs,
+)
+
+_COMPARE = {
+    "<=": np.less_equal,
+    "<": np.less,
+    "==": np.equal,
+    "!=": np.not_equal,
+    ">=": np.greater_equal,
+    ">": np.greater,
+}
+
+
+def check_tokens(program: Program, tokens: Sequence[str]) -> None:
+    """Raise :class:`CraspError` naming the first token outside the alphabet."""
+    alphabet = set(program.alphabet)
+    for position, token in enumerate(tokens):
+        if token not in alphabet:
+            shown = ", ".join(repr(s) for s in program.alphabet)
+            hint = spacing_hint(token, program.alphabet)
+            raise CraspError(
+                [
+                    Diagnostic(
+                        f"token {token!r} at position {position} is not in the alphabet "
+                        f"{{{shown}}}",
+                        hint=hint,
+                    )
+                ],
+                filename="input",
+            )
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Every definition's value at every position of one input.
+
+    ``values[name][t]`` is the value after the first ``t`` tokens (``t = 0``: empty
+    prefix). Booleans are ``bool`` arrays, counts ``int64`` arrays (object arrays of
+    Python integers where int64 could overflow), each of length n + 1.
+    """
+
+    program: Program
+    tokens: tuple[str, ...]
+    values: dict[str, np.ndarray]
+
+    def at(self, name: str, position: int) -> bool | int:
+        """The value of ``name`` at token position ``position`` (``-1``: empty prefix)."""
+        array = self.values[name]
+        value = array[position + 1]
+        return bool(value) if array.dtype == bool else int(value)
+
+    def output(self, name: str) -> np.ndarray:
+        return self.values[name]
+
+    @property
+    def accepted(self) -> bool:
+        """Whether the acceptance output holds at the last position (the empty prefix
+        for the empty string)."""
+        if self.program.accept is None:
+            raise CraspError("the program has no acceptance output; it only has named outputs")
+        return bool(self.values[self.program.accept][-1])
+
+
+# Counts bounded by this are evaluated in int64 (every intermediate of a definition is
+# bounded by the definition's bound, and sums of two such values stay below 2^63).
+INT64_SAFE = 1 << 61
+
+
+def count_bound(program: Program, length: int) -> int:
+    """A bound on ``|value|`` of every count definition, and every intermediate value of
+    one, at every position of an input of ``length`` tokens (Python integers)."""
+    bounds: dict[Node, int] = {}
+
+    def bound(node: Node) -> int:
+        if node in bounds:
+            return bounds[node]
+        match node:
+            case Count(_, offsets):
+                value = length if offsets is None else min(length, len(offsets))
+            case CountConst(value=v):
+                value = abs(v)
+            case CountRef(name):
+                value = defined[name]
+            case Add(a, b) | Sub(a, b):
+                value = bound(a) + bound(b)
+            case Scale(factor, arg):
+                value = abs(factor) * bound(arg)
+            case Min(a, b) | Max(a, b):
+                value = max(bound(a), bound(b))
+            case Cond(_, a, b):
+                value = max(bound(a), bound(b))
+            case _:
+                value = 0
+        bounds[node] = value
+        return value
+
+    defined: dict[str, int] = {}
+    for definition in program.definitions:
+        if definition.sort == Sort.COUNT:
+            defined[definition.name] = bound(definition.expr)
+    return max(defined.values(), default=0)
+
+
+class _Evaluator:
+    """Evaluates expressions on a batch of equal-length inputs: arrays of shape (B, n + 1).
+
+    ``exact_ints``: counts are Python integers (object arrays) instead of int64."""
+
+    def __init__(
+        self,
+        program: Program,
+        batch: Sequence[Sequence[str]],
+        length: int,
+        exact_ints: bool = False,
+    ) -> None:
+        self.int_type: type = object if exact_ints else np.int64
+        index = {s: k for k, s in enumerate(program.alphabet)}
+        ids = np.full((len(batch), length + 1), -1, dtype=np.int64)
+        for row, tokens in enumerate(batch):
+            ids[row, 1:] = [index[s] for s in tokens]
+        self.ids = ids
+        self.index = index
+        self.positions = np.arange(-1, length, dtype=np.int64)
+        self.values: dict[str, np.ndarray] = {}
+
+    def eval(self, node: Node) -> np.ndarray:
+        shape = self.ids.shape
+        size = shape[1]
+        match node:
+            case TokenIs(symbol):
+                return self.ids == self.index[symbol]
+            case BoolConst(value):
+                return np.full(shape, value, dtype=bool)
+            case Periodic(modulus, residues):
+                row = np.isin(self.positions % modulus, list(residues))
+                return np.broadcast_to(row, shape)
+            case Not(arg):
+                return ~self.eval(arg)
+            case And(a, b):
+                return self.eval(a) & self.eval(b)
+            case Or(a, b):
+                return self.eval(a) | self.eval(b)
+            case Compare(op, a, b):
+                return _COMPARE[op](self.eval(a), self.eval(b))
+            case BoolRef(name) | CountRef(name):
+                return self.values[name]
+            case Count(arg, offsets):
+                held = self.eval(arg).astype(np.int64)
+                held[:, 0] = 0  # the empty prefix is not a token position
+                if offsets is None:
+                    return np.cumsum(held, axis=1).astype(self.int_type)
+                out = np.zeros(shape, dtype=np.int64)
+                for d in offsets:
+                    if d < size - 1:
+                        out[:, d + 1 :] += held[:, 1 : size - d]
+                return out.astype(self.int_type)
+            case CountConst(value):
+                return np.full(shape, value, dtype=self.int_type)
+            case Add(a, b):
+                return self.eval(a) + self.eval(b)
+            case Sub(a, b):
+                return self.eval(a) - self.eval(b)
+            case Scale(factor, arg):
+                return factor * self.eval(arg)
+            case Min(a, b):
+                return np.minimum(self.eval(a), self.eval(b))
+            case Max(a, b):
+                return np.maximum(self.eval(a), self.eval(b))
+            case Cond(c, a, b):
+                return np.where(self.eval(c), self.eval(a), self.eval(b))
+        raise TypeError(f"not an IR node: {node!r}")  # pragma: no cover
+
+
+def interpret_batch(program: Program, batch: Sequence[Sequence[str]]) -> dict[str, np.ndarray]:
+    """Evaluate every definition on a batch of inputs of one length n.
+
+    Returns, per definition, an array of shape (len(batch), n + 1) indexed like
+    :attr:`Trace.values`.
+    """
+    lengths = {len(tokens) for tokens in batch}
+    if len(lengths) > 1:
+        raise ValueError("interpret_batch needs inputs of one length")
+    for tokens in batch:
+        check_tokens(program, tokens)
+    length = lengths.pop() if lengths else 0
+    exact_ints = count_bound(program, length) > INT64_SAFE
+    evaluator = _Evaluator(program, batch, length, exact_ints)
+    for definition in program.definitions:
+        value = evaluator.eval(definition.expr)
+        dtype = bool if definition.sort == Sort.BOOL else evaluator.int_type
+        evaluator.values[definition.name] = np.array(value, dtype=dtype)
+    return evaluator.values
+
+
+def interpret(program: Program, tokens: Sequence[str]) -> Trace:
+    """Evaluate every definition at every position of ``tokens``."""
+    tokens = tuple(tokens)
+    values = interpret_batch(program, [tokens])
+    return Trace(program, tokens, {name: value[0] for name, value in values.items()})
+
+
+def accepts(program: Program, tokens: Sequence[str]) -> bool:
+    """Whether the program accepts the string: its acceptance output at the last position."""
+    return interpret(program, tokens).accepted

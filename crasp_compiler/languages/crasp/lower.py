@@ -1,0 +1,550 @@
+"""Lower a checked C-RASP program to a circuit of cookbook blocks.
+
+Representation (numerical conventions of DESIGN.md):
+
+- A Boolean is a form with value in {0, 1} that is 0 at BOS. Token tests, ``true``
+  (``nonbos``), periodic predicates (positional features) and ``not`` (``nonbos − x``)
+  are linear; each maximal ``and``/``or``/``not`` formula becomes one truth-table FFN.
+- A count c at position t is a form with value ``c/(t+1)``: a sum of attention outputs
+  (``#``), gated offset lookups (local ``#``), FFN outputs (min, max, conditional) and
+  ``k · ONE`` for constants, where ``ONE = 1/(t+1)`` averages the BOS indicator.
+- ``C1 op C2`` thresholds ``d = form(C1) − form(C2)``: ``(t+1)·d`` is an integer, so
+  ``D ≤ 0`` iff ``−d + ONE/2 ≥ 0``, with margin ``ONE/2 ≥ 1/(2(n+1))``.
+
+Every form carries a bound on its absolute value at every position (BOS included),
+used for big-M gating and BOS guards.
+
+Count forms have integer coefficients (Python ints, so constants like 10^9·10^9 stay
+exact). A comparison divides ``D = Σ α_k c_k + β`` by ``g = gcd(α_k)`` first
+(``D ≤ 0 ⟺ D/g ≤ ⌊−β/g⌋``, and so on), and min, max and conditionals factor g out
+(``ReLU(g·z) = g·ReLU(z)``), so common factors never reach the weights. Every variable
+also carries the rounding bounds of :mod:`crasp_compiler.languages.crasp.rounding`, from which the
+compiler derives the float horizons of the model.
+
+A local count over a run of at least :data:`WINDOW_RUN` consecutive offsets ``a..b`` is
+a difference of two prefix counts, ``#_{[t−b, t−a]} P = C(t − a) − C(t − b − 1)``, where
+``C(t − c)/(t + 1)`` is the causal average of ``P`` shifted by c (one offset lookup
+writes ``P(t − c)`` as a Boolean, a uniform head counts it): a window of any width costs
+at most two lookups and two heads. Shorter runs read each offset separately.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from math import gcd
+
+from crasp_compiler.assemble.builder import BOS_VAR, NONBOS_VAR, Builder, token_var
+from crasp_compiler.cookbook import attention, ffn, layernorm
+from crasp_compiler.cookbook.blocks import Block, Form, form_add
+from crasp_compiler.errors import CraspError, Diagnostic
+from crasp_compiler.languages.crasp.nodes import (
+    Add,
+    And,
+    BoolConst,
+    BoolRef,
+    Compare,
+    Cond,
+    Count,
+    CountConst,
+    CountRef,
+    Max,
+    Min,
+    Node,
+    Not,
+    Or,
+    Periodic,
+    Program,
+    Scale,
+    Sub,
+    TokenIs,
+    walk,
+)
+from crasp_compiler.languages.crasp.printer import format_expr, offset_runs
+from crasp_compiler.languages.crasp.rounding import UNIT_ROUNDOFF, Analysis, Poly, t1
+from crasp_compiler.model.features import periodic as periodic_feature
+
+BOS, NONBOS, ONE = BOS_VAR, NONBOS_VAR, "ONE"
+MODES = ("heaviside", "relu", "layernorm")
+# A truth-table FFN with more rows than this is split into smaller formulas.
+MAX_TABLE_UNITS = 256
+# ReLU as a piecewise-linear function: one unit, ReLU(z).
+RELU_KNOTS = ((-1.0, 0.0), (0.0, 0.0), (1.0, 1.0))
+# A soft bit (within 1/4 of {0, 1}) made exact: 2·ReLU(b − 1/4) − 2·ReLU(b − 3/4).
+CLEAN_KNOTS = ((0.0, 0.0), (0.25, 0.0), (0.75, 1.0), (1.0, 1.0))
+COMPARE = {
+    "<=": operator.le,
+    "<": operator.lt,
+    "==": operator.eq,
+    "!=": operator.ne,
+    ">=": operator.ge,
+    ">": operator.gt,
+}
+# Count coefficients beyond this are refused (float64 ends near 1.8e308).
+MAX_COEFFICIENT = 10**300
+# Runs of at least this many consecutive offsets are counted as windows.
+WINDOW_RUN = 3
+
+
+def _gcd(form: Form) -> int:
+    """The gcd of a form's (integer) coefficients, 1 for the empty form."""
+    return gcd(*(int(c) for c in form.values())) or 1
+
+
+class _Lowerer:
+    def __init__(self, program: Program, mode: str, max_len: int | None) -> None:
+        self.program = program
+        self.mode = mode
+        self.max_len = max_len
+        self.builder = Builder(program.alphabet)
+        self.forms: dict[str, Form] = {}
+        self.var_bounds: dict[str, float] = {BOS: 1, NONBOS: 1}
+        self.memo: dict[Node, Form] = {}
+        self.defs = {d.name: d.expr for d in program.definitions}
+        self.counter = 0
+        self.one_made = False
+        self.rounding = {dtype: Analysis(dtype) for dtype in UNIT_ROUNDOFF}
+        self.track("exact_input", BOS, Poly())  # 0 at every token
+        self.track("exact_input", NONBOS, t1())
+        for symbol in program.alphabet:
+            self.track("exact_input", token_var(symbol), t1())
+        self.shifted: dict[tuple[frozenset, int], Form] = {}
+        self.leaves: dict[Node, tuple[Node, ...]] = {}
+        self.truth: dict[tuple[Node, ...], dict[Node, int]] = {}  # see _truth
+        self.bounds: dict[Node, Poly] = {}
+
+    # -------------------------------------------------------------- helpers
+
+    def fresh(self, kind: str) -> str:
+        self.counter += 1
+        return f"{kind}#{self.counter}"
+
+    def add(self, block: Block, outputs: dict[str, float]) -> None:
+        """Add ``block``; ``outputs`` bounds the absolute value of each variable it writes."""
+        self.builder.add(block)
+        self.var_bounds.update(outputs)
+
+    def track(self, step: str, *args: object, **kwargs: object) -> None:
+        """Apply one step of the rounding analysis (an :class:`Analysis` method) for
+        every float type."""
+        for analysis in self.rounding.values():
+            getattr(analysis, step)(*args, **kwargs)
+
+    def bound(self, form: Form) -> float:
+        return sum(abs(c) * self.var_bounds[v] for v, c in form.items())
+
+    def one(self) -> Form:
+        if not self.one_made:
+            self.add(attention.causal_average({BOS: 1}, ONE, label="ONE = 1/(t+1)"), {ONE: 1})
+            self.track("one", ONE)
+            self.one_made = True
+        return Form({ONE: 1})
+
+    # -------------------------------------------------------------- Booleans
+
+    def boolean(self, node: Node) -> Form:
+        if node in self.memo:
+            return self.memo[node]
+        match node:
+            case TokenIs(symbol):
+                form = {token_var(symbol): 1.0}
+            case BoolConst(value):
+                form = {NONBOS: 1} if value else {}
+            case Periodic(modulus, residues):
+                # the features hold their value at position −1 on BOS; a Boolean is 0 there
+                form = {BOS: -1} if modulus - 1 in residues else {}
+                for r in sorted(residues):
+                    name = periodic_feature(modulus, r)
+                    form = form_add((1, form), (1, self.builder.feature(name)))
+                    self.var_bounds[name] = 1
+                    self.track("exact_input", name, t1())
+            case Not(arg):
+                form = form_add((1, {NONBOS: 1}), (-1, self.boolean(arg)))
+            case BoolRef(name):
+                form = self.boolean(self.defs[name])
+            case Compare():
+                form = self.compare(node)
+            case And() | Or():
+                form = self.formula(node)
+            case _:  # pragma: no cover - the checker admits no other Boolean nodes
+                raise TypeError(node)
+        self.memo[node] = form
+        return form
+
+    def _parts(self, node: Node) -> tuple[Node, ...]:
+        """The operands of a not/and/or node, or of a reference to a formula definition
+        (the maximal formula reaches through them); () for a leaf."""
+        match node:
+            case Not(arg):
+                return (arg,)
+            case And(a, b) | Or(a, b):
+                return (a, b)
+            case BoolRef(name) if isinstance(self.defs[name], (Not, And, Or)):
+                return (self.defs[name],)
+        return ()
+
+    def _leaves(self, node: Node) -> tuple[Node, ...]:
+        """The leaves of the maximal and/or/not formula at ``node``, memoised, so that
+        long chains of formula definitions (lowered in order) never recurse deeply."""
+        if node not in self.leaves:
+            parts = self._parts(node)
+            found = [leaf for part in parts for leaf in self._leaves(part)] if parts else [node]
+            self.leaves[node] = tuple(dict.fromkeys(found))
+        return self.leaves[node]
+
+    def _truth(self, node: Node, leaves: tuple[Node, ...]) -> int:
+        """The truth table of the formula at ``node`` over ``leaves`` as a bitset: bit r is
+        its value on row r of ``product((False, True), repeat=len(leaves))``. Memoised per
+        (node, leaves) and computed with an explicit stack, so long chains of formula
+        definitions cost one step per definition."""
+        m = len(leaves)
+        full = (1 << (1 << m)) - 1
+        values = self.truth.setdefault(leaves, {})
+        for i, leaf in enumerate(leaves):
+            values.setdefault(leaf, sum(1 << r for r in range(1 << m) if (r >> (m - 1 - i)) & 1))
+        stack = [node]
+        while stack:
+            top = stack[-1]
+            if top in values:
+                stack.pop()
+                continue
+            parts = self._parts(top)
+            missing = [part for part in parts if part not in values]
+            if missing:
+                stack.extend(missing)
+                continue
+            stack.pop()
+            match top:
+                case Not():
+                    values[top] = full & ~values[parts[0]]
+                case And():
+                    values[top] = values[parts[0]] & values[parts[1]]
+                case Or():
+                    values[top] = values[parts[0]] | values[parts[1]]
+                case _:  # a reference to a formula definition
+                    values[top] = values[parts[0]]
+        return values[node]
+
+    def formula(self, node: Node) -> Form:
+        leaves = list(self._leaves(node))
+        rows = 2 ** len(leaves)
+        if rows // 2 > MAX_TABLE_UNITS:
+            # Too wide for one table: materialise the operands first, then combine them.
+            a, b = node.left, node.right  # type: ignore[attr-defined]
+            leaves = [a, b]
+            forms = [self.boolean(a), self.boolean(b)]
+        else:
+            forms = [self.boolean(leaf) for leaf in leaves]
+
+        column = self._truth(node, tuple(leaves))
+
+        def table(bits: tuple[bool, ...]) -> bool:
+            row = sum(1 << (len(bits) - 1 - i) for i, bit in enumerate(bits) if bit)
+            return bool((column >> row) & 1)
+
+        if column in (0, (1 << rows) - 1):  # a contradiction or a tautology needs no block
+            return {NONBOS: 1} if column else {}
+        out = self.fresh("bool")
+
+        block = ffn.boolean_function(forms, table, out, nonbos=NONBOS, label=f"formula -> {out}")
+        self.add(block, {out: 1})
+        self.track("table", out, forms, node)
+        return {out: 1}
+
+    def compare(self, node: Compare) -> Form:
+        """``left op right`` on ``D = left − right = g·D' + β`` (β the constant part, g
+        the gcd of the other coefficients), decided on the integer D' against a rounded
+        threshold: ``D ≤ 0 ⟺ D' ≤ ⌊−β/g⌋``, ``D ≥ 0 ⟺ D' ≥ ⌈−β/g⌉``, ``D = 0 ⟺ g | β
+        and D' = −β/g``."""
+        one = self.one()
+        d = form_add((1, self.count(node.left)), (-1, self.count(node.right)))
+        beta = int(d.pop(ONE, 0))
+        if not d:  # a constant comparison
+            return {NONBOS: 1} if COMPARE[node.op](beta, 0) else {}
+        g = _gcd(d)
+        rest = Form({v: int(c) // g for v, c in d.items()})
+        half = {v: c / 2 for v, c in one.items()}
+        # |D'| ≤ (|left| + |right| + |β|)/g, from the program's own bounds
+        size = (self.ir(node.left) + self.ir(node.right) + Poly.const(abs(beta))).scale(1 / g)
+
+        def le(k: int) -> Form:  # D' <= k
+            z = form_add((-1, rest), (k, one), (1, half))
+            return self.step(z, node, size + Poly.const(abs(k) + 0.5))
+
+        def ge(k: int) -> Form:  # D' >= k
+            z = form_add((1, rest), (-k, one), (1, half))
+            return self.step(z, node, size + Poly.const(abs(k) + 0.5))
+
+        match node.op:
+            case "<=":
+                return le(-beta // g)
+            case ">=":
+                return ge(-(beta // g))
+            case "<":
+                return le((-1 - beta) // g)
+            case ">":
+                return ge(-((beta - 1) // g))
+        if beta % g:  # g·D' = −β has no integer solution
+            eq: Form = Form()
+        else:
+            both = form_add((1, le(-beta // g)), (1, ge(-beta // g)))
+            eq = form_add((1, both), (-1, {NONBOS: 1}))
+        return eq if node.op == "==" else form_add((1, {NONBOS: 1}), (-1, eq))
+
+    def step(self, z: Form, node: Node, size: Poly) -> Form:
+        """A Boolean variable holding ``1[z ≥ 0]`` at tokens and 0 at BOS (``size``
+        bounds ``|z|·(t+1)``)."""
+        out = self.fresh("cmp")
+        bound = min(self.bound(z), size.stored_max())
+        tolerance = 0.0
+        if self.mode == "layernorm":
+            # the BOS guard −M·bos (M = bound + 1) makes z ≤ −1 at BOS, so BOS reads 0
+            guarded = form_add((1, z), (-(bound + 1), {BOS: 1.0}))
+            block = layernorm.positive(guarded, out, label=f"sign -> {out}")
+        else:
+            # heaviside: one Heaviside unit; relu: GEZero_δ with δ = 1/(4(N+1)), exact
+            # since |z| ≥ ONE/2 ≥ 2δ for t ≤ N — with a slack of δ, so that rounding
+            # errors below it change nothing. The BOS guard −M·bos (M = bound + 1 + δ)
+            # puts z ≤ −1 − δ at BOS, so BOS reads 0.
+            kind = "threshold"
+            if self.mode == "relu":
+                assert self.max_len is not None
+                tolerance, kind = 1 / (4 * (self.max_len + 1)), "ramp"
+            guarded = form_add((1, z), (-(bound + 1 + tolerance), {BOS: 1.0}))
+            block = ffn.ge_zero(guarded, out, tolerance=tolerance, label=f"{kind} -> {out}")
+        self.add(block, {out: 1})
+        what = f"the comparison `{format_expr(node)}`"
+        self.track("threshold", out, z, self.mode, node, what, ramp_width=tolerance)
+        self.track("bos_check", z, bound + 1, node, what + " (its BOS guard)")
+        return {out: 1}
+
+    # -------------------------------------------------------------- counts
+
+    def count(self, node: Node) -> Form:
+        if node in self.memo:
+            return self.memo[node]
+        match node:
+            case Count(arg, None):
+                form = self.prefix_count(self.boolean(arg), node)
+            case Count(arg, offsets):
+                form = self.local_count(self.boolean(arg), offsets, node)
+            case CountConst(value):
+                form = {v: value * c for v, c in self.one().items()} if value else {}
+            case CountRef(name):
+                form = self.count(self.defs[name])
+            case Add(a, b):
+                form = form_add((1, self.count(a)), (1, self.count(b)))
+            case Sub(a, b):
+                form = form_add((1, self.count(a)), (-1, self.count(b)))
+            case Scale(factor, arg):
+                form = form_add((factor, self.count(arg)))
+            case Min(a, b) | Max(a, b):
+                x, y = self.count(a), self.count(b)
+                sign = -1 if isinstance(node, Min) else 1
+                out = self.fresh("min" if sign < 0 else "max")
+                # min(x, y) = y − g·ReLU((y − x)/g);  max(x, y) = y + g·ReLU((x − y)/g):
+                # one unit and a linear read (g: the gcd of the coefficients)
+                z = form_add((sign, x), (-sign, y))
+                g = _gcd(z)
+                z = Form({v: int(c) // g for v, c in z.items()})
+                value = (self.ir(a) + self.ir(b)).scale(1 / g)
+                label = f"{type(node).__name__.lower()} -> {out}"
+                bound = min(self.bound(z), value.stored_max())
+                self.add(ffn.cpwl(z, RELU_KNOTS, out, label=label), {out: bound})
+                self.track("relu", out, z, value)
+                form = form_add((1, y), (sign * g, {out: 1}))
+            case Cond(c, a, b):
+                # c ? x : y  =  y + g·c·((x − y)/g), by big-M gating
+                x, y, bit = self.count(a), self.count(b), self.boolean(c)
+                diff = form_add((1, x), (-1, y))
+                g = _gcd(diff)
+                diff = Form({v: int(c) // g for v, c in diff.items()})
+                value = (self.ir(a) + self.ir(b)).scale(1 / g)
+                out = self.fresh("cond")
+                bound = min(self.bound(diff), value.stored_max())
+                gate = ffn.conditional_bigm(
+                    bit, diff, Form(), out, bound=bound, label=f"conditional -> {out}"
+                )
+                self.add(gate, {out: bound})
+                self.track("gate", out, bit, diff, bound, value)
+                form = form_add((1, y), (g, {out: 1}))
+            case _:  # pragma: no cover
+                raise TypeError(node)
+        if any(abs(c) > MAX_COEFFICIENT for c in form.values()):
+            raise CraspError(
+                [
+                    Diagnostic(
+                        f"a coefficient of this count is about 10^{len(str(abs(int(max(form.values(), key=abs))))) - 1}, "
+                        "beyond what a float64 weight can hold",
+                        node.span,
+                        "scale the program down",
+                    )
+                ],
+                self.program.source,
+                self.program.filename,
+            )
+        self.memo[node] = form
+        return form
+
+    def ir(self, node: Node) -> Poly:
+        """A bound on ``|value|·(t + 1)`` of a count expression (its integer value) from the
+        program alone: ``|# P| ≤ t``, ``|#[ψ] P| ≤ |offsets|``, ``|k| ``, sums, ``|f|·``,
+        the larger of two for min, max and conditionals. Tighter than the sum over a
+        form's variables, whose values may cancel."""
+        if node not in self.bounds:
+            match node:
+                case Count(_, None):
+                    value = Poly.linear(0, 1)
+                case Count(_, offsets):
+                    value = Poly.const(len(offsets))
+                case CountConst(value=v):
+                    value = Poly.const(abs(v))
+                case CountRef(name):
+                    value = self.ir(self.defs[name])
+                case Add(a, b) | Sub(a, b):
+                    value = self.ir(a) + self.ir(b)
+                case Scale(factor, arg):
+                    value = self.ir(arg).scale(factor)
+                case Min(a, b) | Max(a, b) | Cond(_, a, b):
+                    value = self.ir(a).max(self.ir(b))
+                case _:  # pragma: no cover - not a count
+                    raise TypeError(node)
+            self.bounds[node] = value
+        return self.bounds[node]
+
+    def prefix_count(self, arg: Form, node: Node | None = None) -> Form:
+        """``# P``: the causal average of the Boolean form ``arg`` (0 at BOS)."""
+        key = (frozenset(arg.items()), 0)
+        if key not in self.shifted:
+            out = self.fresh("count")
+            self.add(attention.causal_average(arg, out, label=f"# -> {out}"), {out: 1})
+            self.track("average", out, arg, node)
+            self.shifted[key] = Form({out: 1})
+        return self.shifted[key]
+
+    def shifted_count(self, arg: Form, shift: int, node: Node) -> Form:
+        """``C(t − shift)/(t + 1)``: the prefix count of ``P(· − shift)``, whose bit one
+        offset lookup writes (a softmax lookup in relu mode, made exact by a ramp)."""
+        key = (frozenset(arg.items()), shift)
+        if shift == 0 or key in self.shifted:
+            return self.prefix_count(arg, node) if shift == 0 else self.shifted[key]
+        constant = {BOS: 1.0, NONBOS: 1.0}  # 1 at every position
+        bit = self.fresh(f"prev{shift}")
+        label = f"P(i-{shift}) -> {bit}"
+        if self.mode == "relu":
+            assert self.max_len is not None
+            soft = self.fresh(f"soft{shift}")
+            self.add(
+                attention.soft_offset_lookup(
+                    arg, shift, soft, constant, BOS, self.max_len, label=label
+                ),
+                {soft: 1},
+            )
+            self.track("lookup", soft, arg, soft=True)
+            clean = ffn.cpwl({soft: 1}, CLEAN_KNOTS, bit, label=f"clean -> {bit}")
+            self.add(clean, {bit: 1})
+            self.track("clean", bit, {soft: 1}, node)
+        else:
+            self.add(attention.offset_lookup(arg, shift, bit, constant, BOS, label), {bit: 1})
+            self.track("lookup", bit, arg, soft=False)
+        form = self.prefix_count(Form({bit: 1}), node)
+        self.shifted[key] = form
+        return form
+
+    def local_count(self, arg: Form, offsets: frozenset[int], node: Node) -> Form:
+        """``#[j <= i, i − j ∈ offsets] P(j)``. A run ``a..b`` of at least
+        :data:`WINDOW_RUN` offsets is ``C(t − a) − C(t − b − 1)`` (two shifted prefix
+        counts); every other offset c is ``ONE · P(i − c)``, by an offset lookup and a
+        gate: hard lookups and big-M gates in heaviside and layernorm modes (every
+        length), softmax lookups and soft gates in relu mode (lengths ≤ max_len)."""
+        one = self.one()
+        constant = {BOS: 1.0, NONBOS: 1.0}  # 1 at every position
+        form: Form = Form()
+        for start, stop in offset_runs(offsets):
+            if stop - start + 1 >= WINDOW_RUN:
+                form = form_add(
+                    (1, form),
+                    (1, self.shifted_count(arg, start, node)),
+                    (-1, self.shifted_count(arg, stop + 1, node)),
+                )
+                continue
+            for offset in range(start, stop + 1):
+                bit = self.fresh(f"prev{offset}")
+                out = self.fresh("local")
+                lookup_label = f"P(i-{offset}) -> {bit}"
+                gate_label = f"ONE·P(i-{offset}) -> {out}"
+                if self.mode == "relu":
+                    assert self.max_len is not None
+                    lookup = attention.soft_offset_lookup(
+                        arg, offset, bit, constant, BOS, self.max_len, label=lookup_label
+                    )
+                    gate = ffn.soft_gate({bit: 1.0}, one, out, bound=1.0, label=gate_label)
+                else:
+                    lookup = attention.offset_lookup(arg, offset, bit, constant, BOS, lookup_label)
+                    gate = ffn.conditional_bigm(
+                        {bit: 1.0}, one, Form(), out, bound=1.0, label=gate_label
+                    )
+                self.add(lookup, {bit: 1})
+                soft = self.mode == "relu"
+                self.track("lookup", bit, arg, soft=soft)
+                self.add(gate, {out: 1})
+                if soft:
+                    self.track("soft_gate", out, {bit: 1}, one, node)
+                else:
+                    self.track("gate", out, {bit: 1}, one, 1.0)
+                form = form_add((1, form), (1, {out: 1}))
+        return form
+
+    # -------------------------------------------------------------- program
+
+    def needed(self) -> set[str]:
+        """The definitions the outputs depend on (the others are not compiled)."""
+        seen: set[str] = set()
+        stack = list(self.program.outputs)
+        while stack:
+            name = stack.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            stack.extend(
+                n.name for n in walk(self.defs[name]) if isinstance(n, (BoolRef, CountRef))
+            )
+        return seen
+
+    def lower(self) -> Lowered:
+        needed = self.needed()
+        for definition in self.program.definitions:
+            if definition.name not in needed:
+                continue
+            if definition.sort.value == "bool":
+                form = self.boolean(definition.expr)
+            else:
+                self.ir(definition.expr)  # in order: references find their bounds made
+                form = self.count(definition.expr)
+            self.forms[definition.name] = form
+        for name in self.program.outputs:
+            definition = self.program[name]
+            rule = "bool" if definition.sort.value == "bool" else "count"
+            form, what = self.forms[name], f"the output {name!r}"
+            self.track("output", form, rule, definition, what)
+        return Lowered(self.builder, self.forms, self.rounding)
+
+
+@dataclass
+class Lowered:
+    """The result of :func:`lower_program`: the builder, the form of every compiled
+    definition, and the rounding analysis of the variables and decisions."""
+
+    builder: Builder
+    forms: dict[str, Form]
+    rounding: dict[str, Analysis]  # per float type
+
+
+def lower_program(program: Program, mode: str = "heaviside", max_len: int | None = None) -> Lowered:
+    """Lower ``program`` to blocks on a :class:`Builder`. ``mode`` picks how comparisons
+    threshold."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    if mode == "relu" and (max_len is None or max_len < 0):
+        raise ValueError("relu mode needs max_len, the longest input it must be exact for")
+    return _Lowerer(program, mode, max_len).lower()

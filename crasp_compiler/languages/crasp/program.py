@@ -1,0 +1,73 @@
+"""Loading C-RASP programs from text or files, and tokenising inputs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from crasp_compiler.errors import CraspError
+from crasp_compiler.languages.crasp import build_program
+from crasp_compiler.languages.crasp.nodes import Program, TokenIs, walk
+from crasp_compiler.model.model import BOS
+from crasp_compiler.syntax import parse_tree
+
+PROGRAM_SUFFIXES = (".crasp", ".cr")
+
+
+def parse_program(
+    text: str, filename: str = "<string>", alphabet: Iterable[str] | None = None
+) -> Program:
+    """Parse and check a C-RASP program. ``alphabet`` overrides the declared or inferred one."""
+    program = build_program(parse_tree(text, filename), text, filename)
+    if alphabet is not None:
+        program = with_alphabet(program, alphabet)
+    return program
+
+
+def load_program(path: str | Path, alphabet: Iterable[str] | None = None) -> Program:
+    """Read a ``.crasp`` or ``.cr`` file and check it."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")  # a leading BOM is not program text
+    except (OSError, UnicodeDecodeError) as err:
+        raise CraspError(f"cannot read program: {err}", filename=str(path)) from None
+    return parse_program(text, str(path), alphabet)
+
+
+def with_alphabet(program: Program, alphabet: Iterable[str]) -> Program:
+    """The same program over another alphabet, which must contain every token it tests."""
+    symbols = tuple(dict.fromkeys(alphabet))
+    if not symbols:
+        raise CraspError("the alphabet is empty", filename=program.filename)
+    for symbol in symbols:
+        if symbol == BOS:
+            raise CraspError(
+                f"alphabet symbol {symbol!r} is reserved: it is the compiled models' BOS token",
+                filename=program.filename,
+            )
+        if not symbol or not symbol.isprintable() or any(ch.isspace() for ch in symbol):
+            problem = "contains an unprintable character" if symbol.strip() else "is empty"
+            if any(ch.isspace() for ch in symbol):
+                problem = "contains whitespace"
+            raise CraspError(f"alphabet symbol {symbol!r} {problem}", filename=program.filename)
+    used = {n.symbol for d in program.definitions for n in walk(d.expr) if isinstance(n, TokenIs)}
+    missing = sorted(used - set(symbols))
+    if missing:
+        raise CraspError(
+            "the alphabet lacks token(s) the program tests: " + ", ".join(repr(s) for s in missing),
+            filename=program.filename,
+        )
+    return Program(
+        program.definitions,
+        symbols,
+        program.accept,
+        program.outputs,
+        source=program.source,
+        filename=program.filename,
+        warnings=program.warnings,
+    )
+
+
+def tokenize(line: str) -> list[str]:
+    """Split an input line into whitespace-separated tokens."""
+    return line.split()

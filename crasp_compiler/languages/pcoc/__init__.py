@@ -1,0 +1,33 @@
+"""PCOC: programs of machines that receive along fixed patterns and compute locally.
+
+- :func:`parse_pcoc`, :func:`load_pcoc`: program text to the IR of :mod:`.nodes`;
+- :func:`check_pcoc`: static checks for a given ``n`` (returns the unrolled rounds);
+- :func:`interpret_pcoc`, :func:`interpret_pcoc_batch`: the reference semantics, as a
+  :class:`Trace`;
+- :func:`read_vectors`, :func:`format_vector`: input and output text.
+"""
+
+from crasp_compiler.languages.pcoc.interpret import (
+    Trace,
+    check_pcoc,
+    format_number,
+    format_vector,
+    interpret_pcoc,
+    interpret_pcoc_batch,
+    read_vectors,
+)
+from crasp_compiler.languages.pcoc.parse import PCOC_SUFFIXES, load_pcoc, parse_pcoc, span_of
+
+__all__ = [
+    "PCOC_SUFFIXES",
+    "Trace",
+    "check_pcoc",
+    "format_number",
+    "format_vector",
+    "interpret_pcoc",
+    "interpret_pcoc_batch",
+    "load_pcoc",
+    "parse_pcoc",
+    "read_vectors",
+    "span_of",
+]

@@ -1,0 +1,830 @@
+"""Checking and running PCOC programs for a given number of machines ``n``.
+
+- :func:`check_pcoc`: unroll the program for ``n`` and evaluate every static expression
+  (loop bounds, receive sources, static conditions, static values used as data) on every
+  machine of every round, reporting each failure at its source location (``log2`` of a
+  non-power of two, division by zero, a negative exponent, a loop too long, ``n < 1``);
+  returns :func:`~crasp_compiler.languages.pcoc.nodes.unroll`'s rounds.
+- :func:`interpret_pcoc` / :func:`interpret_pcoc_batch`: the reference semantics of
+  :mod:`crasp_compiler.languages.pcoc.nodes` in float64, giving a :class:`Trace` (every slot of every
+  machine after every round). Data comparisons are exact; with ``check_promises=True`` the
+  interpreter also reports values that break a declared margin or slot bound.
+- :func:`read_vectors` / :func:`format_vector`: input and output text for the command line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from crasp_compiler.errors import CraspError, Diagnostic, Span
+from crasp_compiler.languages.pcoc.nodes import (
+    Add,
+    Assign,
+    Call,
+    Compare,
+    Expr,
+    For,
+    If,
+    IfExpr,
+    Num,
+    Program,
+    Read,
+    Round,
+    SBin,
+    Scale,
+    SCall,
+    SNot,
+    SNum,
+    Static,
+    StaticExpr,
+    Stmt,
+    Sub,
+    SVar,
+    unroll,
+)
+from crasp_compiler.languages.pcoc.parse import (
+    MAX_ERRORS,
+    MAX_EXACT_INT,
+    STATIC_TYPES,
+    _power_too_big,
+    span_of,
+)
+
+MAX_ROUNDS = 100_000  # rounds after unrolling
+MAX_ITERATIONS = 1_000_000  # loop iterations in all (loops may be empty)
+MAX_MACHINES = 10_000_000
+
+# ================================================================== static evaluation
+
+
+class _Failure(Exception):
+    """A static expression without a value, at ``node`` (its span filled on the way up)."""
+
+    def __init__(self, message: str, machine: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.machine = machine
+        self.span: Span | None = None
+
+
+def _truth(value):
+    """0/1 (int or object array) for a static value's truth."""
+    if isinstance(value, np.ndarray):
+        return np.where(value != 0, 1, 0).astype(object)
+    return int(bool(value))
+
+
+def _first(mask: np.ndarray, machines: np.ndarray | None) -> int | None:
+    if machines is None or not isinstance(mask, np.ndarray):
+        return None
+    return int(machines[int(np.argmax(mask))])
+
+
+def static_value(expr: StaticExpr, env: dict[str, int], machines: np.ndarray | None = None):
+    """The value of a static expression: an int, or (when it depends on ``i``) an object
+    array of ints, one per entry of ``machines``. It agrees with
+    :func:`~crasp_compiler.languages.pcoc.nodes.eval_static` machine by machine (``and``/``or``
+    short-circuit per machine too), and raises ``_Failure`` where that raises."""
+    try:
+        return _static(expr, env, machines)
+    except _Failure as failure:
+        if failure.span is None:
+            failure.span = span_of(expr)
+        raise
+
+
+def _static(expr: StaticExpr, env: dict[str, int], machines: np.ndarray | None):
+    match expr:
+        case SNum(value):
+            return value
+        case SVar(name):
+            if name == "i":
+                if machines is None:
+                    raise _Failure("`i` has no value here")
+                return machines
+            if name not in env:
+                raise _Failure(f"{name!r} has no value here")
+            return env[name]
+        case SNot(arg):
+            value = static_value(arg, env, machines)
+            return 1 - _truth(value)
+        case SBin(op, left, right) if op in ("and", "or"):
+            a = _truth(static_value(left, env, machines))
+            decided = 0 if op == "and" else 1
+            if not isinstance(a, np.ndarray):
+                return a if a == decided else _truth(static_value(right, env, machines))
+            pending = a != decided
+            if not pending.any():
+                return a
+            sub = machines[pending]
+            b = _truth(static_value(right, env, sub))
+            out = a.copy()
+            out[pending] = b
+            return out
+        case SBin(op, left, right):
+            a = static_value(left, env, machines)
+            b = static_value(right, env, machines)
+            return _binary(op, a, b, machines)
+        case SCall(fn, args):
+            values = [static_value(arg, env, machines) for arg in args]
+            if fn in ("min", "max"):
+                out = values[0]
+                for value in values[1:]:
+                    pick = (out <= value) if fn == "min" else (out >= value)
+                    out = (
+                        np.where(pick, out, value).astype(object)
+                        if _any_array(out, value)
+                        else (out if pick else value)
+                    )
+                return out
+            (x,) = values
+            xs = x if isinstance(x, np.ndarray) else np.array([x], dtype=object)
+            bad = xs < 1
+            if fn == "log2":
+                bad = bad | np.array([v >= 1 and v & (v - 1) != 0 for v in xs], dtype=bool)
+            if bad.any():
+                value = xs[int(np.argmax(bad))]
+                reason = "not a power of two" if fn == "log2" and value >= 1 else "not positive"
+                raise _Failure(
+                    f"{fn}({value}) is undefined: {value} is {reason}", _first(bad, machines)
+                )
+            if fn == "log2":
+                result = [v.bit_length() - 1 for v in xs]
+            else:
+                result = [(v - 1).bit_length() for v in xs]
+            if isinstance(x, np.ndarray):
+                return np.array(result, dtype=object)
+            return result[0]
+    raise _Failure(f"not a static expression: {expr!r}")  # pragma: no cover
+
+
+def _any_array(*values) -> bool:
+    return any(isinstance(v, np.ndarray) for v in values)
+
+
+def _binary(op: str, a, b, machines):
+    arrays = _any_array(a, b)
+    if op in ("//", "%"):
+        zero = b == 0
+        if np.any(zero):
+            word = "div" if op == "//" else "%"
+            raise _Failure(
+                f"`{word}` by zero",
+                _first(np.broadcast_to(zero, np.shape(a) or np.shape(b)), machines),
+            )
+    if op == "**":
+        negative = b < 0
+        if np.any(negative):
+            where = _first(np.broadcast_to(negative, np.shape(a) or np.shape(b)), machines)
+            raise _Failure("`**` with a negative exponent (the result is not an integer)", where)
+        top = max((abs(v) for v in np.ravel(a)), default=0)
+        power = max(np.ravel(b), default=0)
+        if _power_too_big(int(top), int(power)):
+            raise _Failure(f"`**` result too large ({top} ** {power})")
+    if op in ("<", "<=", ">", ">=", "==", "!="):
+        result = {
+            "<": lambda: a < b,
+            "<=": lambda: a <= b,
+            ">": lambda: a > b,
+            ">=": lambda: a >= b,
+            "==": lambda: a == b,
+            "!=": lambda: a != b,
+        }[op]()
+        return np.where(result, 1, 0).astype(object) if arrays else int(result)
+    result = {
+        "+": lambda: a + b,
+        "-": lambda: a - b,
+        "*": lambda: a * b,
+        "//": lambda: a // b,
+        "%": lambda: a % b,
+        "**": lambda: a**b,
+    }[op]()
+    return result
+
+
+# ================================================================== the checker
+
+
+def _validate_n(n: int, filename: str) -> int:
+    if isinstance(n, bool) or not isinstance(n, int | np.integer):
+        raise CraspError(f"n must be a positive integer, not {n!r}", filename=filename)
+    n = int(n)
+    if n < 1:
+        raise CraspError(f"n must be at least 1, not {n}", filename=filename)
+    if n > MAX_MACHINES:
+        raise CraspError(
+            f"n = {n} is more machines than supported ({MAX_MACHINES})", filename=filename
+        )
+    return n
+
+
+def _env_text(env: dict[str, int], machine: int | None) -> str:
+    parts = [f"{name} = {value}" for name, value in env.items()]
+    if machine is not None:
+        parts.append(f"i = {machine}")
+    return ", ".join(parts)
+
+
+class _Errors:
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self.diagnostics: list[Diagnostic] = []
+        self.spans: set[Span | None] = set()
+
+    def add(self, failure: _Failure, env: dict[str, int], fallback: Span | None) -> None:
+        span = failure.span or fallback
+        if span in self.spans or len(self.diagnostics) >= MAX_ERRORS:
+            return
+        self.spans.add(span)
+        where = _env_text(env, failure.machine)
+        self.diagnostics.append(Diagnostic(f"{failure.message} (for {where})", span))
+
+    def raise_any(self) -> None:
+        if self.diagnostics:
+            raise CraspError(self.diagnostics, self.program.source, self.program.filename)
+
+
+def _statics_of_expr(expr: Expr, out: list) -> None:
+    """The static expressions that a data expression evaluates."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        match node:
+            case Static(inner):
+                out.append((inner, True))
+            case Add(left, right) | Sub(left, right) | Compare(_, left, right, _):
+                stack.extend([right, left])
+            case Scale(_, arg):
+                stack.append(arg)
+            case Call(_, args):
+                stack.extend(args)
+            case IfExpr(cond, then, otherwise):
+                if isinstance(cond, STATIC_TYPES):
+                    out.append((cond, False))
+                else:
+                    stack.append(cond)
+                stack.extend([then, otherwise])
+
+
+def _statics_of_round(round_: Round) -> list[tuple[StaticExpr, bool, Span | None]]:
+    """(expression, used as data, fallback span) for every static expression of a round."""
+    out: list[tuple[StaticExpr, bool, Span | None]] = []
+    for receive in round_.receives:
+        out.append((receive.source, False, receive.span))
+
+    def statements(body: tuple[Stmt, ...]) -> None:
+        for stmt in body:
+            found: list = []
+            if isinstance(stmt, Assign):
+                _statics_of_expr(stmt.expr, found)
+            else:
+                if isinstance(stmt.cond, STATIC_TYPES):
+                    found.append((stmt.cond, False))
+                else:
+                    _statics_of_expr(stmt.cond, found)
+            out.extend((expr, as_data, stmt.span) for expr, as_data in found)
+            if isinstance(stmt, If):
+                statements(stmt.then)
+                statements(stmt.otherwise)
+
+    statements(round_.body)
+    return out
+
+
+def check_pcoc(program: Program, n: int) -> list[tuple[Round, dict[str, int]]]:
+    """Check ``program`` for ``n`` machines and return its rounds in execution order, each
+    with its static environment (as :func:`~crasp_compiler.languages.pcoc.nodes.unroll` gives them).
+
+    Every static expression is evaluated on every machine of every round it belongs to
+    (both branches of a static choice included, except where ``and``/``or`` short-circuit);
+    each failure is reported once, at its location, with the values of n, r, the loop
+    variables and i. Raises :class:`CraspError`."""
+    n = _validate_n(n, program.filename)
+    errors = _Errors(program)
+    machines = np.arange(n).astype(object)
+    count = {"rounds": 0, "iterations": 0}
+    statics: dict[int, list] = {}  # per round of the program text
+
+    class _TooLong(Exception):
+        pass
+
+    def walk(items: tuple[Round | For, ...], env: dict[str, int]) -> None:
+        for item in items:
+            if isinstance(item, Round):
+                round_env = {**env, "r": count["rounds"]}
+                count["rounds"] += 1
+                if count["rounds"] > MAX_ROUNDS:
+                    errors.diagnostics.append(
+                        Diagnostic(
+                            f"more than {MAX_ROUNDS} rounds for n = {n}",
+                            item.span,
+                            "loops run too long; check their bounds",
+                        )
+                    )
+                    raise _TooLong()
+                if id(item) not in statics:
+                    statics[id(item)] = _statics_of_round(item)
+                for expr, as_data, fallback in statics[id(item)]:
+                    try:
+                        value = static_value(expr, round_env, machines)
+                    except _Failure as failure:
+                        errors.add(failure, round_env, fallback)
+                        continue
+                    if as_data and np.any(np.abs(value) > MAX_EXACT_INT):
+                        big = np.broadcast_to(np.abs(value) > MAX_EXACT_INT, (n,))
+                        failure = _Failure(
+                            "the static value is too large to be exact as a number (> 2**53)",
+                            _first(big, machines) if isinstance(value, np.ndarray) else None,
+                        )
+                        failure.span = span_of(expr)
+                        errors.add(failure, round_env, fallback)
+                continue
+            bound_env = {**env, "r": count["rounds"]}
+            try:
+                start = static_value(item.start, bound_env)
+                stop = static_value(item.stop, bound_env)
+            except _Failure as failure:
+                errors.add(failure, bound_env, item.span)
+                continue
+            for value in range(start, stop):
+                count["iterations"] += 1
+                if count["iterations"] > MAX_ITERATIONS:
+                    errors.diagnostics.append(
+                        Diagnostic(
+                            f"more than {MAX_ITERATIONS} loop iterations for n = {n}",
+                            item.span,
+                            "check the loop bounds",
+                        )
+                    )
+                    raise _TooLong()
+                walk(item.body, {**env, item.var: value})
+
+    with contextlib.suppress(_TooLong):
+        walk(program.rounds, {"n": n})
+    errors.raise_any()
+    return unroll(program, n)
+
+
+# ================================================================== the interpreter
+
+
+@dataclass
+class Trace:
+    """What a run did. ``rounds[0]`` is the initial memory and ``rounds[k]`` the memory
+    after round k (1-based), each mapping every slot to its values on machines 0..n-1;
+    ``outputs`` maps the output slots to their values after the last round; ``envs[k]``
+    is the static environment of round k + 1 (``n``, ``r`` and loop variables). Arrays
+    have shape ``(n,)``, or ``(batch, n)`` from :func:`interpret_pcoc_batch`."""
+
+    n: int
+    rounds: list[dict[str, np.ndarray]]
+    outputs: dict[str, np.ndarray]
+    envs: list[dict[str, int]]
+
+
+class _Machine:
+    """One run of a program on a batch of inputs (arrays of shape (B, n))."""
+
+    def __init__(self, program: Program, n: int, batch: int, check: bool) -> None:
+        self.program = program
+        self.n = n
+        self.batch = batch
+        self.check = check
+        self.slot_names = {slot.name for slot in program.slots}
+        self.machines = np.arange(n).astype(object)
+        self.env: dict[str, int] = {}
+        self.cache: dict[int, object] = {}
+
+    # ------------------------------------------------------------ static values
+
+    def static(self, expr: StaticExpr):
+        key = id(expr)
+        if key not in self.cache:
+            try:
+                self.cache[key] = static_value(expr, self.env, self.machines)
+            except _Failure as failure:  # pragma: no cover - check_pcoc reports these first
+                raise self.fail(failure.message, failure.span) from None
+        return self.cache[key]
+
+    def static_mask(self, expr: StaticExpr) -> np.ndarray:
+        value = self.static(expr)
+        return np.broadcast_to(np.asarray(value != 0, dtype=bool), (self.n,))
+
+    def static_number(self, expr: StaticExpr):
+        value = self.static(expr)
+        if isinstance(value, np.ndarray):
+            return value.astype(np.float64)
+        return float(value)
+
+    def fail(self, message: str, span: Span | None) -> CraspError:
+        return CraspError([Diagnostic(message, span)], self.program.source, self.program.filename)
+
+    def where(self, mask: np.ndarray) -> str:
+        b, i = np.unravel_index(int(np.argmax(mask)), mask.shape)
+        text = _env_text(self.env, int(i))
+        return f"{text}, input {int(b)}" if self.batch > 1 else text
+
+    # ------------------------------------------------------------ data values
+
+    def value(self, expr: Expr, mem: dict, temps: dict, active):
+        match expr:
+            case Num(value):
+                return value
+            case Read(name):
+                return temps[name] if name in temps else mem[name]
+            case Static(inner):
+                return self.static_number(inner)
+            case Add(left, right):
+                return self.value(left, mem, temps, active) + self.value(right, mem, temps, active)
+            case Sub(left, right):
+                return self.value(left, mem, temps, active) - self.value(right, mem, temps, active)
+            case Scale(factor, arg):
+                return factor * self.value(arg, mem, temps, active)
+            case Call(fn, args):
+                values = [self.value(arg, mem, temps, active) for arg in args]
+                if fn == "min":
+                    return _reduce(np.minimum, values)
+                if fn == "max":
+                    return _reduce(np.maximum, values)
+                if fn == "abs":
+                    return np.abs(values[0])
+                if fn == "relu":
+                    return np.maximum(values[0], 0.0)
+                if fn == "clamp":
+                    return np.minimum(np.maximum(values[0], values[1]), values[2])
+                raise self.fail(f"unknown function {fn!r}", span_of(expr))  # pragma: no cover
+            case Compare():
+                return self.compare(expr, mem, temps, active).astype(np.float64)
+            case IfExpr(cond, then, otherwise):
+                mask = self.condition(cond, mem, temps, active)
+                a = self.value(then, mem, temps, None if active is None else active & mask)
+                b = self.value(otherwise, mem, temps, None if active is None else active & ~mask)
+                return np.where(mask, a, b)
+        raise self.fail(f"unknown expression {expr!r}", None)  # pragma: no cover
+
+    def condition(self, cond, mem: dict, temps: dict, active) -> np.ndarray:
+        if isinstance(cond, STATIC_TYPES):
+            return np.broadcast_to(self.static_mask(cond), (self.batch, self.n))
+        return self.compare(cond, mem, temps, active)
+
+    def compare(self, expr: Compare, mem: dict, temps: dict, active) -> np.ndarray:
+        a = self.value(expr.left, mem, temps, active)
+        b = self.value(expr.right, mem, temps, active)
+        result = {
+            ">": np.greater,
+            ">=": np.greater_equal,
+            "<": np.less,
+            "<=": np.less_equal,
+            "==": np.equal,
+            "!=": np.not_equal,
+        }[expr.op](a, b)
+        result = np.broadcast_to(result, (self.batch, self.n))
+        if active is not None:
+            self.check_margin(expr, np.broadcast_to(np.subtract(a, b), result.shape), active)
+        return result
+
+    def check_margin(self, expr: Compare, diff: np.ndarray, active: np.ndarray) -> None:
+        m = expr.margin
+        if expr.op in (">", "<="):
+            bad, zone = (diff > 0) & (diff < m), f"(0, {m:g})"
+        elif expr.op in ("<", ">="):
+            bad, zone = (diff < 0) & (diff > -m), f"({-m:g}, 0)"
+        else:
+            bad, zone = (diff != 0) & (np.abs(diff) < m), f"(-{m:g}, {m:g}) without 0"
+        bad = bad & active
+        if bad.any():
+            at = np.unravel_index(int(np.argmax(bad)), bad.shape)
+            raise self.fail(
+                f"margin violated: left − right = {float(diff[at])!r} lies in {zone}"
+                f" (for {self.where(bad)})",
+                span_of(expr),
+            )
+
+    # ------------------------------------------------------------ statements
+
+    def block(self, body: tuple[Stmt, ...], mem: dict, temps: dict, active) -> tuple[dict, dict]:
+        shape = (self.batch, self.n)
+        for stmt in body:
+            if isinstance(stmt, Assign):
+                with np.errstate(over="ignore", invalid="ignore"):
+                    value = self.value(stmt.expr, mem, temps, active)
+                value = np.array(np.broadcast_to(value, shape), dtype=np.float64)
+                if not np.all(np.isfinite(value)):
+                    raise self.fail(
+                        f"{stmt.target!r} overflows float64 (beyond ±1.8e308) "
+                        f"(for {self.where(~np.isfinite(value))})",
+                        stmt.span,
+                    )
+                if stmt.target in self.slot_names:
+                    mem[stmt.target] = value
+                else:
+                    temps[stmt.target] = value
+                continue
+            mask = self.condition(stmt.cond, mem, temps, active)
+            then_mem, then_temps = self.block(
+                stmt.then, dict(mem), dict(temps), None if active is None else active & mask
+            )
+            else_mem, else_temps = self.block(
+                stmt.otherwise, dict(mem), dict(temps), None if active is None else active & ~mask
+            )
+            for name in mem:
+                if then_mem[name] is not mem[name] or else_mem[name] is not mem[name]:
+                    mem[name] = np.where(mask, then_mem[name], else_mem[name])
+            merged = {}
+            for name in then_temps.keys() & else_temps.keys():
+                a, b = then_temps[name], else_temps[name]
+                merged[name] = a if a is b else np.where(mask, a, b)
+            temps.clear()
+            temps.update(merged)
+        return mem, temps
+
+    def receive(self, values: np.ndarray, source: StaticExpr, default: float) -> np.ndarray:
+        src = self.static(source)
+        n = self.n
+        if not isinstance(src, np.ndarray):
+            if 0 <= src < n:
+                return np.repeat(values[:, src : src + 1], n, axis=1)
+            return np.full((self.batch, n), default)
+        valid = ((src >= 0) & (src < n)).astype(bool)
+        index = np.zeros(n, dtype=np.int64)
+        index[valid] = src[valid].astype(np.int64)
+        out = values[:, index]
+        out[:, ~valid] = default
+        return out
+
+    def send(self, values: np.ndarray, dests: np.ndarray, send) -> np.ndarray:
+        """``send``: machine i's ``values`` go to machine ``dests[i]`` (nothing when it is
+        outside 0..n-1); CraspError for a destination that is not an integer, or two
+        senders to one machine."""
+        n = self.n
+        out = np.full((self.batch, n), send.default, dtype=np.float64)
+        for b in range(self.batch):
+            seen: dict[int, int] = {}
+            for i in range(n):
+                d = float(dests[b, i])
+                if d != math.floor(d):
+                    raise self.fail(
+                        f"`send` to a destination that is not an integer: machine i = {i} "
+                        f"sends to {d!r} (for {_env_text(self.env, None)})",
+                        send.span,
+                    )
+                if not 0 <= d < n:
+                    continue
+                j = int(d)
+                if j in seen:
+                    batch = f", input {b}" if self.batch > 1 else ""
+                    raise self.fail(
+                        f"`send` collision in round r = {self.env.get('r')}: machines "
+                        f"{seen[j]} and {i} both send to machine {j}{batch}",
+                        send.span,
+                    )
+                seen[j] = i
+                out[b, j] = values[b, i]
+        return out
+
+    def check_bounds(self, mem: dict, when: str) -> None:
+        for slot in self.program.slots:
+            if slot.bound is None:
+                continue
+            bad = np.abs(mem[slot.name]) > slot.bound
+            if bad.any():
+                at = np.unravel_index(int(np.argmax(bad)), bad.shape)
+                i = int(at[1])
+                batch = f", input {int(at[0])}" if self.batch > 1 else ""
+                raise self.fail(
+                    f"slot {slot.name!r} exceeds its bound {slot.bound:g} {when}: machine i = {i}"
+                    f"{batch} holds {float(mem[slot.name][at])!r}",
+                    slot.span,
+                )
+
+    def run(self, values: np.ndarray) -> Trace:
+        program, n = self.program, self.n
+        rounds = check_pcoc(program, n)
+        mem: dict[str, np.ndarray] = {}
+        for slot in program.slots:
+            mem[slot.name] = np.full((self.batch, n), slot.init, dtype=np.float64)
+        for k, name in enumerate(program.inputs):
+            mem[name] = np.array(values[:, k, :], dtype=np.float64)
+        if self.check:
+            self.check_bounds(mem, "in the initial memory")
+        history = [dict(mem)]
+        envs = []
+        for round_, env in rounds:
+            self.env, self.cache = env, {}
+            start = dict(mem)
+            temps = {
+                receive.target: self.receive(start[receive.slot], receive.source, receive.default)
+                for receive in round_.receives
+            }
+            for send in round_.sends:
+                temps[send.target] = self.send(start[send.slot], start[send.dest], send)
+            active = np.ones((self.batch, n), dtype=bool) if self.check else None
+            mem, _ = self.block(round_.body, dict(mem), temps, active)
+            if self.check:
+                self.check_bounds(mem, f"after round r = {env['r']}")
+            history.append(mem)
+            envs.append(dict(env))
+        outputs = {name: mem[name].copy() for name in program.outputs}
+        return Trace(n, [{k: v.copy() for k, v in m.items()} for m in history], outputs, envs)
+
+
+def _reduce(fn, values):
+    out = values[0]
+    for value in values[1:]:
+        out = fn(out, value)
+    return out
+
+
+def _input_array(program: Program, n: int, inputs, batched: bool) -> np.ndarray:
+    """Inputs as an array of shape (B, k, n) (k input slots)."""
+    k = len(program.inputs)
+    names = ", ".join(program.inputs) or "none"
+    try:
+        values = np.asarray(inputs if inputs is not None else np.zeros((0, n)), dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise CraspError(f"inputs are not an array of numbers: {err}", filename="<input>") from None
+    if k == 0 and values.size == 0 and not batched:
+        values = np.zeros((0, n))
+    if batched and values.ndim == 2 and k == 1:
+        values = values[:, None, :]
+    if not batched and values.ndim == 1 and k == 1:
+        values = values[None, :]
+    if not batched:
+        values = values[None]
+    expected = "(batch, k, n)" if batched else "(k, n)"
+    if values.ndim != 3 or values.shape[1:] != (k, n):
+        shape = values.shape[1:] if not batched else values.shape
+        raise CraspError(
+            f"expected inputs of shape {expected} with k = {k} input slot(s) ({names}) and"
+            f" n = {n}, got shape {tuple(shape)}",
+            filename="<input>",
+        )
+    if not np.isfinite(values).all():
+        raise CraspError("inputs must be finite numbers (no nan or inf)", filename="<input>")
+    return values
+
+
+def check_input_bounds(program: Program, values: np.ndarray, on_beyond: str = "error") -> None:
+    """Inputs ``(B, k, n)`` outside the declared bounds of their slots: ``on_beyond`` is
+    ``"error"`` (:class:`CraspError`), ``"warn"`` or ``"ignore"``. The program's
+    guarantees (and its compiled models') hold only within the bounds."""
+    if on_beyond not in ("error", "warn", "ignore"):
+        raise ValueError(f"on_beyond must be error, warn or ignore, not {on_beyond!r}")
+    problems = []
+    for k, name in enumerate(program.inputs):
+        bound = program.slot(name).bound
+        if bound is None or on_beyond == "ignore":
+            continue
+        bad = np.abs(values[:, k, :]) > bound
+        if bad.any():
+            b, i = np.unravel_index(int(np.argmax(bad)), bad.shape)
+            where = f"machine {int(i)}" + (f" of input {int(b)}" if len(values) > 1 else "")
+            problems.append(
+                f"input {name!r} holds {float(values[b, k, i])!r} at {where}, outside its "
+                f"declared bound {bound:g}"
+            )
+    if not problems:
+        return
+    message = "; ".join(problems)
+    if on_beyond == "error":
+        raise CraspError(
+            message + " (allow it with --beyond-guarantee warn, or on_beyond='warn')",
+            filename=program.filename,
+        )
+    warnings.warn(message, stacklevel=3)
+
+
+def interpret_pcoc(
+    program: Program,
+    n: int,
+    inputs: Sequence[Sequence[float]] | np.ndarray,
+    *,
+    check_promises: bool = False,
+    on_beyond: str = "error",
+) -> Trace:
+    """Run ``program`` on ``n`` machines. ``inputs`` holds one vector of ``n`` numbers per
+    input slot (shape ``(len(program.inputs), n)``; a single vector of length n when the
+    program has one input). float64, exact comparisons. Inputs outside their declared
+    bounds are refused (``on_beyond``: see :func:`check_input_bounds`). With
+    ``check_promises``, a data comparison whose operands come within its margin of the
+    threshold (on a machine where it takes effect) or a slot outside its declared bound
+    raises :class:`CraspError`."""
+    n = _validate_n(n, program.filename)
+    values = _input_array(program, n, inputs, batched=False)
+    if not check_promises:  # which checks every slot's bound, from the initial memory on
+        check_input_bounds(program, values, on_beyond)
+    trace = _Machine(program, n, 1, check_promises).run(values)
+    trace.rounds = [{k: v[0] for k, v in m.items()} for m in trace.rounds]
+    trace.outputs = {k: v[0] for k, v in trace.outputs.items()}
+    return trace
+
+
+def interpret_pcoc_batch(
+    program: Program,
+    n: int,
+    inputs: np.ndarray,
+    *,
+    check_promises: bool = False,
+    on_beyond: str = "error",
+) -> Trace:
+    """:func:`interpret_pcoc` on many inputs at once: ``inputs`` of shape
+    ``(batch, len(program.inputs), n)`` (or ``(batch, n)`` for one input slot); the trace's
+    arrays have shape ``(batch, n)``."""
+    n = _validate_n(n, program.filename)
+    values = _input_array(program, n, inputs, batched=True)
+    if not check_promises:
+        check_input_bounds(program, values, on_beyond)
+    return _Machine(program, n, values.shape[0], check_promises).run(values)
+
+
+# ================================================================== text input and output
+
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+_FIELD = re.compile(r"\S+")
+
+
+def read_vectors(
+    text: str, n: int | None, filename: str = "input", slots: int = 1
+) -> list[np.ndarray]:
+    """The input vectors in ``text``: one per non-empty line, each line holding
+    ``slots · n`` numbers separated by whitespace (the vector of the first input slot, then
+    the next, ...). Returns one array of shape ``(slots, n)`` per line. With ``n=None``,
+    n is each line's count divided by ``slots``. Bad numbers and wrong counts raise
+    :class:`CraspError` at their line and column."""
+    diagnostics: list[Diagnostic] = []
+    vectors: list[np.ndarray] = []
+    for number, line in enumerate(text.split("\n"), start=1):
+        fields = list(_FIELD.finditer(line.rstrip("\r")))
+        if not fields:
+            continue
+        values, ok = [], True
+        for match in fields:
+            word = match.group()
+            span = Span(number, match.start() + 1, number, match.end() + 1)
+            if not _NUMBER.fullmatch(word):
+                diagnostics.append(
+                    Diagnostic(
+                        f"{word!r} is not a number",
+                        span,
+                        "expected a number such as 3, -0.5 or 1e6",
+                    )
+                )
+                ok = False
+                continue
+            value = float(word)
+            if not math.isfinite(value):
+                diagnostics.append(Diagnostic(f"{word} is out of range", span))
+                ok = False
+                continue
+            values.append(value)
+        if not ok:
+            continue
+        count = len(fields)
+        expected = None if n is None else slots * n
+        per = f" ({slots} input slots × n = {n})" if slots != 1 else f" (n = {n})"
+        if n is None and count % slots:
+            diagnostics.append(
+                Diagnostic(
+                    f"{count} numbers do not split into {slots} input vectors of equal length",
+                    Span(number, fields[0].start() + 1, number, fields[-1].end() + 1),
+                )
+            )
+            continue
+        if expected is not None and count != expected:
+            if count < expected:
+                end = fields[-1].end() + 1
+                span = Span(number, end, number, end + 1)
+                message = f"expected {expected} numbers{per}, found only {count}"
+            else:
+                extra = fields[expected]
+                span = Span(number, extra.start() + 1, number, fields[-1].end() + 1)
+                message = f"expected {expected} numbers{per}, found {count}"
+            diagnostics.append(Diagnostic(message, span))
+            continue
+        vectors.append(np.array(values, dtype=np.float64).reshape(slots, -1))
+        if len(diagnostics) >= MAX_ERRORS:
+            break
+    if diagnostics:
+        raise CraspError(diagnostics[:MAX_ERRORS], text, filename)
+    return vectors
+
+
+def format_number(value: float) -> str:
+    """A number as text: integers without ``.0`` (below 1e16), otherwise the shortest text
+    that reads back as the same float64."""
+    value = float(value)
+    if value.is_integer() and abs(value) < 1e16:
+        return str(int(value))
+    return repr(value)
+
+
+def format_vector(values) -> str:
+    """Numbers separated by spaces (see :func:`format_number`)."""
+    return " ".join(format_number(v) for v in np.asarray(values, dtype=np.float64).ravel())

@@ -1,0 +1,897 @@
+"""Lower a PCOC program (:mod:`crasp_compiler.languages.pcoc.nodes`) to cookbook blocks on a Builder.
+
+Layout: BOS (t = 0) is the *sink*; machine i sits at t = i + 1; every position holds the
+token ``m``; each input slot is a numeric input channel (0 at BOS). A slot's current
+value is a :class:`Value`: a form over the residual variables plus what the compiler
+knows about it.
+
+- **Communication.** The receives of a round are grouped by their source pattern (the
+  source of every machine, from :func:`~crasp_compiler.languages.pcoc.nodes.eval_static` with ``i``
+  bound); each pattern is one positional routing head
+  (:func:`crasp_compiler.cookbook.attention.route`) carrying every slot read with that
+  pattern. Machines without a source read the sink, whose slots are 0, and get
+  ``default`` from the positional form ``default · Σ onehot:(i+1)`` over those machines.
+  A pattern where every machine reads itself is the residual (no head); a slot whose
+  value is known at compile time (a per-machine constant) is routed at compile time.
+- **Local computation.** Linear operations are forms (free); ``min``/``max``
+  (:func:`ffn.minimum`/:func:`ffn.maximum`), ``abs``/``relu``/``clamp`` (:func:`ffn.cpwl`)
+  are exact ReLU blocks; static per-machine values are positional forms
+  ``Σ v_i · onehot:(i+1)``; data comparisons are :func:`ffn.gt_zero` / ``ge_zero`` /
+  ``eq_zero`` with the declared margin as tolerance (Heaviside units for margin 0);
+  conditionals (on a static condition that differs between machines, or on a data
+  comparison) are ``y + p·(x − y)`` by :func:`ffn.conditional_bigm` with M the bound of
+  ``|x − y|``; ``y + c·p`` (linear) when ``x − y`` is one number c.
+- **Per-machine branches cost no extra layer where it can be avoided.** Nested static
+  conditions are flattened: the machines are split between candidate values, and one
+  layer of gates (one per candidate but the most common) picks them. Inside a static
+  branch taken by the machines S, a data comparison that selects (the condition of an
+  ``if``) gets ``K·1[i ∉ S]`` pushed into its input (K ≥ its bound plus the margin, a
+  positional form), so it is exactly 0 outside S and the data selection keeps its
+  ``else`` value there; and ``min(x, y)`` / ``max(x, y)`` of a value x that stood before
+  the branch is ``x ∓ ReLU(±(x − y) − K·1[i ∉ S])`` (:func:`ffn.cpwl`), which is x outside
+  S. Where both branches keep the old value c outside their machines, the merge is the
+  linear ``a + b − c`` (odd-even transposition sort: one layer per round).
+- **The sink stays 0.** Every value's form is 0 at BOS in the average-hard model: BOS
+  reads only itself, so its residual does not depend on the input; the output of every
+  MLP block at BOS is computed from the BOS values of its inputs (what running the model
+  on the empty input gives) and subtracted times the ``bos`` variable.
+- **Bounds.** Every value carries an interval that holds at the machines (from the
+  declared bounds, the constants and the operations); big-M gating needs a finite one,
+  else a :class:`CraspError` names the slots that need ``bound``.
+- **Softmax error analysis.** Every value carries ``leak``: in the softmax model with
+  temperature T, ``|value − hard value| ≤ leak · e^{−T}`` at every position (BOS
+  included). A routed value gains ``n · R`` (R the width of its range over the
+  positions, the sink's 0 included: each row puts weight ≤ n·e^{−T} off its source);
+  linear maps scale it by ``Σ|c|``; ``min``/``max``/``abs``/``relu``/``clamp`` are
+  1-Lipschitz; a comparison with margin m is (1/m)-Lipschitz in ``left − right`` (the
+  ramp clamps to [0, 1]); the gate ``y + g(p, z)`` moves by at most
+  ``Δy + Δz + M·Δp`` for p in (−∞, 1]. ``noise`` is the same analysis for float
+  rounding, in units of the dtype's unit roundoff: every operation adds about twice the
+  magnitude it handles (an estimate, first order).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TypeVar
+
+from crasp_compiler.assemble.builder import BOS_VAR, NONBOS_VAR, Builder, token_var
+from crasp_compiler.cookbook import attention, ffn
+from crasp_compiler.cookbook.blocks import Block, FFNBlock, Form, HeadBlock, form_add, var
+from crasp_compiler.errors import CraspError, Diagnostic, Span
+from crasp_compiler.languages.pcoc.nodes import (
+    Add,
+    Assign,
+    Call,
+    Compare,
+    Expr,
+    If,
+    IfExpr,
+    Num,
+    Program,
+    Read,
+    Receive,
+    Round,
+    Scale,
+    Static,
+    StaticError,
+    StaticExpr,
+    Stmt,
+    Sub,
+    eval_static,
+    unroll,
+)
+from crasp_compiler.model.features import onehot
+
+TOKEN = "m"
+_T = TypeVar("_T")
+MODES = ("hard", "softmax")
+COMPARISONS = (">", ">=", "<", "<=", "==", "!=")
+INF = math.inf
+# ReLU as a continuous piecewise-linear function: one unit
+RELU_KNOTS = ((-1.0, 0.0), (0.0, 0.0), (1.0, 1.0))
+
+
+def _times(a: float, b: float) -> float:
+    """``a·b`` with ``∞·0 = 0`` (an infinite Lipschitz constant times no error)."""
+    return 0.0 if a == 0 or b == 0 else a * b
+
+
+def _covers(machines: Sequence[bool], mask: Sequence[bool], where: bool) -> bool:
+    """Whether ``machines`` includes every machine whose ``mask`` bit is ``where``."""
+    return all(m for m, b in zip(machines, mask, strict=True) if b == where)
+
+
+def _flatten(fn: str, node: Expr) -> list[Expr]:
+    """The arguments of nested ``min`` (or ``max``) calls, in order."""
+    if isinstance(node, Call) and node.fn == fn:
+        return [leaf for arg in node.args for leaf in _flatten(fn, arg)]
+    return [node]
+
+
+@dataclass(frozen=True)
+class Value:
+    """A data value of every machine.
+
+    ``form``: its residual form, 0 at BOS in the average-hard model. ``lo``/``hi``: an
+    interval holding at every machine (±inf where unknown; ``unbounded`` names the slots
+    whose missing bound makes it so). ``leak``/``noise``: softmax and rounding
+    coefficients (module docstring). ``const``: the value of every machine when it is
+    known at compile time. ``choices``: for a value selected per machine by static
+    conditions, the candidate values and the machines that take each (a later static
+    selection builds on the candidates, so nested static ``if``s cost one gating layer).
+    ``zero_at``: machines where a selector is exactly 0; ``same``: a value this one equals
+    on the given machines (a data selection that keeps its ``else`` value there)."""
+
+    form: Form
+    lo: float
+    hi: float
+    leak: float = 0.0
+    noise: float = 0.0
+    const: tuple[float, ...] | None = None
+    unbounded: frozenset[str] = frozenset()
+    choices: tuple[tuple[Value, tuple[bool, ...]], ...] | None = None
+    zero_at: tuple[bool, ...] | None = None
+    same: tuple[Value, tuple[bool, ...]] | None = None
+
+    @property
+    def magnitude(self) -> float:
+        """A bound on ``|value|`` at every position (the sink's 0 included)."""
+        return max(abs(self.lo), abs(self.hi))
+
+    @property
+    def width(self) -> float:
+        """The width of the range of values over all positions, the sink's 0 included."""
+        return max(self.hi, 0.0) - min(self.lo, 0.0)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A data comparison as compiled: its margin and the rounding estimate ``noise`` (in
+    units of the float type's unit roundoff) and bound ``magnitude`` of ``left − right``."""
+
+    node: Compare
+    span: Span | None
+    margin: float
+    noise: float
+    magnitude: float
+
+
+@dataclass
+class RoundReport:
+    """What one round compiled to: its heads (one per routed source pattern)."""
+
+    number: int
+    heads: list[HeadBlock] = field(default_factory=list)
+    routed: list[str] = field(default_factory=list)
+    receives: int = 0
+
+
+class _Lowerer:
+    def __init__(self, program: Program, n: int, mode: str, temperature: float | None) -> None:
+        self.program = program
+        self.n = n
+        self.mode = mode
+        self.temperature = temperature
+        self.builder = Builder([TOKEN])
+        self.at_bos: dict[str, float] = {BOS_VAR: 1.0, NONBOS_VAR: 0.0, token_var(TOKEN): 0.0}
+        self.span: Span | None = None
+        self.rounds: list[RoundReport] = []
+        self.comparisons: list[Comparison] = []
+        self.partial: dict[str, Span | None] = {}
+        self.round_number = 0
+        # the machines where the statements being lowered take effect (per-machine branches)
+        self.context: tuple[bool, ...] = (True,) * n
+        # the values that stood before the innermost per-machine branch (by identity)
+        self.bases: set[int] = set()
+
+    # -------------------------------------------------------------- errors and helpers
+
+    def error(self, message: str, span: Span | None = None, hint: str | None = None) -> CraspError:
+        return CraspError(
+            [Diagnostic(message, span if span is not None else self.span, hint)],
+            source=self.program.source or None,
+            filename=self.program.filename,
+        )
+
+    def static(self, expr: StaticExpr, env: dict[str, int]) -> list[int]:
+        """The value of a static expression at every machine."""
+        try:
+            return [int(eval_static(expr, {**env, "i": i})) for i in range(self.n)]
+        except StaticError as err:
+            raise self.error(f"static expression has no value: {err}") from None
+        except KeyError as err:
+            raise self.error(f"unknown name {err.args[0]!r} in a static expression") from None
+
+    def feature(self, position: int) -> Form:
+        name = onehot(position)
+        if name not in self.at_bos:
+            self.builder.feature(name)
+            self.at_bos[name] = 1.0 if position == 0 else 0.0
+        return var(name)
+
+    def positional(self, values: Sequence[float]) -> Form:
+        """``Σ v_i · onehot:(i+1)`` (0 at BOS); ``v · nonbos`` when all are equal."""
+        values = [float(v) for v in values]
+        if len(set(values)) == 1:
+            return Form({NONBOS_VAR: values[0]}) if values[0] else Form()
+        return form_add(*((v, self.feature(i + 1)) for i, v in enumerate(values) if v))
+
+    def constant(self, values: Sequence[float]) -> Value:
+        values = tuple(float(v) for v in values)
+        return Value(self.positional(values), min(values), max(values), const=values)
+
+    def fresh(self, stem: str) -> str:
+        return self.builder.fresh(stem)
+
+    def bos_value(self, block: FFNBlock) -> dict[str, float]:
+        """Every output of ``block`` at BOS, from the BOS values of the variables it reads
+        (BOS attends only to itself, so these are the values of the empty input)."""
+        hidden = []
+        for unit in block.units:
+            z = sum(c * self.at_bos[name] for name, c in unit.form.items()) + unit.bias
+            if unit.activation == "relu":
+                hidden.append(max(z, 0.0))
+            elif unit.activation == "heaviside":
+                hidden.append(1.0 if z >= 0 else 0.0)
+            else:  # pragma: no cover - the lowering uses ReLU and Heaviside units only
+                raise AssertionError(unit.activation)
+        out = {}
+        for name in block.writes:
+            terms = block.outputs.get(name, {})
+            out[name] = sum(c * hidden[u] for u, c in terms.items()) + block.constants.get(name, 0)
+        return out
+
+    def mlp(self, block: FFNBlock) -> Form:
+        """Add an MLP block with one output; its form, corrected to 0 at BOS."""
+        (name,) = block.writes
+        self.builder.add(block)
+        at_bos = self.bos_value(block)[name]
+        self.at_bos[name] = at_bos
+        return form_add((1, var(name)), (-at_bos, var(BOS_VAR)))
+
+    def require(self, bound: float, value: Value, what: str) -> float:
+        if math.isfinite(bound):
+            return bound
+        slots = ", ".join(repr(s) for s in sorted(value.unbounded)) or "(unknown)"
+        example = sorted(value.unbounded)[0] if value.unbounded else "x"
+        raise self.error(
+            f"{what} needs a bound on the values involved; the slot(s) {slots} have none",
+            hint=f"declare one, e.g. `input {example} bound 1e6` or `slot {example} bound 1e6`",
+        )
+
+    # -------------------------------------------------------------- linear algebra of values
+
+    def combine(self, *terms: tuple[float, Value]) -> Value:
+        """``Σ c · value``: a form (no block)."""
+        form = form_add(*((c, v.form) for c, v in terms))
+        if not all(math.isfinite(c) for c in form.values()):
+            raise self.error("this expression overflows float64 (a coefficient beyond ±1.8e308)")
+        lo = sum(c * (v.lo if c > 0 else v.hi) for c, v in terms if c)
+        hi = sum(c * (v.hi if c > 0 else v.lo) for c, v in terms if c)
+        const = None
+        if all(v.const is not None for _, v in terms):
+            const = tuple(
+                sum(c * v.const[i] for c, v in terms if c)  # type: ignore[index]
+                for i in range(self.n)
+            )
+            lo, hi = min(const), max(const)
+        unbounded = frozenset().union(*(v.unbounded for c, v in terms if c))
+        if math.isfinite(lo) and math.isfinite(hi):
+            unbounded = frozenset()
+        return Value(
+            form,
+            lo,
+            hi,
+            leak=sum(_times(abs(c), v.leak) for c, v in terms),
+            noise=sum(abs(c) * (v.noise + 2 * v.magnitude) for c, v in terms if c),
+            const=const,
+            unbounded=unbounded,
+        )
+
+    def nonlinear(
+        self,
+        block: FFNBlock,
+        inputs: Sequence[tuple[float, Value]],
+        lo: float,
+        hi: float,
+        magnitude: float,
+        unbounded: frozenset[str] = frozenset(),
+    ) -> Value:
+        """The output of an MLP block whose output moves by at most ``Σ L · Δinput``
+        (``inputs``: (Lipschitz constant, value)); it handles numbers up to ``magnitude``."""
+        form = self.mlp(block)
+        leak = sum(_times(lip, v.leak) for lip, v in inputs)
+        noise = sum(_times(lip, v.noise) for lip, v in inputs) + 2 * magnitude
+        if math.isfinite(lo) and math.isfinite(hi):
+            unbounded = frozenset()
+        return Value(form, lo, hi, leak=leak, noise=noise, unbounded=unbounded)
+
+    # -------------------------------------------------------------- expressions
+
+    def expr(self, node: Expr, scope: dict[str, Value], env: dict[str, int]) -> Value:
+        match node:
+            case Num(value):
+                return self.constant([value] * self.n)
+            case Read(name, span):
+                return self.read(name, scope, span)
+            case Static(expr):
+                return self.constant(self.static(expr, env))
+            case Add(a, b):
+                return self.combine((1, self.expr(a, scope, env)), (1, self.expr(b, scope, env)))
+            case Sub(a, b):
+                return self.combine((1, self.expr(a, scope, env)), (-1, self.expr(b, scope, env)))
+            case Scale(factor, arg):
+                return self.combine((float(factor), self.expr(arg, scope, env)))
+            case Call(fn, args):
+                if fn in ("min", "max"):  # min(min(a, b), c) = min(a, b, c): a balanced tree
+                    args = _flatten(fn, node)
+                return self.call(fn, [self.expr(a, scope, env) for a in args], node)
+            case Compare():
+                return self.compare(node, scope, env)
+            case IfExpr(cond, then, otherwise):
+                if isinstance(cond, Compare):
+                    p = self.compare(cond, scope, env, selector=True)
+                    return self.select(
+                        p, self.expr(then, scope, env), self.expr(otherwise, scope, env)
+                    )
+                bits = self.static(cond, env)
+                if all(bits):
+                    return self.expr(then, scope, env)
+                if not any(bits):
+                    return self.expr(otherwise, scope, env)
+                p = self.constant([1.0 if b else 0.0 for b in bits])
+                saved, self.bases = self.bases, {id(v) for v in scope.values()}
+                try:
+                    x = self.within(p, True, lambda: self.expr(then, scope, env))
+                    y = self.within(p, False, lambda: self.expr(otherwise, scope, env))
+                finally:
+                    self.bases = saved
+                return self.select(p, x, y)
+        raise self.error(f"unknown expression {node!r}")  # pragma: no cover
+
+    def within(self, p: Value, taken: bool, lower: Callable[[], _T]) -> _T:
+        """``lower()`` with the context narrowed to the machines where the static ``p`` is
+        ``taken`` (a data ``p`` leaves the context as it is)."""
+        saved = self.context
+        if p.const is not None:
+            self.context = tuple(
+                c and bool(b) == taken for c, b in zip(saved, p.const, strict=True)
+            )
+        try:
+            return lower()
+        finally:
+            self.context = saved
+
+    def read(self, name: str, scope: dict[str, Value], span: Span | None = None) -> Value:
+        if name in scope:
+            return scope[name]
+        if name in self.partial:
+            raise self.error(
+                f"{name!r} is assigned in only one branch of an `if` whose condition differs "
+                "between machines, and read after it",
+                span,
+            )
+        raise self.error(f"{name!r} is not a slot or a value defined earlier in this round", span)
+
+    def call(self, fn: str, args: list[Value], node: Call) -> Value:
+        if fn in ("min", "max"):
+            if not args:
+                raise self.error(f"{fn}() needs at least one argument")
+            if len(args) == 2:
+                return self.min_max(fn, args[0], args[1], branch=True)
+            while len(args) > 1:  # a balanced tree: ⌈log2 k⌉ MLP layers for k arguments
+                paired = [
+                    self.min_max(fn, a, b) for a, b in zip(args[::2], args[1::2], strict=False)
+                ]
+                args = paired + ([args[-1]] if len(args) % 2 else [])
+            return args[0]
+        if fn in ("abs", "relu"):
+            if len(args) != 1:
+                raise self.error(f"{fn}() takes one argument, not {len(args)}")
+            (x,) = args
+            if x.const is not None:
+                f = abs if fn == "abs" else (lambda v: max(v, 0.0))
+                return self.constant([f(v) for v in x.const])
+            if fn == "abs":
+                knots = ((-1.0, 1.0), (0.0, 0.0), (1.0, 1.0))
+                lo = 0.0 if x.lo <= 0 <= x.hi else min(abs(x.lo), abs(x.hi))
+                hi = x.magnitude
+            else:
+                knots = RELU_KNOTS
+                lo, hi = max(x.lo, 0.0), max(x.hi, 0.0)
+            out = self.fresh(fn)
+            block = ffn.cpwl(x.form, knots, out, label=f"{fn} -> {out}")
+            return self.nonlinear(block, [(1.0, x)], lo, hi, x.magnitude, x.unbounded)
+        if fn == "clamp":
+            if len(args) != 3 or args[1].const is None or args[2].const is None:
+                raise self.error("clamp(x, lo, hi) takes a value and two constant bounds")
+            x = args[0]
+            lows, highs = set(args[1].const), set(args[2].const)
+            if len(lows) != 1 or len(highs) != 1:
+                raise self.error("clamp(x, lo, hi): lo and hi must be numbers")
+            low, high = lows.pop(), highs.pop()
+            if low > high:
+                raise self.error(f"clamp(x, {low:g}, {high:g}): lo is above hi")
+            if x.const is not None:
+                return self.constant([min(max(v, low), high) for v in x.const])
+            out = self.fresh("clamp")
+            if low == high:
+                return self.constant([low] * self.n)
+            # flat pieces of width max(1, |bound|): a unit step vanishes next to 1e300
+            below, above = low - max(1.0, abs(low)), high + max(1.0, abs(high))
+            if not (math.isfinite(below) and math.isfinite(above)):
+                raise self.error(f"clamp(x, {low:g}, {high:g}): the bounds overflow float64")
+            knots = ((below, low), (low, low), (high, high), (above, high))
+            block = ffn.cpwl(x.form, knots, out, label=f"clamp -> {out}")
+            lo, hi = min(max(x.lo, low), high), max(min(x.hi, high), low)
+            magnitude = max(x.magnitude, abs(low), abs(high))
+            return self.nonlinear(block, [(1.0, x)], lo, hi, magnitude)
+        raise self.error(f"unknown function {fn}()")
+
+    def min_max(self, fn: str, x: Value, y: Value, branch: bool = False) -> Value:
+        """``min(x, y)`` or ``max(x, y)``; with ``branch`` inside per-machine branches, a
+        value that is also x (the operand that stood before the branch) on the machines
+        outside them."""
+        if x.const is not None and y.const is not None:
+            f = min if fn == "min" else max
+            return self.constant([f(a, b) for a, b in zip(x.const, y.const, strict=True)])
+        outside = tuple(not m for m in self.context)
+        if id(y) in self.bases and id(x) not in self.bases:
+            x, y = y, x
+        z = self.combine((1, x), (-1, y)) if fn == "min" else self.combine((1, y), (-1, x))
+        if branch and any(outside) and math.isfinite(z.magnitude) and id(x) in self.bases:
+            # min(x, y) = x − ReLU(x − y), max(x, y) = x + ReLU(y − x); the ReLU's input
+            # pushed down by K ≥ |z| on the machines outside makes it 0 there: x
+            shift = self.constant([z.magnitude if o else 0.0 for o in outside])
+            shifted = self.combine((1, z), (-1, shift))
+            out = self.fresh(f"{fn}-in-branch")
+            block = ffn.cpwl(shifted.form, RELU_KNOTS, out, label=f"{fn} in a branch -> {out}")
+            relu = self.nonlinear(block, [(1.0, shifted)], 0.0, max(z.hi, 0.0), shifted.magnitude)
+            result = self.combine((1, x), (-1 if fn == "min" else 1, relu))
+            if fn == "min":
+                lo, hi = min(x.lo, y.lo), x.hi
+            else:
+                lo, hi = x.lo, max(x.hi, y.hi)
+            return replace(self.hull(result, [x, y]), lo=lo, hi=hi, same=(x, outside))
+        out = self.fresh(fn)
+        make = ffn.minimum if fn == "min" else ffn.maximum
+        block = make(x.form, y.form, out, label=f"{fn} -> {out}")
+        if fn == "min":
+            lo, hi = min(x.lo, y.lo), min(x.hi, y.hi)
+        else:
+            lo, hi = max(x.lo, y.lo), max(x.hi, y.hi)
+        form = self.mlp(block)
+        unbounded = (
+            frozenset() if math.isfinite(lo) and math.isfinite(hi) else x.unbounded | y.unbounded
+        )
+        # |Δmin| ≤ max(Δx, Δy)
+        return Value(
+            form,
+            lo,
+            hi,
+            leak=max(x.leak, y.leak),
+            noise=max(x.noise, y.noise) + 2 * (x.magnitude + y.magnitude),
+            unbounded=unbounded,
+        )
+
+    def compare(
+        self,
+        node: Compare,
+        scope: dict[str, Value],
+        env: dict[str, int],
+        selector: bool = False,
+    ) -> Value:
+        """A data comparison as a 0/1 value; a ``selector`` (the condition of an ``if``)
+        inside per-machine branches is also exactly 0 on the machines outside them."""
+        if node.op not in COMPARISONS:
+            raise self.error(f"unknown comparison {node.op!r}")
+        left, right = self.expr(node.left, scope, env), self.expr(node.right, scope, env)
+        if left.const is not None and right.const is not None:
+            test = {
+                ">": lambda a, b: a > b,
+                ">=": lambda a, b: a >= b,
+                "<": lambda a, b: a < b,
+                "<=": lambda a, b: a <= b,
+                "==": lambda a, b: a == b,
+                "!=": lambda a, b: a != b,
+            }[node.op]
+            return self.constant(
+                [1.0 if test(a, b) else 0.0 for a, b in zip(left.const, right.const, strict=True)]
+            )
+        margin = float(node.margin)
+        if not math.isfinite(margin) or margin < 0:
+            raise self.error(f"the margin of a comparison must be a number >= 0, not {margin:g}")
+        if margin == 0 and self.mode == "softmax":
+            raise self.error(
+                f"softmax mode needs a positive margin on the comparison `{node.op}` "
+                "(margin 0 is a step, which no temperature makes continuous)",
+                hint="declare one, e.g. `a > b margin 0.5`",
+            )
+        # a > b: 1[d > 0]; a >= b: 1[d ≥ 0]; a < b: 1[−d > 0]; a <= b: 1[−d ≥ 0] (exact
+        # when d ∉ (0, m)); a == b: 1[d = 0]; a != b: 1 − 1[d = 0]; d = a − b
+        kind, sign = {
+            ">": ("gt", 1),
+            ">=": ("ge", 1),
+            "<": ("gt", -1),
+            "<=": ("ge", -1),
+            "==": ("eq", 1),
+            "!=": ("eq", 1),
+        }[node.op]
+        d = self.combine((sign, left), (-sign, right))
+        self.comparisons.append(Comparison(node, self.span, margin, d.noise, d.magnitude))
+        outside = [not m for m in self.context]
+        folded = selector and any(outside) and node.op != "!=" and math.isfinite(d.magnitude)
+        if folded:
+            # inside a per-machine branch: push d at least m past the threshold on the
+            # machines outside it, so the selector is exactly 0 there
+            big = d.magnitude + max(margin, 1.0)
+            shift = self.constant([big if o else 0.0 for o in outside])
+            d = self.combine((1, d), (1 if kind == "eq" else -1, shift))
+        label = f"{node.op} margin {margin:g}"
+        if self.mode == "hard":
+            p = self.step(kind, d, margin, label)
+        else:
+            make = {"gt": ffn.gt_zero, "ge": ffn.ge_zero, "eq": ffn.eq_zero}[kind]
+            out = self.fresh(f"cmp{node.op}")
+            block = make(d.form, out, tolerance=margin, label=f"{label} -> {out}")
+            # the ramp clamp(d/m, 0, 1) is (1/m)-Lipschitz; a Heaviside step (m = 0) is not
+            lipschitz = 1 / margin if margin > 0 else INF
+            p = self.nonlinear(
+                block, [(lipschitz, d)], 0.0, 1.0, _times(lipschitz, d.magnitude) + 1
+            )
+        if node.op == "!=":
+            p = self.combine((1, self.constant([1.0] * self.n)), (-1, p))
+        if folded:
+            p = replace(p, zero_at=tuple(outside))
+        return p
+
+    def step(self, kind: str, d: Value, margin: float, label: str) -> Value:
+        """A hard-mode comparison: Heaviside units at the middle of the margin,
+        ``1[d > m/2]`` (gt), ``1[d ≥ −m/2]`` (ge), ``1[d ≥ −m/2] + 1[−d ≥ −m/2] − 1``
+        (eq). Where ``d`` is outside its margin they give exactly 0 or 1 as long as ``d``
+        is computed to within m/2, which the compiler checks against the rounding of the
+        float type (:mod:`crasp_compiler.languages.pcoc.compile`); so the result carries no error."""
+        half = self.constant([margin / 2] * self.n)
+
+        def unit(make, z: Value) -> Value:
+            out = self.fresh("cmp")
+            return Value(
+                self.mlp(make(z.form, out, tolerance=0.0, label=f"{label} -> {out}")), 0, 1
+            )
+
+        if kind == "gt":
+            return unit(ffn.gt_zero, self.combine((1, d), (-1, half)))
+        low = unit(ffn.ge_zero, self.combine((1, d), (1, half)))
+        if kind == "ge":
+            return low
+        high = unit(ffn.ge_zero, self.combine((-1, d), (1, half)))
+        both = self.combine((1, low), (1, high), (-1, self.constant([1.0] * self.n)))
+        return replace(both, lo=0.0, hi=1.0, noise=0.0)
+
+    def select(self, p: Value, x: Value, y: Value) -> Value:
+        """``x`` where ``p = 1``, ``y`` where ``p = 0``.
+
+        A static ``p`` (known per machine) splits the machines between the candidate
+        values of x and y (:meth:`choose`); a data ``p`` gates ``y + p·(x − y)`` by big-M
+        (M bounds ``|x − y|``)."""
+        if p.const is not None:
+            mask = tuple(bool(b) for b in p.const)
+            # a data selection that already keeps the other value where it must
+            if x.same is not None and x.same[0] is y and _covers(x.same[1], mask, False):
+                return x
+            if y.same is not None and y.same[0] is x and _covers(y.same[1], mask, True):
+                return y
+            # both keep the same value c where the other one is taken: x + y − c
+            if (
+                x.same is not None
+                and y.same is not None
+                and x.same[0] is y.same[0]
+                and _covers(x.same[1], mask, False)
+                and _covers(y.same[1], mask, True)
+            ):
+                return self.hull(self.combine((1, x), (1, y), (-1, x.same[0])), [x, y])
+            cands = [
+                (v, tuple(a and b for a, b in zip(m, mask, strict=True)))
+                for v, m in self.candidates(x)
+            ] + [
+                (v, tuple(a and not b for a, b in zip(m, mask, strict=True)))
+                for v, m in self.candidates(y)
+            ]
+            return self.choose(cands)
+        z = self.combine((1, x), (-1, y))
+        if not z.form:
+            return y
+        if z.const is not None and len(set(z.const)) == 1:
+            # x − y is one number c at every machine: y + c·p is linear
+            return self.hull(self.combine((1, y), (z.const[0], p)), [x, y])
+        bound = self.require(z.magnitude, z, "this conditional (big-M gating)")
+        out = self.fresh("select")
+        block = ffn.conditional_bigm(
+            p.form, z.form, Form(), out, bound=bound, label=f"select -> {out}"
+        )
+        # g(p, z) moves by ≤ Δz + M·Δp for p ≤ 1; the output is y + g
+        gate = self.nonlinear(
+            block, [(1.0, z), (bound, p)], min(z.lo, 0.0), max(z.hi, 0.0), 2 * bound
+        )
+        result = self.hull(self.combine((1, y), (1, gate)), [x, y])
+        if p.zero_at is not None:
+            result = replace(result, same=(y, p.zero_at))
+        return result
+
+    def candidates(self, x: Value) -> tuple[tuple[Value, tuple[bool, ...]], ...]:
+        return x.choices if x.choices is not None else ((x, (True,) * self.n),)
+
+    def hull(self, result: Value, values: Sequence[Value]) -> Value:
+        """``result`` with the interval that covers ``values`` (it takes one of them at
+        every machine)."""
+        lo, hi = min(v.lo for v in values), max(v.hi for v in values)
+        unbounded = frozenset()
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            unbounded = frozenset().union(*(v.unbounded for v in values))
+        return replace(result, lo=lo, hi=hi, const=None, unbounded=unbounded)
+
+    def choose(self, cands: Sequence[tuple[Value, tuple[bool, ...]]]) -> Value:
+        """The value that is candidate v at the machines of its mask (masks partition the
+        machines): the most common candidate plus, for every other one, a big-M gate
+        ``onehot-mask · (v − base)``. All gates read the candidates only, so they share
+        one MLP layer."""
+        merged: dict[frozenset, tuple[Value, list[bool]]] = {}
+        for value, mask in cands:
+            if not any(mask):
+                continue
+            key = frozenset(value.form.items())
+            if key in merged:
+                old = merged[key][1]
+                merged[key] = (merged[key][0], [a or b for a, b in zip(old, mask, strict=True)])
+            else:
+                merged[key] = (value, list(mask))
+        options = [(value, tuple(mask)) for value, mask in merged.values()]
+        if len(options) == 1:
+            return options[0][0]
+        if all(value.const is not None for value, _ in options):
+            out = [0.0] * self.n
+            for value, mask in options:
+                for i, taken in enumerate(mask):
+                    if taken:
+                        out[i] = value.const[i]  # type: ignore[index]
+            return self.constant(out)
+        base = max(options, key=lambda option: sum(option[1]))[0]
+        terms: list[tuple[float, Value]] = [(1.0, base)]
+        for value, mask in options:
+            if value is base:
+                continue
+            z = self.combine((1, value), (-1, base))
+            if z.const is not None:  # the candidate is base plus known numbers: linear
+                terms.append(
+                    (
+                        1.0,
+                        self.constant(
+                            [c if m else 0.0 for c, m in zip(z.const, mask, strict=True)]
+                        ),
+                    )
+                )
+                continue
+            bound = self.require(z.magnitude, z, "this per-machine selection (big-M gating)")
+            out = self.fresh("choose")
+            gate = ffn.conditional_bigm(
+                self.positional([1.0 if m else 0.0 for m in mask]),
+                z.form,
+                Form(),
+                out,
+                bound=bound,
+                label=f"per-machine select -> {out}",
+            )
+            lo, hi = min(z.lo, 0.0), max(z.hi, 0.0)
+            terms.append((1.0, self.nonlinear(gate, [(1.0, z)], lo, hi, 2 * bound)))
+        result = self.hull(self.combine(*terms), [value for value, _ in options])
+        return replace(result, choices=tuple(options))
+
+    # -------------------------------------------------------------- statements
+
+    def statements(
+        self, stmts: Sequence[Stmt], scope: dict[str, Value], env: dict[str, int]
+    ) -> None:
+        for stmt in stmts:
+            self.span = stmt.span
+            if isinstance(stmt, Assign):
+                value = self.expr(stmt.expr, scope, env)
+                self.partial.pop(stmt.target, None)
+                scope[stmt.target] = self.declared(stmt.target, value)
+            elif isinstance(stmt, If):
+                self.branch(stmt, scope, env)
+            else:  # pragma: no cover - the IR has no other statements
+                raise self.error(f"unknown statement {stmt!r}")
+
+    def declared(self, name: str, value: Value) -> Value:
+        """A value assigned to slot ``name``, within the slot's declared bound. Inside a
+        per-machine branch the bound holds only on the machines that take it, while the
+        value's form is evaluated on every machine (a later selection gates it there):
+        the interval is then left as computed."""
+        if name not in self.slots or self.slots[name] is None or not all(self.context):
+            return value
+        bound = float(self.slots[name])  # type: ignore[arg-type]
+        lo, hi = max(value.lo, -bound), min(value.hi, bound)
+        if lo > hi:  # the declaration contradicts the program; keep the computed interval
+            return value
+        return replace(value, lo=lo, hi=hi, unbounded=frozenset())
+
+    def branch(self, stmt: If, scope: dict[str, Value], env: dict[str, int]) -> None:
+        if isinstance(stmt.cond, Compare):
+            p = self.compare(stmt.cond, scope, env, selector=True)
+        else:
+            bits = self.static(stmt.cond, env)
+            if all(bits) or not any(bits):
+                self.statements(stmt.then if all(bits) else stmt.otherwise, scope, env)
+                return
+            p = self.constant([1.0 if b else 0.0 for b in bits])
+        then_scope, else_scope = dict(scope), dict(scope)
+        saved, self.bases = self.bases, {id(v) for v in scope.values()}
+        try:
+            self.within(p, True, lambda: self.statements(stmt.then, then_scope, env))
+            self.within(p, False, lambda: self.statements(stmt.otherwise, else_scope, env))
+        finally:
+            self.bases = saved
+        self.span = stmt.span
+        for name in dict.fromkeys([*then_scope, *else_scope]):
+            if name in then_scope and name in else_scope:
+                a, b = then_scope[name], else_scope[name]
+                scope[name] = a if a is b else self.declared(name, self.select(p, a, b))
+            else:  # a temporary made in one branch only
+                scope.pop(name, None)
+                self.partial[name] = stmt.span
+
+    # -------------------------------------------------------------- rounds
+
+    def receive(self, rnd: Round, env: dict[str, int], scope: dict[str, Value]) -> dict[str, Value]:
+        """The received values of a round, read from the slots as they stand at its start."""
+        received: dict[str, Value] = {}
+        groups: dict[tuple[int | None, ...], dict[str, list[Receive]]] = {}
+        for rec in rnd.receives:
+            self.span = rec.span
+            if rec.slot not in self.slots:
+                raise self.error(f"`recv {rec.slot}`: {rec.slot!r} is not a slot")
+            if rec.target in self.slots:
+                raise self.error(f"the received name {rec.target!r} is a slot; use a new name")
+            sources = tuple(s if 0 <= s < self.n else None for s in self.static(rec.source, env))
+            value, default = scope[rec.slot], float(rec.default)
+            if value.const is not None or all(s is None for s in sources):
+                known = value.const or (0.0,) * self.n
+                received[rec.target] = self.constant(
+                    [default if s is None else known[s] for s in sources]
+                )
+            elif all(s == i for i, s in enumerate(sources)):
+                received[rec.target] = value
+            else:
+                groups.setdefault(sources, {}).setdefault(rec.slot, []).append(rec)
+        heads: list[HeadBlock] = []
+        routed = []
+        for sources, slots in groups.items():
+            outs = {slot: self.fresh(f"recv:{slot}") for slot in slots}
+            if self.mode == "softmax":
+                for slot in slots:
+                    self.span = slots[slot][0].span
+                    self.require(scope[slot].width, scope[slot], "routing with softmax attention")
+            positions = [0] + [0 if s is None else s + 1 for s in sources]
+            for k in range(self.n + 1):  # the query reads every position's one-hot
+                self.feature(k)
+            values = {outs[slot]: scope[slot].form for slot in slots}
+            span_range = max(scope[slot].width for slot in slots)
+            head = attention.route(
+                positions,
+                values,
+                n=self.n,
+                weighting=self.mode,
+                scale=self.temperature if self.mode == "softmax" else None,
+                value_range=span_range if math.isfinite(span_range) and span_range > 0 else 1.0,
+                label=f"round {self.round_number}: recv {', '.join(slots)}",
+            )
+            self.builder.add(head)
+            heads.append(head)
+            missing = [i for i, s in enumerate(sources) if s is None]
+            for slot, recs in slots.items():
+                self.at_bos[outs[slot]] = 0.0  # BOS reads its own slot value: 0
+                source = scope[slot]
+                for rec in recs:
+                    default = float(rec.default)
+                    fill = self.positional([default if s is None else 0.0 for s in sources])
+                    lo, hi = source.lo, source.hi
+                    if missing:
+                        lo, hi = min(lo, default), max(hi, default)
+                    softmax = self.mode == "softmax"
+                    received[rec.target] = Value(
+                        form_add((1, var(outs[slot])), (1, fill)),
+                        lo,
+                        hi,
+                        leak=source.leak + self.n * source.width,
+                        noise=source.noise + (2 + (self.n + 1) * softmax) * source.magnitude,
+                        unbounded=source.unbounded,
+                    )
+                routed.append(slot)
+        self.rounds.append(RoundReport(self.round_number, heads, routed, len(rnd.receives)))
+        return received
+
+    def lower(self) -> dict[str, Value]:
+        program = self.program
+        self.slots: dict[str, float | None] = {s.name: s.bound for s in program.slots}
+        scope: dict[str, Value] = {}
+        for slot in program.slots:
+            if slot.bound is not None and (not math.isfinite(slot.bound) or slot.bound < 0):
+                raise self.error(f"slot {slot.name!r}: the bound must be a number >= 0", slot.span)
+            if slot.name in program.inputs:
+                form = self.builder.numeric(slot.name)
+                self.at_bos[slot.name] = 0.0
+                if slot.bound is None:
+                    scope[slot.name] = Value(form, -INF, INF, unbounded=frozenset([slot.name]))
+                else:
+                    scope[slot.name] = Value(form, -slot.bound, slot.bound)
+            else:
+                scope[slot.name] = self.declared(slot.name, self.constant([slot.init] * self.n))
+        for number, (rnd, env) in enumerate(unroll(program, self.n)):
+            self.round_number = number
+            self.span = rnd.span
+            received = self.receive(rnd, env, scope)
+            local = {**scope, **received}
+            self.partial = {}
+            self.statements(rnd.body, local, env)
+            scope = {name: local[name] for name in scope}
+        self.prune([scope[name].form for name in program.outputs])
+        return scope
+
+    def prune(self, outputs: Sequence[Form]) -> None:
+        """Keep only the blocks the outputs depend on (values computed and then not
+        used: temporaries never read, selections superseded by a flatter one), and only
+        the positional features they read; every input channel stays."""
+        needed = {name for form in outputs for name in form}
+        kept: list[Block] = []
+        for block in reversed(self.builder.blocks):
+            if any(name in needed for name in block.writes):
+                kept.append(block)
+                needed |= block.reads
+        old = self.builder
+        self.builder = Builder([TOKEN])
+        for name in old.features:
+            if name in needed:
+                self.builder.feature(name)
+        for name in old.numeric_inputs:
+            self.builder.numeric(name)
+        for block in reversed(kept):
+            self.builder.add(block)
+        alive = {id(block) for block in kept}
+        for report in self.rounds:
+            report.heads = [head for head in report.heads if id(head) in alive]
+
+
+@dataclass
+class Lowered:
+    """The result of :func:`lower_pcoc`: the builder, the final value of every slot, and
+    what every round compiled to."""
+
+    builder: Builder
+    slots: dict[str, Value]
+    rounds: list[RoundReport]
+    comparisons: list[Comparison] = field(default_factory=list)
+
+
+def lower_pcoc(
+    program: Program, n: int, mode: str = "hard", temperature: float | None = None
+) -> Lowered:
+    """Lower ``program`` for ``n`` machines to blocks on a :class:`Builder`.
+
+    ``mode="hard"``: routing heads with average-hard attention; ``"softmax"``: softmax
+    heads with scale ``temperature``. Raises :class:`CraspError` for programs that need a
+    bound or a margin they do not declare."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be an integer >= 1, not {n!r}")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    if mode == "softmax" and (temperature is None or not temperature > 0):
+        raise ValueError("softmax mode needs a temperature > 0")
+    lowerer = _Lowerer(program, n, mode, temperature)
+    slots = lowerer.lower()
+    return Lowered(lowerer.builder, slots, lowerer.rounds, lowerer.comparisons)
+
+
+__all__ = ["MODES", "TOKEN", "Comparison", "Lowered", "RoundReport", "Value", "lower_pcoc"]

@@ -1,0 +1,325 @@
+"""The PCOC IR: programs of machines, memory slots and rounds.
+
+A program describes ``n`` machines ``0..n-1`` (n is given at compile time). Each machine
+holds named memory *slots* of real numbers. Execution is a sequence of *rounds*; in
+every round each machine
+
+1. **receives**: every ``Receive`` reads, from the memory as it stood at the start of the
+   round, slot ``slot`` of machine ``source(i, r, n)``; a source outside ``0..n-1`` gives
+   ``default``. All receives of a round happen simultaneously;
+2. **computes locally**: the statements run in order; an assignment to a slot updates the
+   memory at once (later statements of the round see it); an assignment to any other
+   name makes a round-local temporary. Received names are round-local too.
+
+Two kinds of expression:
+
+- *static* (:class:`StaticExpr`): integers known at compile time — numbers, the machine
+  index ``i``, the round number ``r`` (0-based over all rounds after unrolling), ``n``,
+  loop variables, ``+ - * // % **``, ``log2`` (exact, n must be a power of two) and
+  ``ceil_log2``, comparisons and ``and / or / not``. Used for sources, loop bounds and
+  per-machine conditions;
+- *data* (:class:`Expr`): real numbers per machine — constants, slots, temporaries,
+  received values, static expressions (a per-machine constant), ``+ −``, multiplication
+  by a constant, ``min max abs relu clamp``, comparisons (0/1) with a declared margin,
+  and conditionals on a static condition or on a data comparison.
+
+Slots declare a bound ``|value| ≤ bound`` where exactness needs one (gating by big-M);
+a data comparison ``a > b margin m`` is exact when ``a − b`` is never in ``(0, m)``
+(``>``/``<=``), ``(−m, 0)`` (``<``/``>=``) or ``(−m, m)∖{0}`` (``==``/``!=``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from crasp_compiler.errors import Span
+
+# ------------------------------------------------------------------ static expressions
+
+
+@dataclass(frozen=True)
+class SNum:
+    value: int
+
+
+@dataclass(frozen=True)
+class SVar:
+    """``i``, ``r``, ``n`` or a loop variable."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class SBin:
+    """``+ - * // % **`` and comparisons ``< <= > >= == !=`` (giving 0/1), ``and``/``or``."""
+
+    op: str
+    left: StaticExpr
+    right: StaticExpr
+
+
+@dataclass(frozen=True)
+class SNot:
+    arg: StaticExpr
+
+
+@dataclass(frozen=True)
+class SCall:
+    """``log2(x)`` (x a power of two) or ``ceil_log2(x)``, ``min``/``max`` of two."""
+
+    fn: str
+    args: tuple[StaticExpr, ...]
+
+
+StaticExpr = SNum | SVar | SBin | SNot | SCall
+
+# ------------------------------------------------------------------ data expressions
+
+
+@dataclass(frozen=True)
+class Num:
+    value: float
+
+
+@dataclass(frozen=True)
+class Read:
+    """A slot, a round-local temporary or a received value."""
+
+    name: str
+    span: Span | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Static:
+    """A static expression used as data: a per-machine constant (e.g. ``i``)."""
+
+    expr: StaticExpr
+
+
+@dataclass(frozen=True)
+class Add:
+    left: Expr
+    right: Expr
+
+
+@dataclass(frozen=True)
+class Sub:
+    left: Expr
+    right: Expr
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Multiplication by a constant ``factor``."""
+
+    factor: float
+    arg: Expr
+
+
+@dataclass(frozen=True)
+class Call:
+    """``min(a, b)``, ``max(a, b)``, ``abs(a)``, ``relu(a)``, ``clamp(a, lo, hi)``
+    (lo, hi constants)."""
+
+    fn: str
+    args: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class Compare:
+    """``left op right`` as 1.0/0.0; ``margin`` as in the module docstring."""
+
+    op: str
+    left: Expr
+    right: Expr
+    margin: float
+
+
+@dataclass(frozen=True)
+class IfExpr:
+    """``then if cond else otherwise``; ``cond`` is a :class:`Compare` (data) or a static
+    expression (per machine, per round)."""
+
+    cond: Compare | StaticExpr
+    then: Expr
+    otherwise: Expr
+
+
+Expr = Num | Read | Static | Add | Sub | Scale | Call | Compare | IfExpr
+
+# ------------------------------------------------------------------ statements
+
+
+@dataclass(frozen=True)
+class Assign:
+    target: str
+    expr: Expr
+    span: Span | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class If:
+    """``if cond { then } else { otherwise }``: a static condition selects per machine and
+    round; a data condition (:class:`Compare`) selects per assigned name."""
+
+    cond: Compare | StaticExpr
+    then: tuple[Stmt, ...]
+    otherwise: tuple[Stmt, ...]
+    span: Span | None = field(default=None, compare=False)
+
+
+Stmt = Assign | If
+
+
+@dataclass(frozen=True)
+class Receive:
+    """``target = recv slot from source default value``."""
+
+    target: str
+    slot: str
+    source: StaticExpr
+    default: float
+    span: Span | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Send:
+    """``target = send slot to dest default value``: every machine i sends ``slot`` to
+    machine ``dest`` (a slot holding an integer); ``target`` is the value sent to this
+    machine, or ``default`` when none is. A ``dest`` outside ``0..n-1`` sends nothing;
+    two senders to one machine are an error. Reads the memory at the start of the round.
+    Lowered to fixed-pattern rounds by :mod:`crasp_compiler.languages.pcoc.benes`."""
+
+    target: str
+    slot: str
+    dest: str
+    default: float
+    span: Span | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Round:
+    receives: tuple[Receive, ...]
+    body: tuple[Stmt, ...]
+    span: Span | None = field(default=None, compare=False)
+    sends: tuple[Send, ...] = ()
+
+
+@dataclass(frozen=True)
+class For:
+    """``for var in start .. stop { rounds }``: ``stop`` exclusive, unrolled at compile
+    time."""
+
+    var: str
+    start: StaticExpr
+    stop: StaticExpr
+    body: tuple[Round | For, ...]
+    span: Span | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A memory slot: ``init`` (0 unless an input), ``bound`` on ``|value|`` or None."""
+
+    name: str
+    bound: float | None = None
+    init: float = 0.0
+    span: Span | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Program:
+    """``inputs``: slots read from the input vectors (one number per machine each, in
+    order); ``outputs``: slots printed after the last round."""
+
+    slots: tuple[Slot, ...]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    rounds: tuple[Round | For, ...]
+    source: str = ""
+    filename: str = "<program>"
+
+    def slot(self, name: str) -> Slot:
+        for slot in self.slots:
+            if slot.name == name:
+                return slot
+        raise KeyError(name)
+
+
+# ------------------------------------------------------------------ static evaluation
+
+
+class StaticError(ValueError):
+    """A static expression that has no value (division by zero, log2 of a non-power)."""
+
+
+def eval_static(expr: StaticExpr, env: dict[str, int]) -> int:
+    """The value of a static expression; comparisons and ``and/or/not`` give 0 or 1."""
+    match expr:
+        case SNum(value):
+            return value
+        case SVar(name):
+            return env[name]
+        case SNot(arg):
+            return int(not eval_static(arg, env))
+        case SBin(op, left, right):
+            a = eval_static(left, env)
+            if op == "and":
+                return int(bool(a) and bool(eval_static(right, env)))
+            if op == "or":
+                return int(bool(a) or bool(eval_static(right, env)))
+            b = eval_static(right, env)
+            if op in ("//", "%") and b == 0:
+                raise StaticError(f"{op} by zero")
+            if op == "**" and b < 0:
+                raise StaticError("negative exponent")
+            return {
+                "+": lambda: a + b,
+                "-": lambda: a - b,
+                "*": lambda: a * b,
+                "//": lambda: a // b,
+                "%": lambda: a % b,
+                "**": lambda: a**b,
+                "<": lambda: int(a < b),
+                "<=": lambda: int(a <= b),
+                ">": lambda: int(a > b),
+                ">=": lambda: int(a >= b),
+                "==": lambda: int(a == b),
+                "!=": lambda: int(a != b),
+            }[op]()
+        case SCall(fn, args):
+            values = [eval_static(arg, env) for arg in args]
+            if fn == "log2":
+                (x,) = values
+                if x < 1 or x & (x - 1):
+                    raise StaticError(f"log2({x}): not a power of two")
+                return x.bit_length() - 1
+            if fn == "ceil_log2":
+                (x,) = values
+                if x < 1:
+                    raise StaticError(f"ceil_log2({x}): not positive")
+                return (x - 1).bit_length()
+            if fn == "min":
+                return min(values)
+            if fn == "max":
+                return max(values)
+    raise StaticError(f"unknown static expression {expr!r}")  # pragma: no cover
+
+
+def unroll(program: Program, n: int) -> list[tuple[Round, dict[str, int]]]:
+    """The rounds in execution order, each with its static environment (``n``, ``r`` and
+    the loop variables; ``i`` is bound per machine by the caller)."""
+    out: list[tuple[Round, dict[str, int]]] = []
+
+    def walk(items: tuple[Round | For, ...], env: dict[str, int]) -> None:
+        for item in items:
+            if isinstance(item, Round):
+                out.append((item, {**env, "r": len(out)}))
+            else:
+                start = eval_static(item.start, {**env, "r": len(out)})
+                stop = eval_static(item.stop, {**env, "r": len(out)})
+                for value in range(start, stop):
+                    walk(item.body, {**env, item.var: value})
+
+    walk(program.rounds, {"n": n})
+    return out

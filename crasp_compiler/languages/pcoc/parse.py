@@ -1,0 +1,1290 @@
+"""Parse PCOC text into the checked IR of :mod:`crasp_compiler.languages.pcoc.nodes`.
+
+- :func:`parse_pcoc` (text → :class:`~crasp_compiler.languages.pcoc.nodes.Program`) and
+  :func:`load_pcoc` (a ``.pcoc`` file). Every problem becomes a :class:`CraspError` whose
+  diagnostics name ``file:line:col``, show the line with a caret under the offending text
+  and say what was expected: syntax errors (all of them, with recovery line by line),
+  then names and kinds (undefined names, temporaries read before they are assigned in
+  their round, ``recv`` of a non-slot, data where a static value is needed, ``i`` in a
+  loop bound, a non-constant factor of ``*``, a data comparison without a margin,
+  duplicate or reserved names, statements outside a round, ...).
+- :func:`span_of`: the source span of any IR node this module built (the nodes without a
+  ``span`` field carry it as a hidden attribute that takes no part in equality).
+
+Static evaluation for a given ``n`` (and its errors) is in :mod:`crasp_compiler.languages.pcoc.interpret`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+from lark import Lark, Token, Tree
+from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
+
+from crasp_compiler.errors import CraspError, Diagnostic, Span
+from crasp_compiler.languages.pcoc.nodes import (
+    Add,
+    Assign,
+    Call,
+    Compare,
+    Expr,
+    For,
+    If,
+    IfExpr,
+    Num,
+    Program,
+    Read,
+    Receive,
+    Round,
+    SBin,
+    Scale,
+    SCall,
+    Send,
+    Slot,
+    SNot,
+    SNum,
+    Static,
+    StaticExpr,
+    Stmt,
+    Sub,
+    SVar,
+)
+from crasp_compiler.syntax.lark_tools import BracketContinuation, accepted_terminals
+from crasp_compiler.syntax.lark_tools import span as _span
+
+MAX_ERRORS = 20
+# Deepest nesting accepted (calls count one level per argument, as n-ary min/max become
+# nested binary nodes): the builder, checker and interpreter recurse over the tree.
+MAX_DEPTH = 120
+# Largest static power computed (in bits): 2**4096 and beyond are refused, not computed.
+MAX_POWER_BITS = 4096
+# Integers beyond this lose precision as float64 data.
+MAX_EXACT_INT = 2**53
+
+PCOC_SUFFIXES = (".pcoc",)
+
+KEYWORDS = frozenset(
+    {"input", "slot", "output", "bound", "round", "for", "in", "recv", "from", "default"}
+    | {"send"}
+    | {"if", "else", "margin", "and", "or", "not", "div"}
+)
+STATIC_VARS = {"i": "the machine index", "r": "the round number", "n": "the number of machines"}
+DATA_FUNCTIONS = {"min": None, "max": None, "abs": 1, "relu": 1, "clamp": 3}
+STATIC_FUNCTIONS = {"log2": 1, "ceil_log2": 1, "min": None, "max": None}
+FUNCTIONS = frozenset(DATA_FUNCTIONS) | frozenset(STATIC_FUNCTIONS)
+RESERVED = KEYWORDS | frozenset(STATIC_VARS) | FUNCTIONS
+
+STATIC_TYPES = (SNum, SVar, SBin, SNot, SCall)
+
+_SPAN_ATTR = "_pcoc_span"
+# Longest number literal read (float64 ends near 1.8e308; static integers beyond 2**1000
+# are refused later anyway).
+MAX_NUMBER_TEXT = 400
+
+
+def span_of(node: object) -> Span | None:
+    """Where ``node`` (any IR node built by :func:`parse_pcoc`) is in the source."""
+    span = getattr(node, "span", None)
+    if isinstance(span, Span):
+        return span
+    return getattr(node, "__dict__", {}).get(_SPAN_ATTR)
+
+
+def _spanned(node, span: Span | None):
+    if span is not None and not isinstance(getattr(node, "span", None), Span):
+        object.__setattr__(node, _SPAN_ATTR, span)
+    return node
+
+
+def _join(first: Span | None, last: Span | None) -> Span | None:
+    if first is None or last is None:
+        return first or last
+    return Span(first.line, first.column, last.end_line, last.end_column)
+
+
+# ================================================================== syntax
+
+
+@cache
+def _parser() -> Lark:
+    grammar = (
+        resources.files("crasp_compiler.languages.pcoc").joinpath("pcoc.lark").read_text("utf-8")
+    )
+    return Lark(
+        grammar,
+        parser="lalr",
+        propagate_positions=True,
+        postlex=BracketContinuation({"LPAR"}, {"RPAR"}),
+        maybe_placeholders=False,
+    )
+
+
+_TERMINAL_NAMES = {
+    "NAME": "a name",
+    "NUMBER": "a number",
+    "CMP": "a comparison",
+    "_NL": "end of line",
+    "$END": "end of input",
+}
+_OPERATORS = {"PLUS", "MINUS", "STAR", "PERCENT", "DIV", "CMP", "__ANON_1", "AND", "OR", "IF"}
+_ENDERS = {
+    "RPAR": "`)`",
+    "COMMA": "`,`",
+    "LBRACE": "`{`",
+    "DEFAULT": "`default`",
+    "ELSE": "`else`",
+    "MARGIN": "`margin`",
+    "BOUND": "`bound`",
+    "EQUAL": "`=`",
+}
+
+
+def _describe_expected(expected: set[str], parser: Lark) -> str:
+    if {"NAME", "NUMBER", "LPAR"} <= expected:
+        return "expected an expression: a name, a number, `-`, `not` or `(`"
+    if {"ROUND", "FOR", "RBRACE"} <= expected:
+        return "expected a statement (`NAME = ...`, `if ...`), `round`, `for` or `}`"
+    if {"ROUND", "FOR", "INPUT"} <= expected:
+        return "expected a declaration (`input`, `slot`, `output`), `round` or `for`"
+    if len(expected & _OPERATORS) >= 4:
+        ends = [text for name, text in _ENDERS.items() if name in expected]
+        if expected & {"_NL", "SEMICOLON", "RBRACE", "$END"}:
+            ends.append("the end of the statement")
+        if "__ANON_0" in expected:
+            ends.insert(0, "`..`")
+        return "expected an operator or " + " or ".join(ends) if ends else "expected an operator"
+    names = []
+    for name in sorted(expected):
+        if name in _TERMINAL_NAMES:
+            names.append(_TERMINAL_NAMES[name])
+            continue
+        try:
+            pattern = parser.get_terminal(name).pattern
+        except KeyError:  # pragma: no cover - every terminal has a pattern
+            names.append(name)
+            continue
+        names.append(f"`{pattern.value}`" if pattern.type == "str" else name.lower())
+    names = list(dict.fromkeys(names))
+    if len(names) > 8:
+        names = [*names[:8], "..."]
+    if len(names) > 1:
+        return "expected " + ", ".join(names[:-1]) + " or " + names[-1]
+    return "expected " + names[0] if names else ""
+
+
+# Brackets, comments and newlines: what matters for "which bracket is still open".
+_BRACKETS = re.compile(r"//[^\n]*|[(){}\n]")
+
+
+def _open_brackets(text: str, line: int, column: int) -> list[tuple[str, int, int]]:
+    """The brackets still open before ``line:column``, innermost last."""
+    stack: list[tuple[str, int, int]] = []
+    row, row_start = 1, 0
+    for match in _BRACKETS.finditer(text):
+        char, col = match.group(), match.start() - row_start + 1
+        if (row, col) >= (line, column):
+            break
+        if char == "\n":
+            row, row_start = row + 1, match.end()
+        elif char in "({":
+            stack.append((char, row, col))
+        elif char in ")}":
+            opener = "(" if char == ")" else "{"
+            while stack and stack[-1][0] != opener:
+                stack.pop()
+            if stack:
+                stack.pop()
+    return stack
+
+
+_SHOWN_TOKEN = 24
+_CHAR_HINTS = {
+    "/": "PCOC has no `/`: multiply by a constant (`0.5 * x`); static integer division is `div`",
+    "!": "write `not` for negation and `!=` for inequality",
+    "&": "write `and`",
+    "|": "write `or`",
+    ".": "a number needs digits on both sides of its point (`0.5`); a range is `a .. b`",
+    "[": "PCOC has no arrays: declare one slot per value",
+    "]": "PCOC has no arrays: declare one slot per value",
+    ":": "blocks are written with braces: `round { ... }`, `if c { ... }`",
+}
+
+
+def _shown(text: str) -> str:
+    if len(text) > _SHOWN_TOKEN:
+        text = text[: _SHOWN_TOKEN - 1] + "…"
+    return repr(text)
+
+
+def _comment_note(text: str, line: int) -> str | None:
+    """A note for a line that ends early because ``a // b`` was meant as a division."""
+    lines = text.split("\n")
+    if not 0 < line <= len(lines):
+        return None
+    code, sep, _ = lines[line - 1].partition("//")
+    if sep and re.search(r"[\w)]\s*$", code):
+        return "note: `//` starts a comment; integer division is written `div`"
+    return None
+
+
+def _syntax_diagnostic(err: UnexpectedInput, parser: Lark, text: str) -> Diagnostic:
+    line, column = max(err.line, 1), max(err.column, 1)
+    expected = accepted_terminals(getattr(err, "state", None))
+    notes: list[str] = []
+    if isinstance(err, UnexpectedToken):
+        token = err.token
+        if token.type == "$END":
+            what = "unexpected end of input"
+            line = max(getattr(token, "end_line", None) or line, 1)
+            column = max(getattr(token, "end_column", None) or column, 1)
+            if getattr(token, "end_line", None) is None:  # no token before the end
+                lines = text.split("\n")
+                line, column = len(lines), len(lines[-1]) + 1
+        elif token.type == "_NL":
+            what = "unexpected end of line"
+            code = text.split("\n")[line - 1].partition("//")[0]  # just after the code
+            column = min(column, len(code.rstrip()) + 1)
+        else:
+            what = f"unexpected {_shown(str(token))}"
+            if token.type == "NAME" and str(token) in KEYWORDS:
+                notes.append(f"`{token}` is a reserved word")
+        width = max(1, len(str(token))) if token.type not in ("$END", "_NL") else 1
+        span = Span(line, column, line, column + width)
+        hint = _describe_expected(expected or set(err.expected), parser)
+    else:
+        assert isinstance(err, UnexpectedCharacters)
+        char = err.char
+        what = f"unexpected character {char!r}"
+        span = Span(line, column, line, column + 1)
+        hint = _describe_expected(expected or set(err.allowed or ()), parser)
+        if char in _CHAR_HINTS:
+            notes.append(_CHAR_HINTS[char])
+    note = _comment_note(text, line) if what == "unexpected end of line" else None
+    if note:
+        notes.append(note)
+    stack = _open_brackets(text, line, column)
+    if stack:
+        bracket, at_line, at_column = stack[-1]
+        closer = ")" if bracket == "(" else "}"
+        if what == "unexpected end of input" or (bracket == "(" and at_line < line):
+            # The parser notices only here, but the mistake is the bracket: point at it.
+            before = "the end of the input" if what == "unexpected end of input" else f"line {line}"
+            return Diagnostic(
+                f"{bracket!r} is never closed",
+                Span(at_line, at_column, at_line, at_column + 1),
+                f"expected {closer!r} before {before}",
+            )
+    hint = "; ".join([h for h in [hint, *notes] if h]) or None
+    return Diagnostic(what, span, hint)
+
+
+def _blank_line(text: str, line: int) -> str:
+    """``text`` with line ``line`` blanked except for its braces (so blocks stay balanced)."""
+    lines = text.split("\n")
+    if 0 < line <= len(lines):
+        # Braces in a comment too: `n // 2 {` meant a division, and its `{` opens a block.
+        lines[line - 1] = "".join(ch if ch in "{}" else " " for ch in lines[line - 1])
+    return "\n".join(lines)
+
+
+def parse_tree(text: str, filename: str = "<program>") -> Tree:
+    """The Lark tree of PCOC text; raise :class:`CraspError` listing every syntax error."""
+    parser = _parser()
+    diagnostics: list[Diagnostic] = []
+    blanked: set[int] = set()
+    current = text
+    while True:
+        try:
+            tree = parser.parse(current)
+        except UnexpectedInput as err:
+            diag = _syntax_diagnostic(err, parser, current)
+            at_end = isinstance(err, UnexpectedToken) and err.token.type == "$END"
+            if blanked and (at_end or diag.span.line in blanked):
+                break  # most likely caused by the recovery itself
+            if diag in diagnostics or len(diagnostics) >= MAX_ERRORS:
+                break
+            diagnostics.append(diag)
+            if at_end:
+                break
+            # Blank the offending line, or all lines from an unclosed bracket to the error.
+            lines = range(diag.span.line, max(diag.span.line, err.line - 1) + 1)
+            following = current
+            for number in lines:
+                blanked.add(number)
+                following = _blank_line(following, number)
+            if following == current:
+                break
+            current = following
+            continue
+        break
+    if not diagnostics:
+        diagnostics = _too_deep(tree)
+    if diagnostics:
+        raise CraspError(diagnostics, text, filename)
+    return tree
+
+
+def _too_deep(tree: Tree) -> list[Diagnostic]:
+    stack = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            span = _span(node)
+            return [
+                Diagnostic(
+                    f"nested too deeply (more than {MAX_DEPTH} levels)",
+                    span and Span(span.line, span.column, span.line, span.column + 1),
+                    "split the expression over several statements",
+                )
+            ]
+        children = [c for c in node.children if isinstance(c, Tree)]
+        step = 1 + (len(children) if node.data == "call" else 0)
+        stack.extend((c, depth + step) for c in children)
+    return []
+
+
+# ================================================================== building the IR
+
+
+class _Invalid(Exception):
+    """Raised inside expression building after a diagnostic has been recorded."""
+
+
+@dataclass
+class _RoundState:
+    defined: set[str] = field(default_factory=set)  # temporaries surely assigned by now
+    maybe: set[str] = field(default_factory=set)  # assigned on some path only
+    temps: dict[str, Span | None] = field(default_factory=dict)  # all of the round's
+
+
+@dataclass
+class _Scope:
+    loops: dict[str, Span | None] = field(default_factory=dict)
+    round: _RoundState | None = None
+
+
+def _walk(expr) -> list:
+    """Every node of a data or static expression, parents first."""
+    out, stack = [], [expr]
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        if isinstance(node, SBin | Add | Sub | Compare):
+            stack.extend([node.right, node.left])
+        elif isinstance(node, SNot | Scale):
+            stack.append(node.arg)
+        elif isinstance(node, SCall | Call):
+            stack.extend(reversed(node.args))
+        elif isinstance(node, Static):
+            stack.append(node.expr)
+        elif isinstance(node, IfExpr):
+            stack.extend([node.otherwise, node.then, node.cond])
+    return out
+
+
+def _is_static(expr) -> bool:
+    return isinstance(expr, STATIC_TYPES)
+
+
+def _closed(expr: StaticExpr) -> bool:
+    return not any(isinstance(node, SVar) for node in _walk(expr))
+
+
+def _power_too_big(base: int, exponent: int) -> bool:
+    return abs(base) >= 2 and exponent * (abs(base).bit_length() - 1) > MAX_POWER_BITS
+
+
+_CMP_NAMES = {"==": "==", "!=": "!=", "<=": "<=", ">=": ">=", "<": "<", ">": ">"}
+
+
+# A comment that reads as the divisor of `a // b`: a number or a parenthesized sum.
+_DIVISOR = re.compile(r"\s*(\d+|\(\s*\w+(\s*[-+*%]\s*\w+)*\s*\))\s*")
+
+
+class _Builder:
+    def __init__(self, source: str, filename: str) -> None:
+        self.source = source
+        self.filename = filename
+        self.diagnostics: list[Diagnostic] = []
+        self.slots: dict[str, Slot] = {}
+        self.inputs: list[str] = []
+        self.program_temps: dict[str, Span | None] = {}  # temporary -> its first round
+        self.declared: set[str] = set()  # every name of an input or slot declaration
+
+    # ------------------------------------------------------------ reporting
+
+    def error(self, message: str, where, hint: str | None = None) -> _Invalid:
+        span = where if isinstance(where, Span) or where is None else _span(where)
+        self.diagnostics.append(Diagnostic(message, span, hint))
+        return _Invalid()
+
+    # ------------------------------------------------------------ program
+
+    def program(self, tree: Tree) -> Program:
+        items = list(tree.children)
+        outputs: list[Token] = []
+        self.declared = {
+            str(item.children[0]) for item in items if item.data in ("input_decl", "slot_decl")
+        }
+        for item in items:
+            if item.data in ("input_decl", "slot_decl"):
+                self.declaration(item)
+            elif item.data == "output_decl":
+                outputs.extend(item.children)
+        for node in tree.iter_subtrees_topdown():
+            if node.data == "round":
+                self._collect_temps(node, node.children[0])
+        rounds: list[Round | For] = []
+        for item in items:
+            if item.data in ("round", "for_loop"):
+                built = self.round_or_for(item, _Scope())
+                if built is not None:
+                    rounds.append(built)
+            elif item.data in ("receive", "send", "assign", "if_stmt"):
+                self.error(
+                    "a statement outside a round",
+                    self._head(item),
+                    "local statements and receives belong inside `round { ... }`",
+                )
+        output_names: list[str] = []
+        for tok in outputs:
+            name = str(tok)
+            if name in output_names:
+                self.error(f"output {name!r} is listed twice", tok)
+            elif name in RESERVED:
+                continue  # its declaration has been reported
+            elif name not in self.slots:
+                hint = self._suggest(name, list(self.slots)) or "expected a declared slot"
+                self.error(f"output {name!r} is not a declared slot", tok, hint)
+            else:
+                output_names.append(name)
+        if not outputs and not self.diagnostics:
+            self.error(
+                "the program declares no output",
+                None,
+                "add `output NAME` naming the slots to print after the last round",
+            )
+        self._lint_comments()
+        if self.diagnostics:
+            self.diagnostics.sort(
+                key=lambda d: (d.span is None, d.span and (d.span.line, d.span.column))
+            )
+            raise CraspError(self.diagnostics[: MAX_ERRORS * 2], self.source, self.filename)
+        return Program(
+            tuple(self.slots.values()),
+            tuple(self.inputs),
+            tuple(output_names),
+            tuple(rounds),
+            source=self.source,
+            filename=self.filename,
+        )
+
+    def _head(self, item: Tree) -> Span | None:
+        """The first line of a construct (its keyword or target), for messages."""
+        span = _span(item)
+        first = item.children[0] if item.children else None
+        if isinstance(first, Token):
+            return _span(first)
+        if span is not None and span.end_line != span.line:
+            return Span(span.line, span.column, span.line, span.column + 1)
+        return span
+
+    def _lint_comments(self) -> None:
+        """``x = n // 2`` parses as ``x = n`` and a comment: catch the likely cases."""
+        for number, text in enumerate(self.source.split("\n"), start=1):
+            code, sep, comment = text.partition("//")
+            if not sep or not code.strip() or not re.fullmatch(r"[\w)]", code.strip()[-1:]):
+                continue
+            if _DIVISOR.fullmatch(comment):
+                start = len(code) + 1
+                self.error(
+                    f"`//{comment.rstrip()}` is a comment, not a division",
+                    Span(number, start, number, len(text.rstrip()) + 1),
+                    "`//` starts a comment; integer division of static values is written `div`",
+                )
+
+    # ------------------------------------------------------------ declarations
+
+    def _check_new_name(self, tok: Token, what: str) -> bool:
+        name = str(tok)
+        if name in RESERVED:
+            self.error(f"{name!r} is reserved and cannot name {what}", tok, _reserved_why(name))
+            return False
+        return True
+
+    def _constant(self, tree: Tree, scope: _Scope, what: str) -> float:
+        """A constant number (closed arithmetic of numbers), e.g. a bound or a default."""
+        expr = self.expr(tree, scope)
+        value = self._constant_value(expr)
+        if value is None:
+            raise self.error(
+                f"{what} must be a constant number",
+                tree,
+                "expected a number such as 0, -1e9 or 2**20; i, r, n, loop variables and "
+                "slots are not allowed here",
+            )
+        return value
+
+    def _constant_value(self, expr) -> float | None:
+        if _is_static(expr):
+            if not _closed(expr):
+                return None
+            value = self._fold(expr)
+            if abs(value) < 2**1000:
+                return float(value)
+            return math.inf if value > 0 else -math.inf
+        match expr:
+            case Num(value):
+                return value
+            case Static(inner):
+                return self._constant_value(inner)
+            case Scale(factor, arg):
+                value = self._constant_value(arg)
+                return None if value is None else factor * value
+            case Add(left, right) | Sub(left, right):
+                a, b = self._constant_value(left), self._constant_value(right)
+                if a is None or b is None:
+                    return None
+                return a + b if isinstance(expr, Add) else a - b
+        return None
+
+    def _finite(self, value: float, tree, what: str) -> float:
+        if not math.isfinite(value):
+            raise self.error(f"{what} is not a finite number", tree)
+        return value
+
+    def declaration(self, item: Tree) -> None:
+        name_tok, *rest = item.children
+        kind = "input" if item.data == "input_decl" else "slot"
+        name = str(name_tok)
+        fresh = self._check_new_name(name_tok, "a slot")
+        if fresh and name in self.slots:
+            first = self.slots[name].span
+            where = f" (first at line {first.line})" if first else ""
+            self.error(f"slot {name!r} is declared twice{where}", name_tok)
+            fresh = False
+        bound, init = None, 0.0
+        scope = _Scope()
+        for part in rest:
+            try:
+                if part.data == "bound":
+                    bound = self._finite(
+                        self._constant(part.children[0], scope, "a bound"), part, "the bound"
+                    )
+                    if bound <= 0:
+                        self.error(
+                            f"a bound must be positive, not {_number(bound)}",
+                            part.children[0],
+                            "it bounds the absolute value: `bound 1e6` means |value| <= 1e6",
+                        )
+                        bound = None
+                elif kind == "input":
+                    self.error(
+                        "an input takes its value from the input vector; it has no initial value",
+                        part,
+                        "use `slot NAME = VALUE` for a slot with an initial value",
+                    )
+                else:
+                    init = self._finite(
+                        self._constant(part.children[0], scope, "an initial value"),
+                        part,
+                        "the initial value",
+                    )
+                    if bound is not None and abs(init) > bound:
+                        self.error(
+                            f"the initial value {_number(init)} exceeds the bound {_number(bound)}",
+                            part.children[0],
+                        )
+            except _Invalid:
+                continue
+        if not fresh:
+            return
+        self.slots[name] = Slot(name, bound, init, _span(name_tok))
+        if kind == "input":
+            self.inputs.append(name)
+
+    # ------------------------------------------------------------ rounds and loops
+
+    def _collect_temps(self, item: Tree, where: Token) -> None:
+        """Record the temporaries a round assigns or receives (for better messages)."""
+        stack = [item]
+        while stack:
+            node = stack.pop()
+            if node.data in ("assign", "receive", "send"):
+                name = str(node.children[0])
+                if name not in self.slots:
+                    self.program_temps.setdefault(name, _span(where))
+            stack.extend(c for c in node.children if isinstance(c, Tree))
+
+    def round_or_for(self, item: Tree, scope: _Scope) -> Round | For | None:
+        if item.data == "round":
+            return self.round(item, scope)
+        return self.for_loop(item, scope)
+
+    def body_items(self, body: Tree) -> list[Tree]:
+        return [c for c in body.children if isinstance(c, Tree)]
+
+    def for_loop(self, item: Tree, scope: _Scope) -> For | None:
+        for_tok, var_tok, start_t, stop_t, body = item.children
+        var = str(var_tok)
+        ok = self._check_new_name(var_tok, "a loop variable")
+        if ok and var in self.slots:
+            self.error(f"loop variable {var!r} has the name of a slot", var_tok)
+            ok = False
+        if ok and var in scope.loops:
+            self.error(
+                f"loop variable {var!r} is already the variable of an enclosing loop", var_tok
+            )
+            ok = False
+        bounds: list[StaticExpr] = []
+        for bound_t, what in ((start_t, "the start"), (stop_t, "the stop")):
+            try:
+                bounds.append(self.static(bound_t, scope, f"{what} of a loop"))
+            except _Invalid:
+                continue
+            machine = next((n for n in _walk(bounds[-1]) if n == SVar("i")), None)
+            if machine is not None:
+                self.error(
+                    "a loop bound cannot depend on the machine index `i`",
+                    span_of(machine) or _span(bound_t),
+                    "every machine runs the same rounds; choose per machine with "
+                    "`if` on `i` inside a round",
+                )
+                bounds.pop()
+        inner = _Scope({**scope.loops, var: _span(var_tok)}, None)
+        rounds: list[Round | For] = []
+        for child in self.body_items(body):
+            if child.data in ("round", "for_loop"):
+                built = self.round_or_for(child, inner)
+                if built is not None:
+                    rounds.append(built)
+            elif child.data in ("input_decl", "slot_decl", "output_decl"):
+                self.error("declarations belong at the top level of the program", self._head(child))
+            else:
+                self.error(
+                    "a statement directly inside a loop",
+                    self._head(child),
+                    "a loop repeats rounds: put the statement inside `round { ... }`",
+                )
+        if not ok or len(bounds) != 2:
+            return None
+        header = _join(_span(for_tok), _span(stop_t))
+        return For(var, bounds[0], bounds[1], tuple(rounds), header)
+
+    def round(self, item: Tree, scope: _Scope) -> Round:
+        round_tok, body = item.children
+        state = _RoundState()
+        for child in self.body_items(body):
+            stack = [child]
+            while stack:
+                node = stack.pop()
+                if node.data in ("assign", "receive", "send"):
+                    name = str(node.children[0])
+                    if name not in self.slots:
+                        state.temps.setdefault(name, _span(node.children[0]))
+                stack.extend(c for c in node.children if isinstance(c, Tree))
+        inner = _Scope(scope.loops, state)
+        receives: list[Receive] = []
+        sends: list[Send] = []
+        statements: list[Stmt] = []
+        for child in self.body_items(body):
+            if child.data == "send":
+                if statements:
+                    self.error(
+                        "a `send` after a local statement",
+                        self._head(child),
+                        "sends come first in a round (they read the memory as it was at "
+                        "the start of the round): move it above the statements",
+                    )
+                    continue
+                sent = self.send(child, inner)
+                if sent is not None:
+                    sends.append(sent)
+            elif child.data == "receive":
+                if statements:
+                    self.error(
+                        "a `recv` after a local statement",
+                        self._head(child),
+                        "receives come first in a round (they read the memory as it was at "
+                        "the start of the round): move it above the statements",
+                    )
+                    continue
+                received = self.receive(child, inner)
+                if received is not None:
+                    receives.append(received)
+            else:
+                stmt = self.statement(child, inner, "a round")
+                if stmt is not None:
+                    statements.append(stmt)
+        return Round(tuple(receives), tuple(statements), _span(round_tok), tuple(sends))
+
+    def _target_ok(self, target_tok: Token, scope: _Scope, word: str) -> bool:
+        """Whether the name a `recv` / `send` defines is a new round-local name (reports
+        the error otherwise)."""
+        target = str(target_tok)
+        verb = "receive" if word == "recv" else "send"
+        assert scope.round is not None
+        if target in RESERVED:
+            self.error(f"cannot receive into {target!r}", target_tok, _reserved_why(target))
+        elif target in self.slots:
+            self.error(
+                f"cannot {verb} into the slot {target!r}",
+                target_tok,
+                f"{verb} into a new name and assign it: `got = {word} ...` then `{target} = got`",
+            )
+        elif target in scope.loops:
+            self.error(f"cannot {verb} into the loop variable {target!r}", target_tok)
+        elif target in scope.round.defined:
+            self.error(f"{target!r} is received twice in this round", target_tok)
+        else:
+            return True
+        return False
+
+    def send(self, item: Tree, scope: _Scope) -> Send | None:
+        target_tok, slot_tok, dest_tok, default_t = item.children
+        target = str(target_tok)
+        state = scope.round
+        assert state is not None
+        ok = self._target_ok(target_tok, scope, "send")
+        for tok, what in ((slot_tok, "the value of a `send`"), (dest_tok, "the destination")):
+            name = str(tok)
+            if name not in self.slots:
+                ok = False
+                hint = self._suggest(name, list(self.slots)) or "expected a declared slot"
+                self.error(f"{what} must be a slot, and {name!r} is not a declared slot", tok, hint)
+        dest = str(dest_tok)
+        if dest in self.slots and self.slots[dest].bound is None:
+            self.error(
+                f"the destination slot {dest!r} needs a declared bound",
+                dest_tok,
+                f"declare it with a bound, e.g. `slot {dest} bound 1e6`: routing by "
+                "destination compares it with machine indices",
+            )
+            ok = False
+        try:
+            default = self._finite(
+                self._constant(default_t, scope, "the default of a `send`"),
+                default_t,
+                "the default",
+            )
+        except _Invalid:
+            ok = False
+        if target not in RESERVED and target not in self.slots:
+            state.defined.add(target)
+        if not ok:
+            return None
+        return Send(target, str(slot_tok), dest, default, _span(item))
+
+    def receive(self, item: Tree, scope: _Scope) -> Receive | None:
+        target_tok, slot_tok, source_t, default_t = item.children
+        target, slot = str(target_tok), str(slot_tok)
+        state = scope.round
+        assert state is not None
+        ok = self._target_ok(target_tok, scope, "recv")
+        if slot not in self.slots:
+            ok = False
+            if slot in state.temps or slot in self.program_temps:
+                self.error(
+                    f"`recv` reads a slot of another machine, and {slot!r} is a temporary",
+                    slot_tok,
+                    f"declare `slot {slot}` and assign it in an earlier round",
+                )
+            elif slot in scope.loops or slot in STATIC_VARS:
+                self.error(
+                    f"`recv` reads a slot of another machine, and {slot!r} is not a slot",
+                    slot_tok,
+                    "a static value is known everywhere: use it directly",
+                )
+            else:
+                hint = self._suggest(slot, list(self.slots)) or "expected a declared slot"
+                self.error(f"`recv` of {slot!r}, which is not a declared slot", slot_tok, hint)
+        try:
+            source = self.static(source_t, scope, "the source of a `recv`")
+        except _Invalid:
+            ok = False
+        try:
+            default = self._finite(
+                self._constant(default_t, scope, "the default of a `recv`"),
+                default_t,
+                "the default",
+            )
+        except _Invalid:
+            ok = False
+        if target not in RESERVED and target not in self.slots:
+            state.defined.add(target)
+        if not ok:
+            return None
+        return Receive(target, slot, source, default, _span(item))
+
+    # ------------------------------------------------------------ statements
+
+    def statement(self, item: Tree, scope: _Scope, where: str) -> Stmt | None:
+        if item.data == "assign":
+            return self.assign(item, scope)
+        if item.data == "if_stmt":
+            return self.if_stmt(item, scope)
+        if item.data in ("receive", "send"):
+            word = "recv" if item.data == "receive" else "send"
+            self.error(
+                f"a `{word}` inside an `if`",
+                self._head(item),
+                "receives happen for every machine at the start of the round: receive "
+                "before the statements and use the value in the branch",
+            )
+        elif item.data in ("input_decl", "slot_decl", "output_decl"):
+            self.error("declarations belong at the top level of the program", self._head(item))
+        elif item.data in ("round", "for_loop"):
+            what = "round" if item.data == "round" else "loop"
+            self.error(
+                f"a {what} inside {where}",
+                self._head(item),
+                "rounds and loops of rounds are written at the top level or inside `for`",
+            )
+        return None
+
+    def assign(self, item: Tree, scope: _Scope) -> Assign | None:
+        target_tok, expr_t = item.children
+        target = str(target_tok)
+        state = scope.round
+        assert state is not None
+        ok = True
+        if target in STATIC_VARS:
+            self.error(
+                f"cannot assign to {target!r}: it is {STATIC_VARS[target]}",
+                target_tok,
+                "assign to a slot or to a new temporary name",
+            )
+            ok = False
+        elif target in RESERVED:
+            self.error(f"cannot assign to {target!r}", target_tok, _reserved_why(target))
+            ok = False
+        elif target in scope.loops:
+            self.error(f"cannot assign to the loop variable {target!r}", target_tok)
+            ok = False
+        try:
+            expr = self.data(expr_t, scope)
+        except _Invalid:
+            ok = False
+        if target not in self.slots and target not in RESERVED and target not in scope.loops:
+            state.defined.add(target)
+        if not ok:
+            return None
+        return Assign(target, expr, _span(item))
+
+    def if_stmt(self, item: Tree, scope: _Scope) -> If | None:
+        if_tok, cond_t, then_t, *rest = item.children
+        state = scope.round
+        assert state is not None
+        ok = True
+        try:
+            cond = self.condition(cond_t, scope, "the condition of an `if`")
+        except _Invalid:
+            ok = False
+        before_defined, before_maybe = set(state.defined), set(state.maybe)
+        then = self.block(then_t, scope)
+        then_defined, then_maybe = state.defined, state.maybe
+        state.defined, state.maybe = set(before_defined), set(before_maybe)
+        otherwise: tuple[Stmt, ...] | None = ()
+        if rest:
+            other = rest[0]
+            if other.data == "if_stmt":
+                nested = self.if_stmt(other, scope)
+                otherwise = None if nested is None else (nested,)
+            else:
+                otherwise = self.block(other, scope)
+        state.maybe = (then_maybe | state.maybe | (then_defined ^ state.defined)) - (
+            then_defined & state.defined
+        )
+        state.defined = then_defined & state.defined
+        if not ok or then is None or otherwise is None:
+            return None
+        return If(cond, then, otherwise, _join(_span(if_tok), _span(cond_t)))
+
+    def block(self, body: Tree, scope: _Scope) -> tuple[Stmt, ...] | None:
+        out: list[Stmt] = []
+        ok = True
+        for child in self.body_items(body):
+            stmt = self.statement(child, scope, "an `if`")
+            if stmt is None:
+                ok = False
+            else:
+                out.append(stmt)
+        return tuple(out) if ok else None
+
+    # ------------------------------------------------------------ expression kinds
+
+    def static(self, tree: Tree, scope: _Scope, what: str) -> StaticExpr:
+        expr = self.expr(tree, scope)
+        if _is_static(expr):
+            return expr
+        culprit = next((n for n in _walk(expr) if isinstance(n, Read)), None)
+        if culprit is not None:
+            raise self.error(
+                f"{what} must be static, but {culprit.name!r} is data",
+                culprit.span or _span(tree),
+                "static expressions use integers, i, r, n and loop variables; "
+                "PCOC communication cannot depend on data",
+            )
+        raise self.error(
+            f"{what} must be static (an integer expression of i, r, n and loop variables)",
+            tree,
+            "decimal numbers and data functions (abs, relu, clamp) are data",
+        )
+
+    def data(self, tree: Tree, scope: _Scope) -> Expr:
+        return self._to_data(self.expr(tree, scope), tree)
+
+    def condition(self, tree: Tree, scope: _Scope, what: str) -> Compare | StaticExpr:
+        expr = self.expr(tree, scope)
+        if _is_static(expr) or isinstance(expr, Compare):
+            return expr
+        raise self.error(
+            f"{what} is data but not a comparison",
+            tree,
+            "a data condition is one comparison with a margin, e.g. `x > y margin 0.5`",
+        )
+
+    def _to_data(self, expr, where) -> Expr:
+        if not _is_static(expr):
+            return expr
+        if _closed(expr):
+            value = self._fold(expr)
+            if abs(value) > MAX_EXACT_INT:
+                raise self.error(
+                    f"the integer {value} is too large to be exact as a number",
+                    span_of(expr) or _span(where),
+                    "numbers are float64: integers up to 2**53 are exact",
+                )
+            return _spanned(Num(float(value)), span_of(expr))
+        return _spanned(Static(expr), span_of(expr))
+
+    def _fold(self, expr: StaticExpr) -> int:
+        """The value of a closed static expression (the checker's evaluator, so the
+        messages agree)."""
+        from crasp_compiler.languages.pcoc.interpret import _Failure, static_value
+
+        try:
+            return static_value(expr, {})
+        except _Failure as failure:
+            raise self.error(failure.message, failure.span or span_of(expr)) from None
+
+    # ------------------------------------------------------------ expressions
+
+    def expr(self, tree: Tree | Token, scope: _Scope):
+        method = getattr(self, "e_" + tree.data)
+        node = method(tree, scope)
+        return _spanned(node, span_of(node) or _span(tree))
+
+    def _operands(self, trees, scope: _Scope) -> list:
+        """Build every operand, so the errors in all of them are reported."""
+        results, failed = [], False
+        for tree in trees:
+            try:
+                results.append(self.expr(tree, scope))
+            except _Invalid:
+                failed = True
+        if failed:
+            raise _Invalid()
+        return results
+
+    def e_number(self, tree: Tree, scope: _Scope):
+        text = str(tree.children[0])
+        if len(text) > MAX_NUMBER_TEXT:  # no 5000-digit conversions
+            raise self.error(
+                f"the number {text[:12]}… ({len(text)} characters) is out of range", tree
+            )
+        if text.isdigit():
+            return SNum(int(text))
+        value = float(text)
+        if not math.isfinite(value):
+            raise self.error(f"the number {text} is out of range", tree)
+        return Num(value)
+
+    def e_name(self, tree: Tree, scope: _Scope):
+        tok = tree.children[0]
+        name = str(tok)
+        span = _span(tok)
+        if name in STATIC_VARS or name in scope.loops:
+            return SVar(name)
+        state = scope.round
+        if state is not None and name in state.defined:
+            return Read(name, span)
+        if name in self.slots or (state is None and name in self.declared):
+            return Read(name, span)
+        if state is not None and name in state.maybe:
+            raise self.error(
+                f"{name!r} is not assigned on every path to this point",
+                tok,
+                "an `if` assigns it in one branch only: assign it before the `if` or in "
+                "both branches",
+            )
+        if state is not None and name in state.temps:
+            raise self.error(
+                f"{name!r} is read before it is assigned in this round",
+                tok,
+                "temporaries are local to their round and exist once assigned",
+            )
+        if name in self.program_temps:
+            first = self.program_temps[name]
+            where = f" (line {first.line})" if first else ""
+            raise self.error(
+                f"{name!r} is a temporary of another round{where}; temporaries last one round",
+                tok,
+                f"declare `slot {name}` to keep a value from round to round",
+            )
+        if name in FUNCTIONS:
+            raise self.error(f"{name!r} is a function: call it, e.g. `{name}(...)`", tok)
+        if name in KEYWORDS:
+            raise self.error(f"{name!r} is a reserved word", tok)
+        known = [*self.slots, *scope.loops, *STATIC_VARS]
+        if state is not None:
+            known += sorted(state.defined)
+        hint = (
+            self._suggest(name, known) or "expected a slot, a temporary, i, r, n or a loop variable"
+        )
+        raise self.error(f"undefined name {name!r}", tok, hint)
+
+    def _suggest(self, name: str, known: list[str]) -> str | None:
+        if len(self.diagnostics) > 50:
+            return None
+        close = difflib.get_close_matches(name, known, n=1)
+        return f"did you mean {close[0]!r}?" if close else None
+
+    def e_neg(self, tree: Tree, scope: _Scope):
+        (arg,) = self._operands(tree.children, scope)
+        if isinstance(arg, SNum):
+            return SNum(-arg.value)
+        if _is_static(arg):
+            return SBin("-", _spanned(SNum(0), span_of(arg)), arg)
+        if isinstance(arg, Num):
+            return Num(-arg.value)
+        return Scale(-1.0, arg)
+
+    def _arith(self, tree: Tree, scope: _Scope, op: str):
+        left, right = self._operands(tree.children, scope)
+        if _is_static(left) and _is_static(right):
+            return SBin(op, left, right)
+        a, b = self._to_data(left, tree), self._to_data(right, tree)
+        return Add(a, b) if op == "+" else Sub(a, b)
+
+    def e_add(self, tree: Tree, scope: _Scope):
+        return self._arith(tree, scope, "+")
+
+    def e_sub(self, tree: Tree, scope: _Scope):
+        return self._arith(tree, scope, "-")
+
+    def e_mul(self, tree: Tree, scope: _Scope):
+        left, right = self._operands(tree.children, scope)
+        if _is_static(left) and _is_static(right):
+            return SBin("*", left, right)
+        for factor, arg in ((left, right), (right, left)):
+            value = self._constant_value(factor)
+            if value is not None:
+                if not math.isfinite(value):
+                    raise self.error("the factor is not a finite number", tree)
+                return Scale(value, self._to_data(arg, tree))
+        varying = [side for side in (left, right) if _is_static(side)]
+        if varying:
+            raise self.error(
+                "the factor of `*` must be a constant number",
+                span_of(varying[0]) or tree,
+                "a data value can be multiplied only by a number known without i, r, n or "
+                "loop variables (the local computation is piecewise linear)",
+            )
+        raise self.error(
+            "`*` of two data values",
+            tree,
+            "one side must be a constant number: the local computation is piecewise linear",
+        )
+
+    def _static_only(self, tree: Tree, scope: _Scope, op: str, word: str):
+        left, right = self._operands(tree.children, scope)
+        for side, child in ((left, tree.children[0]), (right, tree.children[1])):
+            if not _is_static(side):
+                raise self.error(
+                    f"`{word}` works on static integers only, and this is data",
+                    child,
+                    "static values are integers, i, r, n and loop variables",
+                )
+        return SBin(op, left, right)
+
+    def e_div(self, tree: Tree, scope: _Scope):
+        return self._static_only(tree, scope, "//", "div")
+
+    def e_mod(self, tree: Tree, scope: _Scope):
+        return self._static_only(tree, scope, "%", "%")
+
+    def e_pow(self, tree: Tree, scope: _Scope):
+        return self._static_only(tree, scope, "**", "**")
+
+    def e_compare(self, tree: Tree, scope: _Scope):
+        left_t, op_tok, right_t, *margin_t = tree.children
+        op = _CMP_NAMES[str(op_tok)]
+        left, right = self._operands([left_t, right_t], scope)
+        if _is_static(left) and _is_static(right):
+            if margin_t:
+                raise self.error(
+                    "a margin on a comparison of static values",
+                    margin_t[0],
+                    "static comparisons are exact: remove `margin ...`",
+                )
+            return SBin(op, left, right)
+        if not margin_t:
+            raise self.error(
+                f"a comparison of data needs a margin: `{op}` ... `margin M`",
+                tree,
+                f"e.g. `a {op} b margin 0.5`: the compiled model is exact when a − b keeps at "
+                "least the margin away from the threshold",
+            )
+        margin = self._finite(
+            self._constant(margin_t[0], scope, "a margin"), margin_t[0], "the margin"
+        )
+        if margin <= 0:
+            raise self.error(f"a margin must be positive, not {_number(margin)}", margin_t[0])
+        return Compare(op, self._to_data(left, tree), self._to_data(right, tree), margin)
+
+    def _logic(self, tree: Tree, scope: _Scope, op: str):
+        operands = self._operands(tree.children, scope)
+        for side, child in zip(operands, tree.children, strict=True):
+            if not _is_static(side):
+                raise self.error(
+                    f"`{op}` combines static conditions only, and this is data",
+                    child,
+                    "a data condition is one comparison with a margin: nest `if`s, or "
+                    "combine 0/1 comparisons arithmetically, e.g. "
+                    "`min(a > 0 margin 1, b > 0 margin 1) > 0.5 margin 0.5`",
+                )
+        if op == "not":
+            return SNot(operands[0])
+        return SBin(op, *operands)
+
+    def e_and_(self, tree: Tree, scope: _Scope):
+        return self._logic(tree, scope, "and")
+
+    def e_or_(self, tree: Tree, scope: _Scope):
+        return self._logic(tree, scope, "or")
+
+    def e_not_(self, tree: Tree, scope: _Scope):
+        return self._logic(tree, scope, "not")
+
+    def e_cond_expr(self, tree: Tree, scope: _Scope):
+        then_t, cond_t, else_t = tree.children
+        failed = False
+        try:
+            cond = self.condition(cond_t, scope, "the condition of `... if ... else ...`")
+        except _Invalid:
+            failed = True
+        try:
+            then, otherwise = self._operands([then_t, else_t], scope)
+        except _Invalid:
+            failed = True
+        if failed:
+            raise _Invalid()
+        if _is_static(cond) and _is_static(then) and _is_static(otherwise):
+            # A static choice: t·a + (1 − t)·b with t = (cond != 0) in {0, 1}.
+            span = _span(tree)
+            truth = cond if _is_boolean(cond) else _spanned(SBin("!=", cond, SNum(0)), span)
+            keep = _spanned(SBin("*", truth, then), span)
+            other = _spanned(SBin("*", SBin("-", SNum(1), truth), otherwise), span)
+            return SBin("+", keep, other)
+        return IfExpr(cond, self._to_data(then, then_t), self._to_data(otherwise, else_t))
+
+    def e_call(self, tree: Tree, scope: _Scope):
+        name_tok, *arg_ts = tree.children
+        fn = str(name_tok)
+        if fn not in FUNCTIONS:
+            known = ", ".join(sorted(FUNCTIONS))
+            hint = self._suggest(fn, sorted(FUNCTIONS))
+            raise self.error(
+                f"unknown function {fn!r}",
+                name_tok,
+                (hint + "; " if hint else "") + f"known: {known}",
+            )
+        args = self._operands(arg_ts, scope)
+        arity = DATA_FUNCTIONS.get(fn) or STATIC_FUNCTIONS.get(fn)
+        if arity is None and len(args) < 2:
+            raise self.error(f"{fn}() needs at least two arguments", tree)
+        if arity is not None and len(args) != arity:
+            plural = "s" if arity > 1 else ""
+            raise self.error(f"{fn}() takes {arity} argument{plural}, not {len(args)}", tree)
+        span = _span(tree)
+        if fn in ("min", "max"):
+            if all(_is_static(a) for a in args):
+                node = args[0]
+                for arg in args[1:]:
+                    node = _spanned(SCall(fn, (node, arg)), span)
+                return node
+            data = [self._to_data(a, t) for a, t in zip(args, arg_ts, strict=True)]
+            node = data[0]
+            for arg in data[1:]:
+                node = _spanned(Call(fn, (node, arg)), span)
+            return node
+        if fn in STATIC_FUNCTIONS:
+            if not _is_static(args[0]):
+                raise self.error(
+                    f"{fn}() takes a static integer, and this is data",
+                    arg_ts[0],
+                    "static values are integers, i, r, n and loop variables",
+                )
+            return SCall(fn, (args[0],))
+        if fn == "clamp":
+            lo = self._constant_value(args[1])
+            hi = self._constant_value(args[2])
+            for value, t, what in ((lo, arg_ts[1], "lower"), (hi, arg_ts[2], "upper")):
+                if value is None:
+                    raise self.error(f"the {what} limit of clamp() must be a constant number", t)
+            if lo > hi:
+                raise self.error(
+                    f"clamp() with lower limit {_number(lo)} above upper limit {_number(hi)}",
+                    tree,
+                )
+            return Call(
+                "clamp",
+                (
+                    self._to_data(args[0], arg_ts[0]),
+                    _spanned(Num(lo), _span(arg_ts[1])),
+                    _spanned(Num(hi), _span(arg_ts[2])),
+                ),
+            )
+        return Call(fn, (self._to_data(args[0], arg_ts[0]),))
+
+
+def _is_boolean(expr: StaticExpr) -> bool:
+    """Whether a static expression is always 0 or 1."""
+    return isinstance(expr, SNot) or (
+        isinstance(expr, SBin) and expr.op in ("and", "or", "<", "<=", ">", ">=", "==", "!=")
+    )
+
+
+def _reserved_why(name: str) -> str:
+    if name in STATIC_VARS:
+        return f"{name!r} is {STATIC_VARS[name]}"
+    if name in FUNCTIONS:
+        return f"{name!r} is a built-in function"
+    return f"{name!r} is a keyword"
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e16 else repr(value)
+
+
+def parse_pcoc(text: str, filename: str = "<program>") -> Program:
+    """Parse and check PCOC program text; raise :class:`CraspError` on any error."""
+    tree = parse_tree(text, filename)
+    return _Builder(text, filename).program(tree)
+
+
+def load_pcoc(path: str | Path) -> Program:
+    """Read a ``.pcoc`` file and check it."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")  # a leading BOM is not program text
+    except (OSError, UnicodeDecodeError) as err:
+        raise CraspError(f"cannot read program: {err}", filename=str(path)) from None
+    return parse_pcoc(text, str(path))
