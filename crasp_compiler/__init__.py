@@ -1,14 +1,18 @@
-"""crasp_compiler: C-RASP programs to exact transformer weights.
+"""crasp_compiler: C-RASP and PCOC programs to exact transformer weights.
 
-The Python API::
+The Python API, the same for every language (:mod:`crasp_compiler.api`)::
 
-    from crasp_compiler import parse_program, interpret, accepts
-    program = parse_program('C_open = # "("\\nC_close = # ")"\\n...')
-    accepts(program, ["(", ")"])          # True
-    trace = interpret(program, ["(", ")"])
-    trace.values["C_open"]                 # counts at the empty prefix and each position
+    from crasp_compiler import load, interpret, compile, run
+    program = load("examples/crasp/dyck1.cr")   # or load(text, language="crasp")
+    interpret(program, ["(", ")"]).accepted      # True
+    model = compile(program)
+    run(model, [["(", ")"]]).values["D"]         # decided outputs at every position
+
+C-RASP helpers (:mod:`crasp_compiler.languages.crasp`) are exported here too:
+``parse_program``, ``load_program``, ``interpret_batch``, ``accepts``, ...
 """
 
+from crasp_compiler.api import check, compile, interpret, load, load_model, run
 from crasp_compiler.assemble.builder import Builder
 from crasp_compiler.errors import CraspError, Diagnostic, Span
 from crasp_compiler.languages.crasp import (
@@ -19,7 +23,6 @@ from crasp_compiler.languages.crasp import (
     check_tokens,
     format_expr,
     format_program,
-    interpret,
     interpret_batch,
 )
 from crasp_compiler.languages.crasp.program import (
@@ -40,13 +43,18 @@ __all__ = [
     "Span",
     "Trace",
     "accepts",
+    "check",
     "check_tokens",
+    "compile",
     "format_expr",
     "format_program",
     "interpret",
     "interpret_batch",
+    "load",
+    "load_model",
     "load_program",
     "parse_program",
+    "run",
     "tokenize",
     "with_alphabet",
 ]

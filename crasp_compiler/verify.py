@@ -1,11 +1,15 @@
 """Agreement of a compiled model's runtimes with the program it was compiled from.
 
-``check_model`` samples random inputs in length buckets ``0, 1–4, 5–16, 17–64, …`` up to
-``max_len`` (input k goes to bucket k mod the number of buckets) and compares, at every
-position of every input and for every named output, the reference interpreter (run on
-the model's stored source), the numpy executor and the torch module on the requested
-device. A model without C-RASP source text is checked numpy against torch only. A bucket
-that no input reached is reported as not sampled, never as agreeing.
+``check_model`` samples random inputs of the model's language (its
+:class:`~crasp_compiler.languages.registry.Language`) in the language's length buckets
+(C-RASP: ``0, 1–4, 5–16, 17–64, …`` up to ``max_len``; PCOC: the model's n), input k
+going to bucket k mod the number of buckets, and compares, at every position of every
+input and for every named output, the reference interpreter (run on the model's stored
+source), the numpy executor and the torch module on the requested device. Decided
+outputs must be equal; raw ``value`` outputs within the language's tolerance for the
+model. A model without source text is checked numpy against torch only; an input the
+interpreter refuses (e.g. two PCOC machines sending to one) is skipped and counted. A
+bucket that no input reached is reported as not sampled, never as agreeing.
 """
 
 from __future__ import annotations
@@ -17,8 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from crasp_compiler.errors import CraspError
-from crasp_compiler.languages.crasp.interpret import interpret_batch
-from crasp_compiler.languages.crasp.program import parse_program
+from crasp_compiler.languages import get_language, language_of_model
 from crasp_compiler.model.model import Model
 from crasp_compiler.runtime.numpy_exec import run
 
@@ -54,6 +57,12 @@ class CheckReport:
     # (output name, bucket) -> tally
     tallies: dict[tuple[str, tuple[int, int]], Tally]
     max_raw_difference: float
+    skipped: int = 0  # sampled inputs the interpreter refused
+
+    @property
+    def longest(self) -> int:
+        """The longest input length sampled for."""
+        return max((high for _, (_, high) in self.tallies), default=0)
 
     @property
     def disagreements(self) -> int:
@@ -92,12 +101,12 @@ def span_text(span: tuple[int, int]) -> str:
     return f"{low}" if low == high else f"{low}-{high}"
 
 
-def _differ(rule: str, a: np.ndarray, b: np.ndarray, dtype: type) -> np.ndarray:
+def _differ(rule: str, a: np.ndarray, b: np.ndarray, tol: float) -> np.ndarray:
     """Positions where two runtimes disagree: decided values must be equal; raw ``value``
-    outputs within a tolerance for the dtype."""
+    outputs within ``tol`` (relative and absolute)."""
     if rule != "value":
         return a != b
-    tol = 1e-9 if dtype == np.float64 else 1e-4
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     return ~np.isclose(a, b, rtol=tol, atol=tol)
 
 
@@ -114,22 +123,18 @@ def check_model(
 
     from crasp_compiler.runtime.torch_module import TorchTransformer, torch_device
 
-    if model.info.get("language") == "PCOC":
-        raise CraspError(
-            "crasp check compares C-RASP and hand-built models; compare a PCOC model with "
-            "its program by `crasp run` against `crasp interpret`"
-        )
     if dtype not in ("float64", "float32"):
         raise CraspError(f"dtype must be float64 or float32, not {dtype!r}")
-    problem = model.guarantee.length_problem(max_len, dtype)
+    language = language_of_model(model) or get_language("crasp")
+    ranges = language.input_buckets(model, max_len)
+    longest = max(high for _, high in ranges)
+    problem = model.guarantee.length_problem(longest, dtype)
     if problem is not None:
         raise CraspError(f"--max-len {max_len}: {problem}")
     torch_device(device, dtype)
     torch_dtype = {"float64": torch.float64, "float32": torch.float32}[dtype]
     np_dtype = {"float64": np.float64, "float32": np.float32}[dtype]
-    program = None
-    if model.source and model.info.get("language") == "C-RASP":
-        program = parse_program(model.source, "<model source>", alphabet=model.vocab[1:])
+    program = language.model_program(model) if language_of_model(model) else None
     runtimes = list(RUNTIMES) if program is not None else ["numpy", "torch"]
     try:
         module = TorchTransformer(model).to(device=device, dtype=torch_dtype)
@@ -138,49 +143,63 @@ def check_model(
 
     rng = random.Random(seed)
     np_rng = np.random.default_rng(seed)
-    ranges = buckets(max_len)
-    symbols = model.vocab[1:]
-    by_length: dict[int, list[list[str]]] = defaultdict(list)
+    by_length: dict[int, int] = defaultdict(int)
     for k in range(samples):
         low, high = ranges[k % len(ranges)]
-        n = rng.randint(low, high)
-        by_length[n].append([rng.choice(symbols) for _ in range(n)])
+        by_length[rng.randint(low, high)] += 1
 
     tallies: dict[tuple[str, tuple[int, int]], Tally] = {}
     for out in model.outputs:
         for span in ranges:
             tallies[(out.name, span)] = Tally()
-    worst = 0.0
-    for n, words in sorted(by_length.items()):
+    tol = language.tolerance(model, dtype)
+    worst, skipped = 0.0, 0
+    options = {"n": model.info["n"]} if language.name == "pcoc" else {}
+    for n, count in sorted(by_length.items()):
         span = next(r for r in ranges if r[0] <= n <= r[1])
-        # numeric inputs, if any: standard normal values at every token
-        numeric = (
-            [np_rng.normal(size=(n, len(model.inputs))) for _ in words] if model.inputs else None
-        )
-        result = run(model, words, dtype=np_dtype, values=numeric)
-        ids, lengths = module.encode(words, device=device)
+        inputs = language.sample_inputs(model, rng, n, count)
+        expected = None
+        if program is not None:
+            kept = []
+            for item in inputs:
+                try:
+                    language.interpret(program, [item], **options)
+                    kept.append(item)
+                except CraspError:
+                    skipped += 1
+            inputs = kept
+            if not inputs:
+                continue
+            expected = language.interpret(program, inputs, **options).values
+        tokens, numeric = language.model_inputs(model, inputs)
+        if numeric is None and model.inputs:  # a hand-built model: standard normal values
+            numeric = [np_rng.normal(size=(len(t), len(model.inputs))) for t in tokens]
+        result = run(model, tokens, dtype=np_dtype, values=numeric)
+        ids, lengths = module.encode(tokens, device=device)
         with torch.no_grad():
             tensor = module.encode_values(numeric, lengths) if numeric is not None else None
             raw = module(ids, lengths, None if tensor is None else tensor.to(torch_dtype))
         decided = {k: v.cpu().numpy() for k, v in module.decide(raw).items()}
         raw_np = raw.double().cpu().numpy()
-        expected = interpret_batch(program, words) if program is not None else {}
         for k, out in enumerate(model.outputs):
             worst = max(worst, float(np.max(np.abs(raw_np[..., k] - result.outputs[out.name]))))
-            values = {"numpy": result.values[out.name], "torch": decided[out.name]}
-            if program is not None:
+            values = {
+                "numpy": language.model_outputs(model, inputs, result.values[out.name]),
+                "torch": language.model_outputs(model, inputs, decided[out.name]),
+            }
+            if expected is not None:
                 values["interpreter"] = np.asarray(expected[out.name])
             tally = tallies[(out.name, span)]
-            tally.positions += len(words) * (n + 1)
+            tally.positions += values["numpy"].size
             for i, a in enumerate(runtimes):
                 for b in runtimes[i + 1 :]:
-                    wrong = _differ(out.rule, values[a], values[b], np_dtype)
+                    wrong = _differ(out.rule, values[a], values[b], tol)
                     if wrong.any():
                         tally.differ[f"{a}/{b}"] += int(wrong.sum())
                         if tally.example is None:
                             row, t = np.argwhere(wrong)[0]
                             tally.example = (
-                                f"{out.name} on {' '.join(words[row])!r} at t={t}: "
-                                f"{a} {values[a][row, t]} != {b} {values[b][row, t]}"
+                                f"{out.name} on {language.format_input(inputs[row])!r} at "
+                                f"t={t}: {a} {values[a][row, t]} != {b} {values[b][row, t]}"
                             )
-    return CheckReport(runtimes, device, dtype, samples, tallies, worst)
+    return CheckReport(runtimes, device, dtype, samples, tallies, worst, skipped)

@@ -17,7 +17,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from crasp_compiler import CraspError
-from crasp_compiler.cli import input_lines, main
+from crasp_compiler.cli import main
+from crasp_compiler.languages.crasp.language import input_lines
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "crasp"
 

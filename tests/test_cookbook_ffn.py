@@ -141,6 +141,100 @@ def test_minimum_and_maximum_are_exact_with_ties(xy, data):
         assert len(block.units) == 3 and relu_units(block) == 3 and block.exact.exact
 
 
+@FAST
+@given(columns, st.data())
+def test_one_unit_minimum_and_maximum_are_exact_with_ties(xy, data):
+    """``x ∓ g·ReLU(±(x − y)/g)``: one unit, the result a linear read of x and the unit."""
+    xs, ys = xy
+    ties = data.draw(st.lists(st.booleans(), min_size=len(xs), max_size=len(xs)))
+    ys = [x if tie else y for x, y, tie in zip(xs, ys, ties, strict=True)]
+    factor = data.draw(st.sampled_from([1, 2, 0.5]))
+    x, y = with_bos(xs), with_bos(ys)
+    for fn, want in (
+        (ffn.minimum_one_unit, np.minimum(x, y)),
+        (ffn.maximum_one_unit, np.maximum(x, y)),
+    ):
+
+        def construct(builder, inputs, fn=fn):
+            block, form = fn(inputs["x"], inputs["y"], "unit", factor=factor)
+            builder.add(block)
+            return {"out": form}
+
+        got = evaluate({"x": xs, "y": ys}, construct)["out"]
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+        block, form = fn(var("x"), var("y"), "unit", factor=factor)
+        assert len(block.units) == 1 and relu_units(block) == 1 and block.exact.exact
+        assert set(form) == {"x", "unit"} and form["unit"] == (
+            factor if fn is ffn.maximum_one_unit else -factor
+        )
+
+
+def test_one_unit_minimum_keeps_integer_coefficients_exact():
+    """A common factor g leaves the weights as exact integers (Python ints of any size)."""
+    big = 10**30
+    block, form = ffn.minimum_one_unit(
+        Form({"a": 3 * big}), Form({"b": 6 * big}), "m", factor=3 * big
+    )
+    (unit,) = block.units
+    assert dict(unit.form) == {"b": -2, "a": 1} and all(type(c) is int for c in unit.form.values())
+    assert form == {"a": 3 * big, "m": -3 * big}
+    for bad in (0, -1, True, math.nan):
+        with pytest.raises(ValueError, match="factor"):
+            ffn.minimum_one_unit(var("a"), var("b"), "m", factor=bad)
+
+
+@FAST
+@given(st.lists(values, min_size=1, max_size=10), st.floats(-20, 20), st.floats(0, 30))
+def test_relu_absolute_clamp_are_exact(xs, low, width):
+    high = low + width
+    # the knots themselves are inputs too
+    xs = [*xs, 0.0, low, high]
+    x = with_bos(xs)
+    cases = [
+        (lambda v: ffn.relu(v["x"], "out"), np.maximum(x, 0), 1),
+        (lambda v: ffn.absolute(v["x"], "out"), np.abs(x), 2),
+        # low = high: a constant (one idle unit)
+        (lambda v: ffn.clamp(v["x"], low, high, "out"), np.clip(x, low, high), 2 - (low == high)),
+    ]
+    for make, want, units in cases:
+        got = run_block({"x": xs}, make)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)
+        block = make({"x": var("x")})
+        assert len(block.units) == relu_units(block) == units and block.exact.exact
+
+
+def test_named_cpwl_constructions_use_the_shared_knots():
+    """One place for each construction: relu, |x|, clamp and the soft-bit cleaner are cpwl
+    through the module's knots."""
+    (unit,) = ffn.relu(var("z"), "out").units
+    assert dict(unit.form) == {"z": 1.0} and unit.bias == 0 and unit.activation == "relu"
+    assert ffn.relu(var("z"), "o") == ffn.cpwl(var("z"), ffn.RELU_KNOTS, "o")
+    assert ffn.absolute(var("z"), "o") == ffn.cpwl(var("z"), ffn.ABS_KNOTS, "o")
+    assert ffn.clamp_knots(-2, 3) == ((-4, -2), (-2, -2), (3, 3), (6, 3))
+    assert ffn.clamp_knots(1e300, 1e300) == ((0.0, 1e300), (2e300, 1e300))
+    constant = ffn.clamp(var("z"), 5, 5, "o")
+    assert constant.constants == {"o": 5.0} and not constant.outputs["o"]
+    for low, high, message in (
+        (2, 1, "low <= high"),
+        (-1e308, 0, "overflow"),
+        (0, 1e308, "overflow"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            ffn.clamp_knots(low, high)
+
+
+@FAST
+@given(st.lists(st.tuples(st.booleans(), st.floats(0, 0.25)), min_size=1, max_size=10))
+def test_clean_bit_rounds_soft_bits(cases):
+    """A bit within 1/4 of {0, 1} comes out exactly 0 or 1; between, the ramp."""
+    bs = [1 - off if bit else off for bit, off in cases] + [0.5, 0.3, 0.7]
+    got = run_block({"b": bs}, lambda v: ffn.clean_bit(v["b"], "out"))
+    want = with_bos([float(bit) for bit, _ in cases] + [0.5, 0.1, 0.9])
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+    block = ffn.clean_bit(var("b"), "out")
+    assert relu_units(block) == 2 and block.exact.text == "exact (0 or 1) for b ∉ (1/4, 3/4)"
+
+
 def cpwl_reference(knots, x):
     """Linear interpolation through the knots, extended with the end slopes."""
     kx = np.array([k[0] for k in knots])
@@ -208,7 +302,7 @@ def test_cpwl_sizes_of_familiar_functions(knots, size):
 
 
 def test_cpwl_relu_is_one_plain_unit():
-    """The C-RASP lowering's min/max read ReLU(z) from this one unit."""
+    """ReLU is one plain unit through these knots (ffn.relu, the one-unit min/max)."""
     (unit,) = ffn.cpwl(var("z"), ((-1, 0), (0, 0), (1, 1)), "out").units
     assert dict(unit.form) == {"z": 1.0} and unit.bias == 0 and unit.activation == "relu"
 

@@ -21,7 +21,8 @@ from crasp_compiler import (
     with_alphabet,
 )
 from crasp_compiler.errors import display_line
-from crasp_compiler.syntax.parser import MAX_DEPTH, MAX_ERRORS
+from crasp_compiler.languages.crasp.syntax import MAX_DEPTH
+from crasp_compiler.syntax import MAX_ERRORS
 
 DYCK = """// Dyck-1
 C_open = # "("

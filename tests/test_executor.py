@@ -6,7 +6,11 @@
   which a discrete choice sits near its threshold are left out (see
   :func:`tests.reference_model.well_separated`);
 - the O(T) path for heads whose keys vanish at tokens (offset lookups) against the dense
-  path and the naive reference, with ties;
+  path and the naive reference, with ties; the structural kinds of heads
+  (``derive_kinds``) and the path each kind, weighting and mask takes; recorded kinds are
+  what runtimes read;
+- the observation points of the shared forward pass (``Observer``), attention patterns
+  included;
 - the ``residuals=True`` trace (labels, shapes, values);
 - hand-built models for each definition: masks (strict at BOS, ``none`` per sequence and
   never on padding), hard-left / hard-right / average-hard on tied maxima, softmax with a
@@ -24,8 +28,21 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pytest
 
-from crasp_compiler.model.model import BOS, MLP, Guarantee, Head, Layer, Model, Output
+from crasp_compiler.model.model import (
+    BOS,
+    MLP,
+    Guarantee,
+    Head,
+    HeadKind,
+    Layer,
+    Model,
+    Output,
+    derive_kinds,
+    head_kinds,
+)
 from crasp_compiler.runtime import numpy_exec
+from crasp_compiler.runtime.backend import NUMPY
+from crasp_compiler.runtime.forward import Observer, Path, forward, head_path
 from crasp_compiler.runtime.numpy_exec import RunResult, run
 from tests.reference_model import (
     Probe,
@@ -686,39 +703,184 @@ def bos_keyed_model(rng: np.random.Generator, weighting: str) -> Model:
     )
 
 
+def recorded(model: Model, kind: HeadKind) -> Model:
+    """``model`` with every head recording ``kind`` (weights unchanged)."""
+    layers = [
+        Layer([replace(h, kind=kind) for h in layer.heads], layer.mlp) for layer in model.layers
+    ]
+    return replace(model, layers=layers)
+
+
 @pytest.mark.parametrize("weighting", ["softmax", "hard"])
-def test_keys_only_at_bos_fast_path(weighting, monkeypatch):
+def test_keys_only_at_bos_fast_path(weighting):
+    """The O(T) path against the naive reference, and against the chunked path (the same
+    heads recorded as ``general``)."""
     rng = np.random.default_rng(7)
+    keyed = 0
     for _ in range(40):
         model = bos_keyed_model(rng, weighting)
+        (kind,) = derive_kinds(model)[0]
+        assert kind in (HeadKind.BOS_KEYED, HeadKind.UNIFORM)  # uniform: no query, no bias
+        keyed += kind is HeadKind.BOS_KEYED
+        head = replace(model.layers[0].heads[0], kind=kind)
+        assert head_path(head, fused=False) in (Path.BOS_KEYED, Path.PREFIX_SUMS)
+        assert head_path(replace(head, kind=HeadKind.GENERAL), fused=False) is Path.CHUNKED
         words = [*random_inputs(rng, model, count=6, max_len=12), []]
         lengths = np.array([len(w) for w in words])
         fast = run(model, words).outputs["o"]
         for row, word in enumerate(words):
             expected = naive_forward(model, word)["o"]
             np.testing.assert_allclose(fast[row, : lengths[row] + 1], expected, atol=TOLERANCE)
-        with monkeypatch.context() as patch:
-            patch.setattr(numpy_exec, "_keys_only_at_bos", lambda *args: False)
-            dense = run(model, words).outputs["o"]
+        dense = run(recorded(model, HeadKind.GENERAL), words).outputs["o"]
         for row, n in enumerate(lengths):
             np.testing.assert_allclose(fast[row, : n + 1], dense[row, : n + 1], atol=TOLERANCE)
+    assert keyed >= 30
 
 
-def test_fast_path_is_taken_only_when_keys_vanish():
+def test_kinds_follow_the_structure_of_the_weights():
+    """``derive_kinds``: a key that reads only dimensions no token writes is BOS-keyed;
+    reading a token's embedding, a positional feature (other than onehot:0), a numeric
+    input, or a dimension an earlier layer writes (head or MLP) makes it general."""
     model = bos_keyed_model(np.random.default_rng(1), "hard")
-    x = np.zeros((1, 4, 5))
-    x[0, 0, 0] = 1.0
-    k = x @ model.layers[0].heads[0].w_k.T + 1.0  # nonzero keys at tokens
     head = model.layers[0].heads[0]
-    assert not numpy_exec._keys_only_at_bos(head, k, np.array([3]))
-    k_bos = np.zeros((1, 4, 1))
-    k_bos[0, 0, 0] = 2.0
-    assert numpy_exec._keys_only_at_bos(head, k_bos, np.array([3]))
-    # padding positions (beyond the length) may hold anything
-    k_bos[0, 3, 0] = 5.0
-    assert numpy_exec._keys_only_at_bos(head, k_bos, np.array([2]))
-    for other in ("hard-left", "hard-right"):
-        assert not numpy_exec._keys_only_at_bos(
-            replace(head, weighting=other), k_bos, np.array([2])
+    head.w_q[0, 3] = 1.0
+    head.w_k[0, 0] = 2.0
+    head.bias = {1: 1.0}
+    assert derive_kinds(model) == [[HeadKind.BOS_KEYED]]
+    assert head.kind is None and head_kinds(model) == [[HeadKind.BOS_KEYED]]
+
+    def kind_with(**changes) -> HeadKind:
+        return derive_kinds(replace(model, **changes))[-1][-1]
+
+    token_key = head.w_k.copy()
+    token_key[0, 1] = 1.0
+    assert kind_with(layers=[Layer([replace(head, w_k=token_key)], None)]) is HeadKind.GENERAL
+    for feature, kind in (("onehot:0", HeadKind.BOS_KEYED), ("onehot:4", HeadKind.GENERAL)):
+        w_p = np.zeros((5, 1))
+        w_p[0, 0] = 1.0  # the feature writes the dimension the key reads
+        assert kind_with(features=[feature], w_p=w_p) is kind
+    w_x = np.zeros((5, 1))
+    w_x[0, 0] = 1.0
+    assert kind_with(inputs=["v"], w_x=w_x) is HeadKind.GENERAL
+    writer = replace(head, w_o=np.eye(5)[:, :1])  # writes its output into dimension 0
+    assert kind_with(layers=[Layer([writer], None), Layer([head], None)]) is HeadKind.GENERAL
+    assert kind_with(layers=[Layer([writer, head], None)]) is HeadKind.BOS_KEYED  # same layer
+    b2 = np.zeros(5)
+    b2[0] = 0.5
+    mlp = MLP(np.zeros((1, 5)), np.zeros(1), np.zeros((5, 1)), b2, ["relu"])
+    assert kind_with(layers=[Layer([], mlp), Layer([head], None)]) is HeadKind.GENERAL
+    mlp.b2 = np.zeros(5)
+    assert kind_with(layers=[Layer([], mlp), Layer([head], None)]) is HeadKind.BOS_KEYED
+    # uniform: every score 0 (no query, no key or scale 0) and no nonzero bias
+    no_query = replace(head, w_q=np.zeros((1, 5)))
+    assert kind_with(layers=[Layer([no_query], None)]) is HeadKind.BOS_KEYED  # the bias
+    for uniform in (
+        replace(no_query, bias={1: 0.0}),
+        replace(head, w_k=np.zeros((1, 5)), bias={}),
+        replace(head, scale=0.0, bias={}),
+    ):
+        assert kind_with(layers=[Layer([uniform], None)]) is HeadKind.UNIFORM
+        assert uniform.is_uniform
+    assert not head.is_uniform
+
+
+def test_paths_follow_kind_weighting_and_mask():
+    head = replace(bos_keyed_model(np.random.default_rng(1), "hard").layers[0].heads[0])
+    for kind, path in (
+        (HeadKind.UNIFORM, Path.PREFIX_SUMS),
+        (HeadKind.BOS_KEYED, Path.BOS_KEYED),
+        (HeadKind.GENERAL, Path.CHUNKED),
+    ):
+        assert head_path(replace(head, kind=kind), fused=False) is path
+        # unique-hard weightings and other masks: the chunked path, whatever the kind
+        for other in ("hard-left", "hard-right"):
+            assert head_path(replace(head, kind=kind, weighting=other), fused=False) is Path.CHUNKED
+        for mask in ("strict", "past", "strict-past", "none"):
+            assert head_path(replace(head, kind=kind, mask=mask), fused=False) is Path.CHUNKED
+        # the caller can refuse the fast paths; patterns need the chunked path
+        assert (
+            head_path(replace(head, kind=kind), fused=False, uniform_ok=False, keyed_ok=False)
+            is Path.CHUNKED
         )
-    assert not numpy_exec._keys_only_at_bos(replace(head, mask="strict"), k_bos, np.array([2]))
+        assert head_path(replace(head, kind=kind), fused=False, patterns=True) is Path.CHUNKED
+    softmax = replace(head, weighting="softmax", bias={}, kind=HeadKind.BOS_KEYED)
+    assert head_path(softmax, fused=True) is Path.FUSED
+    assert head_path(replace(softmax, kind=HeadKind.UNIFORM), fused=True) is Path.PREFIX_SUMS
+    assert head_path(replace(softmax, bias={1: 1.0}), fused=True) is Path.BOS_KEYED
+
+
+def test_recorded_kinds_are_trusted_not_recomputed():
+    """A runtime reads the recorded kind, not the weights: a head with scores that records
+    ``uniform`` runs as the running mean (the contract is the recording's to keep; model
+    files refuse such a head, see tests/test_model_file.py)."""
+    h = head(4, 0, 1, 2, 3, weighting="hard", mask="causal", scale=3.0)
+    model = make_model(TIE_EMBED, [Layer([h], None)], {"o": (3, "bool")})
+    scored = raw(run(model, [TIE_INPUT]), "o")
+    np.testing.assert_allclose(scored, TIE_EXPECTED["causal"]["hard"], rtol=1e-12)
+    claimed = raw(run(recorded(model, HeadKind.UNIFORM), [TIE_INPUT]), "o")
+    is_c = np.array([0, 1, 0, 0, 0, 1])
+    np.testing.assert_allclose(claimed, np.cumsum(is_c) / np.arange(1, 7), rtol=1e-12)
+
+
+def test_observer_points_and_patterns():
+    """The named points of the forward pass: residual points agree with the trace, each
+    head's result sums to its layer's attention output, and with ``patterns=True`` every
+    head's pattern is a distribution over its allowed keys (the strict mask's first row is
+    empty) that reproduces the head's output."""
+    rng = np.random.default_rng(1000)
+    model = random_model(rng, layers=(2, 2), heads=(2, 2), p_mlp=1.0)
+    inputs = draw_batch(rng, model, count=4)
+    ids = np.zeros((len(inputs), 1 + max(map(len, inputs))), dtype=np.int64)
+    for row, tokens in enumerate(inputs):
+        ids[row, 1 : 1 + len(tokens)] = model.token_ids(tokens)
+    lengths = np.array([len(t) for t in inputs])
+    seen: dict[str, np.ndarray] = {}
+
+    def hook(name: str, value: np.ndarray) -> None:
+        seen[name] = value
+
+    for patterns in (False, True):
+        seen.clear()
+        raw_out = forward(
+            NUMPY,
+            numpy_exec._Parts(model, np.float64),
+            ids,
+            lengths,
+            None,
+            Observer(hook, patterns=patterns),
+        )
+        np.testing.assert_array_equal(seen["hook_outputs"], raw_out)
+        trace = run(model, inputs, residuals=True).residuals
+        assert trace is not None
+        np.testing.assert_allclose(seen["blocks.0.hook_resid_pre"], trace[0][1], rtol=0, atol=1e-12)
+        np.testing.assert_allclose(seen["hook_resid_final"], trace[-1][1], rtol=0, atol=1e-12)
+        for index, layer in enumerate(model.layers):
+            prefix = f"blocks.{index}."
+            heads = [seen[f"{prefix}attn.heads.{h}.hook_result"] for h in range(len(layer.heads))]
+            np.testing.assert_allclose(sum(heads), seen[f"{prefix}hook_attn_out"], atol=1e-12)
+            np.testing.assert_allclose(
+                seen[f"{prefix}hook_resid_pre"] + seen[f"{prefix}hook_attn_out"],
+                seen[f"{prefix}hook_resid_mid"],
+                atol=1e-12,
+            )
+            assert (f"{prefix}attn.heads.0.hook_pattern" in seen) == patterns
+            if patterns:
+                for h in range(len(layer.heads)):
+                    pattern = seen[f"{prefix}attn.heads.{h}.hook_pattern"]
+                    assert pattern.shape == (len(inputs), ids.shape[1], ids.shape[1])
+                    z = seen[f"{prefix}attn.heads.{h}.hook_z"]
+                    v = seen[f"{prefix}attn.heads.{h}.hook_v"]
+                    np.testing.assert_allclose(pattern @ v, z, atol=1e-12)
+                    totals = pattern.sum(-1)
+                    assert np.all((np.abs(totals - 1) < 1e-12) | (totals == 0))
+        hidden = seen["blocks.0.mlp.hook_post"]
+        assert hidden.shape[-1] == model.layers[0].mlp.w1.shape[0]
+
+    # a hook may replace a value: zeroing the final residual zeroes the outputs
+    def zero_final(name: str, value: np.ndarray) -> np.ndarray | None:
+        return value * 0 if name == "hook_resid_final" else None
+
+    out = forward(
+        NUMPY, numpy_exec._Parts(model, np.float64), ids, lengths, None, Observer(zero_final)
+    )
+    assert not out.any()

@@ -7,11 +7,14 @@ import pytest
 
 from crasp_compiler.model.features import (
     almost_orthogonal,
+    ao_signs,
     check_feature,
     feature_matrix,
+    feature_table,
     onehot,
     periodic,
 )
+from crasp_compiler.runtime.backend import NUMPY
 from tests.reference_model import feature_value
 
 DEFINED = [
@@ -96,3 +99,44 @@ def test_periodic_features_take_their_value_at_position_minus_one_on_bos():
     assert table[:, 0].tolist() == [1, 0, 1, 0, 1, 0, 1]
     assert table[:, 1].tolist() == [0, 1, 0, 1, 0, 1, 0]
     assert table[:, 2].tolist() == [1, 0, 0, 1, 0, 0, 1]
+
+
+# ---------------------------------------------------------------- one definition, every library
+
+EVERY_KIND = [
+    *DEFINED,
+    "onehot:12",
+    periodic(5, 0),
+    almost_orthogonal(0, 16, 3),
+    almost_orthogonal(7, 32, 5, shift=-40),
+    almost_orthogonal(2**63 - 1, 64, 63, shift=2**31 - 1),
+    almost_orthogonal(123456789, 8, 0, shift=-(2**31 - 1)),
+]
+
+
+def test_ao_hash_on_limbs_is_the_uint64_hash():
+    """The runtimes' limb arithmetic computes :func:`ao_signs` (numpy uint64) exactly, at
+    negative positions and at the extremes of seeds and shifts too."""
+    rng = np.random.default_rng(0)
+    positions = np.concatenate(
+        [np.arange(-300, 300), rng.integers(-(2**33), 2**33, 3000), [-(2**31), 2**32 - 1]]
+    )
+    for seed in (0, 1, 7, 2**40 + 3, 2**63 - 1):
+        for component in (0, 5, 2**31 - 2):
+            dim = 2**31 - 1
+            want = ao_signs(seed, dim, component, positions)
+            got = feature_table([almost_orthogonal(seed, dim, component)], positions, NUMPY)
+            np.testing.assert_array_equal(got[:, 0], want)
+
+
+def test_feature_table_in_torch_equals_numpy():
+    """The features a torch module computes on its device (no numpy) equal the numpy table
+    bit for bit."""
+    torch = pytest.importorskip("torch")
+    from crasp_compiler.runtime.torch_module import TORCH
+
+    want = feature_matrix(EVERY_KIND, 300)
+    got = feature_table(EVERY_KIND, torch.arange(300), TORCH)
+    assert got.dtype == torch.float64
+    np.testing.assert_array_equal(got.numpy(), want)
+    assert tuple(feature_table([], torch.arange(4), TORCH).shape) == (4, 0)

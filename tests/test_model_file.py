@@ -21,7 +21,7 @@ from crasp_compiler import CraspError, load_program
 from crasp_compiler.languages.crasp.compile import compile_program
 from crasp_compiler.model import load_model, save_model
 from crasp_compiler.model.io import VERSION
-from crasp_compiler.model.model import Model
+from crasp_compiler.model.model import HeadKind, Model, derive_kinds, head_kinds
 from crasp_compiler.runtime.numpy_exec import run
 from tests.strategies import all_inputs, random_inputs, random_program
 
@@ -72,6 +72,7 @@ def assert_same_model(a: Model, b: Model) -> None:
     for oa, ob in zip(a.outputs, b.outputs, strict=True):
         np.testing.assert_array_equal(oa.weights, ob.weights)
     assert a.parameter_count() == b.parameter_count()
+    assert head_kinds(a) == head_kinds(b)
 
 
 def assert_same_outputs(a: Model, b: Model, words: list[list[str]]) -> None:
@@ -327,6 +328,8 @@ def _mlp(key, value):
         (_head("weighting", "sparsemax"), "unknown weighting 'sparsemax'"),
         (_head("weighting", None), "unknown weighting None"),
         (_head("mask", "bidirectional"), "unknown mask 'bidirectional'"),
+        (_head("kind", "diagonal"), "unknown kind 'diagonal'"),
+        (_head("kind", ["uniform"]), "unknown kind ['uniform']"),
         (_head("scale", "big"), "malformed bias or scale"),
         (_head("scale", float("nan")), "non-finite bias or scale"),
         (_head("bias", {"x": 1.0}), "malformed bias or scale"),
@@ -445,6 +448,62 @@ def test_pickled_object_array_refused(tmp_path, member):
 def test_save_to_unwritable_path(tmp_path):
     with pytest.raises(CraspError, match="cannot write model file"):
         save_model(compiled("dyck1.cr"), tmp_path / "no" / "such" / "dir" / "m.npz")
+
+
+# ---------------------------------------------------------------- head kinds
+
+
+def test_files_record_head_kinds(tmp_path):
+    """Every head's settings hold its kind, the one the weights bear out."""
+    model = compiled("c_near_a.cr")
+    save_model(model, tmp_path / "m.npz")
+    with np.load(tmp_path / "m.npz", allow_pickle=False) as data:
+        header = json.loads(str(data["header"]))
+    stored = [[head["kind"] for head in layer["heads"]] for layer in header["layers"]]
+    assert stored == [[str(kind) for kind in row] for row in derive_kinds(model)]
+    assert {"uniform", "bos-keyed"} <= {kind for row in stored for kind in row}
+    assert head_kinds(load_model(tmp_path / "m.npz")) == derive_kinds(model)
+
+
+def test_files_without_kinds_get_them_from_the_weights(tmp_path):
+    """Files written before kinds were recorded load with the kinds the weights bear
+    out, and run as before."""
+    model = compiled("c_near_a.cr")
+
+    def drop(header, arrays):
+        for layer in header["layers"]:
+            for head in layer["heads"]:
+                del head["kind"]
+
+    loaded = load_model(edited(tmp_path, drop, "c_near_a.cr"))
+    assert [[h.kind for h in layer.heads] for layer in loaded.layers] == derive_kinds(model)
+    words = [[], list("abcab"), list("cab" * 9)]
+    assert_same_outputs(model, loaded, words)
+
+
+def test_a_kind_the_weights_do_not_bear_out_is_refused(tmp_path):
+    model = compiled("c_near_a.cr")
+    kinds = derive_kinds(model)
+    layer, head = next(
+        (n, h) for n, row in enumerate(kinds) for h, k in enumerate(row) if k is HeadKind.BOS_KEYED
+    )
+
+    def claim(kind: str):
+        def edit(header, arrays):
+            header["layers"][layer]["heads"][head]["kind"] = kind
+
+        return edit
+
+    refused(
+        edited(tmp_path, claim("uniform"), "c_near_a.cr"),
+        "invalid model file",
+        f"layer {layer + 1} head {head + 1}",
+        "records kind 'uniform', which its weights do not bear out (they give 'bos-keyed')",
+    )
+    # a weaker claim holds: the head is evaluated on the general path, with the same result
+    loaded = load_model(edited(tmp_path, claim("general"), "c_near_a.cr"))
+    assert loaded.layers[layer].heads[head].kind is HeadKind.GENERAL
+    assert_same_outputs(model, loaded, [[], list("abcab"), list("cab" * 9)])
 
 
 def test_version_1_files_with_periodic_features_load_as_the_same_model(tmp_path):

@@ -263,7 +263,7 @@ def test_misuse_of_options():
         in misuse("compile", pcoc, "--n", 4, "--mode", "relu", "-o", out).stderr
     )
     assert (
-        "--max-len and --alphabet"
+        "--max-len: only for C-RASP programs (.crasp, .cr)"
         in misuse("compile", pcoc, "--n", 4, "--max-len", 4, "-o", out).stderr
     )
     assert (
@@ -276,24 +276,44 @@ def test_misuse_of_options():
     )
     assert "--n: only for PCOC programs" in misuse("compile", crasp, "--n", 4, "-o", out).stderr
     assert "needs --n" in misuse("interpret", pcoc, input="1\n").stderr
-    assert "--n and --beyond-guarantee are for PCOC programs" in (
+    assert "--n: only for PCOC programs (.pcoc)" in (
         misuse("interpret", crasp, "( )", "--n", 3).stderr
     )
     assert (
-        "--alphabet, --outputs, --echo and --invalid are for C-RASP programs"
+        "--alphabet: only for C-RASP programs (.crasp, .cr)"
         in misuse("interpret", pcoc, "--n", 2, "--alphabet", "a", input="1 2\n").stderr
-    )
-    model = model_file("cumsum")
-    assert "--outputs, --trace, --echo and --invalid are for C-RASP" in (
-        misuse("run", model, "--trace").stderr
     )
     misuse("compile", pcoc, "--n", 0, "-o", out)
     misuse("compile", pcoc, "--n", 4, "--mode", "softmax", "--tolerance", "0", "-o", out)
 
 
-def test_pcoc_models_are_not_checked_like_crasp_models():
-    result = user_error("check", model_file("cumsum"))
-    assert "crasp run" in result.stderr and "crasp interpret" in result.stderr
+def test_check_program_and_model():
+    """``crasp check`` on a PCOC program summarises it (rounds with --n); on a PCOC model
+    it compares interpreter, numpy and torch on sampled input vectors."""
+    summary = ok("check", EXAMPLES / "cumsum.pcoc", "--n", 4).stdout
+    assert summary.startswith(f"{EXAMPLES / 'cumsum.pcoc'}: ok\n")
+    assert "inputs:      x" in summary and "rounds:      2 for n = 4" in summary
+    assert "class:" not in summary  # not parsed as C-RASP
+    pytest.importorskip("torch")
+    checked = ok("check", model_file("cumsum"), "--samples", 30).stdout
+    assert "runtimes: interpreter, numpy, torch" in checked and "all runtimes agree" in checked
+
+
+def test_trace_outputs_and_echo_on_pcoc_models_and_programs():
+    model = model_file("cumsum")
+    traced = ok("run", model, "--trace", input="1 2 3 4 5 6 7 8\n").stdout
+    sections = [line for line in traced.splitlines() if line.startswith("== ")]
+    assert len(sections) >= 1 + len(load_model(model).layers)  # the embedding, then sublayers
+    residual = load_model(model).residual
+    assert all(f"\n{label} " in traced for label in residual[:3])  # rows labelled
+    assert traced.splitlines()[-1] == "1 3 6 10 15 21 28 36"
+    table = ok("run", model, "--outputs", input="1 2 3 4 5 6 7 8\n").stdout.splitlines()
+    assert table[0].split() == ["machine", *map(str, range(8))]
+    assert table[2].split() == ["x", "1", "3", "6", "10", "15", "21", "28", "36"]
+    echoed = ok("run", model, "--echo", input="1 1 1 1 1 1 1 1\n").stdout
+    assert echoed == "1 1 1 1 1 1 1 1\t1 2 3 4 5 6 7 8\n"
+    interpreted = ok("interpret", EXAMPLES / "cumsum.pcoc", "--n", 2, "--outputs", input="1 2\n")
+    assert interpreted.stdout.splitlines()[2].split() == ["x", "1", "3"]
 
 
 def test_inputs_outside_their_bounds_need_beyond_guarantee_warn(tmp_path):

@@ -24,7 +24,8 @@ from crasp_compiler.languages.pcoc import (
     read_vectors,
     span_of,
 )
-from crasp_compiler.languages.pcoc.interpret import _Failure, static_value
+from crasp_compiler.languages.pcoc.compile import compile_pcoc, run_pcoc
+from crasp_compiler.languages.pcoc.lower import lower_pcoc
 from crasp_compiler.languages.pcoc.nodes import (
     Add,
     Assign,
@@ -42,12 +43,15 @@ from crasp_compiler.languages.pcoc.nodes import (
     SNot,
     SNum,
     Static,
-    StaticError,
     SVar,
-    eval_static,
+)
+from crasp_compiler.languages.pcoc.static import (
+    StaticFailure,
+    machine_indices,
+    static_value,
     unroll,
 )
-from crasp_compiler.languages.pcoc.parse import MAX_DEPTH
+from crasp_compiler.languages.pcoc.syntax import MAX_DEPTH
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "pcoc"
 SIZES = [*range(1, 17), 32]
@@ -780,7 +784,59 @@ def test_loop_bounds_see_r_and_outer_variables_and_may_be_empty():
     assert run(prog, 2) == {"s": [12.0, 12.0]}
 
 
-# Random static expressions over i, n and k, compared with eval_static machine by machine.
+def reference_static(expr, env: dict[str, int]) -> int | None:
+    """The meaning of a static expression on one machine, in plain Python (None where it
+    has no value): the oracle of the vectorised evaluator."""
+    match expr:
+        case SNum(value):
+            return value
+        case SVar(name):
+            return env[name]
+        case SNot(arg):
+            a = reference_static(arg, env)
+            return None if a is None else int(not a)
+        case SBin(op, left, right) if op in ("and", "or"):
+            a = reference_static(left, env)
+            if a is None or bool(a) == (op == "or"):
+                return None if a is None else int(bool(a))
+            b = reference_static(right, env)
+            return None if b is None else int(bool(b))
+        case SBin(op, left, right):
+            a, b = reference_static(left, env), reference_static(right, env)
+            if a is None or b is None or (op in ("//", "%") and b == 0):
+                return None
+            if op == "**" and b < 0:
+                return None
+            return {
+                "+": lambda: a + b,
+                "-": lambda: a - b,
+                "*": lambda: a * b,
+                "//": lambda: a // b,
+                "%": lambda: a % b,
+                "**": lambda: a**b,
+                "<": lambda: int(a < b),
+                "<=": lambda: int(a <= b),
+                ">": lambda: int(a > b),
+                ">=": lambda: int(a >= b),
+                "==": lambda: int(a == b),
+                "!=": lambda: int(a != b),
+            }[op]()
+        case SCall(fn, args):
+            values = [reference_static(arg, env) for arg in args]
+            if None in values:
+                return None
+            if fn == "min":
+                return min(values)
+            if fn == "max":
+                return max(values)
+            (x,) = values
+            if x < 1 or (fn == "log2" and x & (x - 1)):
+                return None
+            return x.bit_length() - 1 if fn == "log2" else (x - 1).bit_length()
+    raise AssertionError(expr)
+
+
+# Random static expressions over i, n and k, compared with the reference machine by machine.
 def static_exprs():
     leaves = st.one_of(
         st.integers(-6, 6).map(SNum), st.sampled_from([SVar("i"), SVar("n"), SVar("k")])
@@ -811,21 +867,81 @@ def static_exprs():
 
 @settings(max_examples=150, deadline=None)
 @given(expr=static_exprs(), n=st.integers(1, 9), k=st.integers(0, 3))
-def test_vectorised_static_evaluation_matches_eval_static(expr, n, k):
+def test_vectorised_static_evaluation_matches_the_scalar_reference(expr, n, k):
     env = {"n": n, "k": k}
-    expected = []
-    for i in range(n):
-        try:
-            expected.append(eval_static(expr, {**env, "i": i}))
-        except StaticError:
-            expected.append(None)
+    expected = [reference_static(expr, {**env, "i": i}) for i in range(n)]
     try:
-        value = static_value(expr, env, np.arange(n).astype(object))
-    except _Failure:
+        value = static_value(expr, env, machine_indices(n))
+    except StaticFailure as failure:
         assert None in expected
+        assert failure.machine is None or expected[failure.machine] is None
         return
     assert None not in expected
     assert list(np.broadcast_to(np.asarray(value, dtype=object), (n,))) == expected
+
+
+def static_text(expr) -> str:
+    """PCOC source of a static expression, fully parenthesised."""
+    match expr:
+        case SNum(value):
+            return f"({value})"
+        case SVar(name):
+            return name
+        case SNot(arg):
+            return f"(not {static_text(arg)})"
+        case SBin(op, left, right):
+            word = "div" if op == "//" else op
+            return f"({static_text(left)} {word} {static_text(right)})"
+        case SCall(fn, args):
+            return f"{fn}({', '.join(static_text(a) for a in args)})"
+    raise AssertionError(expr)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    value=static_exprs(),
+    cond=static_exprs(),
+    source=static_exprs(),
+    n=st.integers(1, 6),
+    data=st.data(),
+)
+def test_the_lowering_evaluates_static_expressions_as_the_interpreter(value, cond, source, n, data):
+    """Static values used as data, static conditions and receive sources, compiled (the
+    lowering's static evaluation) and interpreted, on every machine of every round."""
+    text = (
+        "input x bound 100\nslot y bound 1000\nslot z bound 10\nslot w bound 100\n"
+        "output y, z, w\n"
+        "for k in 0 .. 2 {\n  round {\n"
+        f"    a = recv x from {static_text(source)} default -7\n"
+        f"    y = clamp({static_text(value)}, -1000, 1000)\n"
+        f"    if {static_text(cond)} {{ z = k + 1 }} else {{ z = -1 }}\n"
+        "    w = a\n  }\n}\n"
+    )
+    try:
+        prog = parse_pcoc(text, "p.pcoc")
+    except CraspError:  # a closed expression without a value, refused by the parser
+        return
+    xs = [float(v) for v in data.draw(st.lists(st.integers(-100, 100), min_size=n, max_size=n))]
+    try:
+        want = interpret_pcoc(prog, n, [xs]).outputs
+    except CraspError as err:  # a static value that does not exist: refused alike
+        with pytest.raises(CraspError) as caught:
+            compile_pcoc(prog, n)
+        assert caught.value.diagnostics[0].message == err.diagnostics[0].message
+        return
+    got = run_pcoc(compile_pcoc(prog, n), [[xs]])
+    for name in ("y", "z", "w"):
+        assert got[name][0].tolist() == want[name].tolist(), (name, text)
+
+
+def test_the_lowering_reports_a_static_value_without_a_value_at_its_location():
+    """Without the checks of check_pcoc, the lowering's own evaluation fails located."""
+    prog = program("round {\n  a = recv x from n div (i - 1) default 0\n  x = a\n}\n")
+    with pytest.raises(CraspError) as caught:
+        lower_pcoc(prog, 3)
+    (diag,) = caught.value.diagnostics
+    assert diag.message == "static expression has no value: `div` by zero"
+    assert (diag.span.line, diag.span.column) == (4, 19)
 
 
 # ================================================================== the interpreter

@@ -39,7 +39,8 @@ from hypothesis import strategies as st
 
 from crasp_compiler import CraspError, Program, interpret_batch
 from crasp_compiler.languages.crasp.compile import compile_program
-from crasp_compiler.model.model import Layer, Model
+from crasp_compiler.model.model import HeadKind, Layer, Model, derive_kinds
+from crasp_compiler.runtime.forward import Path, head_path
 from crasp_compiler.runtime.numpy_exec import run
 from crasp_compiler.runtime.torch_module import TorchTransformer
 from tests.recognizers import REGISTRY
@@ -300,19 +301,15 @@ def test_random_models_match_reference(chunk, device):
 
 def test_random_models_cover_the_family():
     """The random models above have every weighting, mask and activation, layer norms,
-    relative biases, and uniform causal (prefix-sum), causal softmax without bias (fused)
-    and other (chunked) heads."""
+    relative biases, and heads on the prefix-sum (uniform causal), fused (causal softmax
+    without bias) and chunked paths of the torch module."""
     seen: set[str] = set()
     for seed in range(7000, 7040):
-        for layer in random_model(np.random.default_rng(seed)).layers:
-            for head in layer.heads:
+        compiled = random_model(np.random.default_rng(seed))
+        for layer, kinds in zip(compiled.layers, derive_kinds(compiled), strict=True):
+            for head, kind in zip(layer.heads, kinds, strict=True):
                 seen |= {head.weighting, head.mask, "bias" if head.bias else "no bias"}
-                if head.is_uniform and head.mask == "causal":
-                    seen.add("uniform causal")
-                elif head.weighting == "softmax" and head.mask == "causal" and not head.bias:
-                    seen.add("fused")
-                else:
-                    seen.add("chunked")
+                seen.add(head_path(replace(head, kind=kind), fused=True).value)
             if layer.mlp is not None:
                 seen |= set(layer.mlp.activations)
                 if layer.mlp.norm_groups:
@@ -328,7 +325,7 @@ def test_random_models_cover_the_family():
         "strict-past",
         "none",
     }
-    expected |= {"bias", "no bias", "uniform causal", "fused", "chunked"}
+    expected |= {"bias", "no bias", "prefix-sums", "fused", "chunked"}
     expected |= {"relu", "heaviside", "gelu", "norm"}
     assert expected <= seen, expected - seen
 
@@ -387,7 +384,12 @@ def test_heads_keyed_at_bos_match_reference(device):
             random_model(rng, masks=("causal",), weightings=("softmax", "hard"), p_bias=0.7),
             rng,
         )
-        keyed += sum(not h.is_uniform for layer in compiled.layers for h in layer.heads)
+        keyed += sum(kind is HeadKind.BOS_KEYED for row in derive_kinds(compiled) for kind in row)
+        assert all(
+            head_path(head, fused=False) in (Path.BOS_KEYED, Path.PREFIX_SUMS)
+            for row in TorchTransformer(compiled).head_rows()
+            for head in row
+        )
         inputs = draw_batch(rng, compiled)
         raw, _, _ = torch_forward(TorchTransformer(compiled).to(device), inputs, device)
         for row, tokens in enumerate(inputs):

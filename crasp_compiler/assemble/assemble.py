@@ -13,7 +13,17 @@ from collections.abc import Mapping
 import numpy as np
 
 from crasp_compiler.cookbook.blocks import Block, FFNBlock, HeadBlock
-from crasp_compiler.model.model import DENSE_LIMIT, MLP, Head, Layer, Matrix, matrix
+from crasp_compiler.model.model import (
+    DENSE_LIMIT,
+    MLP,
+    Activation,
+    Head,
+    Layer,
+    Mask,
+    Matrix,
+    Weighting,
+    matrix,
+)
 
 
 def schedule(blocks: list[Block], inputs: set[str]) -> list[int]:
@@ -84,11 +94,11 @@ def assemble_layers(blocks: list[Block], residual: list[str], slots: list[int]) 
     layers = [Layer([], None) for _ in range(depth)]
     mlp_parts: list[list[FFNBlock]] = [[] for _ in range(depth)]
     for block, slot in zip(blocks, slots, strict=True):
-        layer = (slot - 1) // 2
+        number = (slot - 1) // 2
         if isinstance(block, HeadBlock):
-            layers[layer].heads.append(_head(block, index, width))
+            layers[number].heads.append(_head(block, index, width))
         else:
-            mlp_parts[layer].append(block)
+            mlp_parts[number].append(block)
     for layer, parts in zip(layers, mlp_parts, strict=True):
         if parts:
             layer.mlp = _mlp(parts, index, width)
@@ -112,8 +122,8 @@ def _head(block: HeadBlock, index: dict[str, int], width: int) -> Head:
         w_o=w_o,
         scale=block.scale,
         bias=dict(block.bias),
-        weighting=block.weighting,
-        mask=block.mask,
+        weighting=Weighting(block.weighting),
+        mask=Mask(block.mask),
         label=block.label,
     )
 
@@ -139,4 +149,5 @@ def _mlp(parts: list[FFNBlock], index: dict[str, int], width: int) -> MLP:
         labels += [part.label] * len(part.units)
         start += len(part.units)
     w2 = matrix((width, len(units)), rows, cols, values)
-    return MLP(w1, b1, w2, b2, [unit.activation for unit in units], labels, groups)
+    activations = [Activation(unit.activation) for unit in units]
+    return MLP(w1, b1, w2, b2, activations, labels, groups)

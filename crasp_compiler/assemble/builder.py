@@ -36,12 +36,16 @@ from crasp_compiler.model.model import (
     BUDGET_VARIABLE,
     DENSE_LIMIT,
     RULES,
+    FloatArray,
     Guarantee,
     Model,
     Output,
+    Rule,
+    dense,
     densified,
     matrix,
     parameter_budget,
+    with_kinds,
 )
 
 BOS_VAR, NONBOS_VAR = "BOS", "nonbos"
@@ -190,21 +194,22 @@ class Builder:
         exact = Exactness(f"{prefix}: {model.guarantee.text}", max_len=model.guarantee.max_len)
         model = densified(model)
         row = {symbol: k for k, symbol in enumerate(model.vocab)}
+        w_p = dense(model.w_p)
         current: list[Form] = []
         for k, label in enumerate(model.residual):
             column = model.w_e[:, k]
             form = Form()
             if np.any(column):
-                values = {s: float(column[row[s]]) for s in self.vocab[1:] if s in row}
-                form = self.embed(f"{prefix}:{k}:{label}", values, bos=float(column[0]))
+                embedded = {s: float(column[row[s]]) for s in self.vocab[1:] if s in row}
+                form = self.embed(f"{prefix}:{k}:{label}", embedded, bos=float(column[0]))
             for f, name in enumerate(model.features):
-                if model.w_p[k, f]:
-                    form = form + float(model.w_p[k, f]) * self.feature(name)
+                if w_p[k, f]:
+                    form = form + float(w_p[k, f]) * self.feature(name)
             current.append(form)
 
-        def read(row_weights: np.ndarray) -> Form:
+        def read(row_weights: FloatArray) -> Form:
             out = Form()
-            for k in np.flatnonzero(row_weights):
+            for k in map(int, np.flatnonzero(row_weights)):
                 out = out + float(row_weights[k]) * current[k]
             return out
 
@@ -214,16 +219,16 @@ class Builder:
         for number, layer in enumerate(model.layers, start=1):
             updates: list[tuple[int, str]] = []
             for h, head in enumerate(layer.heads):
-                mixed = head.w_o @ head.w_v  # residual <- residual through this head
-                values = {}
-                for k in np.flatnonzero(np.any(mixed != 0, axis=1)):
+                mixed = dense(head.w_o) @ dense(head.w_v)  # residual <- residual via the head
+                values: dict[str, Mapping[str, float]] = {}
+                for k in map(int, np.flatnonzero(np.any(mixed != 0, axis=1))):
                     name = written(f"L{number}h{h}", k)
                     values[name] = read(mixed[k])
                     updates.append((k, name))
                 if values:
                     block = HeadBlock(
-                        query=[read(r) for r in head.w_q],
-                        key=[read(r) for r in head.w_k],
+                        query=[read(r) for r in dense(head.w_q)],
+                        key=[read(r) for r in dense(head.w_k)],
                         values=values,
                         exact=exact,
                         bias=dict(head.bias),
@@ -238,18 +243,18 @@ class Builder:
             if layer.mlp is None:
                 continue
             mlp = layer.mlp
+            w1, w2 = dense(mlp.w1), dense(mlp.w2)
             units = [
-                Unit(read(mlp.w1[u]), float(mlp.b1[u]), mlp.activations[u])
-                for u in range(len(mlp.b1))
+                Unit(read(w1[u]), float(mlp.b1[u]), mlp.activations[u]) for u in range(len(mlp.b1))
             ]
             outputs: dict[str, dict[int, float]] = {}
             constants: dict[str, float] = {}
             targets = {
                 int(k): written(f"L{number}mlp", int(k))
-                for k in np.flatnonzero(np.any(mlp.w2 != 0, axis=1) | (mlp.b2 != 0))
+                for k in np.flatnonzero(np.any(w2 != 0, axis=1) | (mlp.b2 != 0))
             }
             for k, name in targets.items():
-                outputs[name] = {int(u): float(mlp.w2[k, u]) for u in np.flatnonzero(mlp.w2[k])}
+                outputs[name] = {int(u): float(w2[k, u]) for u in np.flatnonzero(w2[k])}
                 if mlp.b2[k]:
                     constants[name] = float(mlp.b2[k])
             if targets:
@@ -329,8 +334,8 @@ class Builder:
             [1.0] * len(self.features),
         )
         w_x = np.zeros((width, len(self.numeric_inputs)))
-        for column, name in enumerate(self.numeric_inputs):
-            w_x[index[name], column] = 1.0
+        for channel, name in enumerate(self.numeric_inputs):
+            w_x[index[name], channel] = 1.0
         for block in self.blocks:
             if not _finite(block):
                 raise CraspError(
@@ -350,13 +355,13 @@ class Builder:
                 if variable not in index:
                     raise ValueError(f"output {name!r} reads {variable!r}, which is not defined")
                 weights[index[variable]] += coef
-            model_outputs.append(Output(name, weights, rule))
+            model_outputs.append(Output(name, weights, Rule(rule)))
         if accept is not None and not any(
             o.name == accept and o.rule == "bool" for o in model_outputs
         ):
             raise ValueError(f"accept must name a bool output, not {accept!r}")
 
-        return Model(
+        model = Model(
             vocab=list(self.vocab),
             w_e=w_e,
             features=list(self.features),
@@ -372,6 +377,7 @@ class Builder:
             inputs=list(self.numeric_inputs),
             w_x=w_x if self.numeric_inputs else None,
         )
+        return with_kinds(model)  # every head records its kind (crasp_compiler.model.model)
 
     def exactness(self) -> list[str]:
         """The distinct exactness conditions of the blocks."""

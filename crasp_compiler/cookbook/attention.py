@@ -506,8 +506,8 @@ def predecessor_strict(
     _choice("weighting", weighting, ("hard", "hard-right"), _SHARPEN_HINT)
     exact = Exactness("exact at every length (strict mask: reads t - 1; 0 at BOS)")
     if weighting == "hard-right":
-        query: list[Form] = []
-        key: list[Form] = []
+        query: list[Mapping[str, float]] = []
+        key: list[Mapping[str, float]] = []
     else:
         index = var("index") if index is None else as_form(index)
         query, key = [index], [index]

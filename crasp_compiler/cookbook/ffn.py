@@ -6,8 +6,11 @@ when it computes its definition (in real arithmetic):
 - linear maps: :func:`identity`, :func:`add`, :func:`subtract`, :func:`scale` (§4.3, §4.5,
   §8.2); in place: :func:`assign` (``name := value``, the f' of §4.2) and :func:`cancel`
   (``name := 0``, cancelling the residual);
-- :func:`minimum`, :func:`maximum` (§4.4) and :func:`cpwl`, any continuous piecewise-linear
-  function of one input through given knots (§4.1);
+- :func:`minimum`, :func:`maximum` (§4.4), their one-unit forms :func:`minimum_one_unit`,
+  :func:`maximum_one_unit` (the result is a linear read), and :func:`cpwl`, any continuous
+  piecewise-linear function of one input through given knots (§4.1), with the named cases
+  :func:`relu`, :func:`absolute`, :func:`clamp` and :func:`clean_bit` (a soft bit made
+  exact);
 - :func:`multiply`, ``x·y`` approximately, with GELU units (§4.6);
 - comparators :func:`gt_zero`, :func:`ge_zero`, :func:`eq_zero` with a fixed tolerance
   (ReLU, §4.7 eqs. 29–31), tolerance 0 (Heaviside units, the "rounding" of §7.1.1) or an
@@ -216,8 +219,8 @@ def cpwl(x: Form, knots: Sequence[tuple[float, float]], out: str, *, label: str 
         m = slopes[0]
         if m == 0:
             return _block([], {out: {}}, exact, label, {out: ys[0]})
-        units = [Unit(form_add((1, x)), -xs[0]), Unit(form_add((-1, x)), xs[0])]
-        return _block(units, {out: {0: m, 1: -m}}, exact, label, {out: ys[0]})
+        pair = [Unit(form_add((1, x)), -xs[0]), Unit(form_add((-1, x)), xs[0])]
+        return _block(pair, {out: {0: m, 1: -m}}, exact, label, {out: ys[0]})
     piece_slopes = [breaks[0][2]] + [b[3] for b in breaks]  # slope of piece p, p = 0..C
     flat = next((p for p, m in enumerate(piece_slopes) if m == 0), None)
     units: list[Unit] = []
@@ -242,6 +245,106 @@ def cpwl(x: Form, knots: Sequence[tuple[float, float]], out: str, *, label: str 
         for at, _, left, right in breaks[1:]:
             unit(at, True, right - left)
     return _block(units, {out: coefs}, exact, label, {out: constant} if constant else {})
+
+
+# ReLU, |x| and the soft-bit cleaner as continuous piecewise-linear functions (cpwl knots).
+RELU_KNOTS = ((-1.0, 0.0), (0.0, 0.0), (1.0, 1.0))
+ABS_KNOTS = ((-1.0, 1.0), (0.0, 0.0), (1.0, 1.0))
+CLEAN_KNOTS = ((0.0, 0.0), (0.25, 0.0), (0.75, 1.0), (1.0, 1.0))
+
+
+def relu(x: Form, out: str, *, label: str = "") -> FFNBlock:
+    """``out = ReLU(x)``: :func:`cpwl` through :data:`RELU_KNOTS`. Exact; 1 unit."""
+    return cpwl(x, RELU_KNOTS, out, label=label)
+
+
+def absolute(x: Form, out: str, *, label: str = "") -> FFNBlock:
+    """``out = |x| = ReLU(−x) + ReLU(x)``: :func:`cpwl` through :data:`ABS_KNOTS`.
+    Exact; 2 units."""
+    return cpwl(x, ABS_KNOTS, out, label=label)
+
+
+def clamp_knots(low: float, high: float) -> tuple[tuple[float, float], ...]:
+    """The knots of ``clamp(x, low, high)`` for :func:`cpwl`: the ramp from (low, low) to
+    (high, high) with flat pieces of width ``max(1, |bound|)`` on either side (a unit
+    step would vanish next to a bound such as 1e300). ValueError when ``low > high`` or a
+    flat piece's end overflows float64."""
+    low, high = float(low), float(high)
+    if not (math.isfinite(low) and math.isfinite(high)) or low > high:
+        raise ValueError(f"clamp needs finite bounds low <= high, not {low!r}, {high!r}")
+    below, above = low - max(1.0, abs(low)), high + max(1.0, abs(high))
+    if not (math.isfinite(below) and math.isfinite(above)):
+        raise ValueError(f"clamp(x, {low:g}, {high:g}): the bounds overflow float64")
+    if low == high:
+        return ((below, low), (above, high))
+    return ((below, low), (low, low), (high, high), (above, high))
+
+
+def clamp(x: Form, low: float, high: float, out: str, *, label: str = "") -> FFNBlock:
+    """``out = clamp(x, low, high) = min(max(x, low), high)``: :func:`cpwl` through
+    :func:`clamp_knots`, ``low + ReLU(x − low) − ReLU(x − high)``. Exact; 2 units
+    (none, a constant, when ``low = high``)."""
+    return cpwl(x, clamp_knots(low, high), out, label=label)
+
+
+def clean_bit(b: Form, out: str, *, label: str = "") -> FFNBlock:
+    """A soft bit made exact: ``out = 2·ReLU(b − 1/4) − 2·ReLU(b − 3/4)`` (:func:`cpwl`
+    through :data:`CLEAN_KNOTS`) is 0 for ``b ≤ 1/4`` and 1 for ``b ≥ 3/4`` (in [0, 1]
+    between), so a bit known to within 1/4 of {0, 1} (a softmax lookup,
+    :func:`crasp_compiler.cookbook.attention.soft_offset_lookup`) comes out exactly 0 or 1.
+    Exact for b ∉ (1/4, 3/4); 2 units."""
+    block = cpwl(b, CLEAN_KNOTS, out, label=label)
+    block.exact = Exactness("exact (0 or 1) for b ∉ (1/4, 3/4)")
+    return block
+
+
+def _divided(form: Form, factor: float) -> Form:
+    """``form / factor``; integer coefficients that an integer ``factor`` divides stay
+    exact integers (Python ints of any size)."""
+    if factor == 1:
+        return form
+
+    def divide(c: float) -> float:
+        whole = isinstance(c, int) or float(c).is_integer()
+        if whole and isinstance(factor, int) and int(c) % factor == 0:
+            return int(c) // factor
+        return c / factor
+
+    return Form({name: divide(c) for name, c in form.items()})
+
+
+def _min_max_one_unit(
+    kind: str, x: Form, y: Form, out: str, factor: float, label: str
+) -> tuple[FFNBlock, Form]:
+    if isinstance(factor, bool) or not isinstance(factor, numbers.Real) or not factor > 0:
+        raise ValueError(f"factor must be a number > 0, not {factor!r}")
+    x, y = as_form(x), as_form(y)
+    # min: the unit reads (x − y)/g; max: (y − x)/g (the terms of y come first)
+    sign = -1 if kind == "min" else 1
+    block = relu(_divided(form_add((sign, y), (-sign, x)), factor), out, label=label)
+    return block, form_add((1, x), (sign * factor, {output_name(out): 1}))
+
+
+def minimum_one_unit(
+    x: Form, y: Form, out: str, *, factor: float = 1, label: str = ""
+) -> tuple[FFNBlock, Form]:
+    """``min(x, y) = x − g·ReLU((x − y)/g)`` with one unit: returns the block writing
+    ``out = ReLU((x − y)/g)`` and the form ``x − g·out`` of the minimum (a linear read).
+
+    :func:`minimum` writes the minimum itself (3 units); this one needs x to be readable
+    where the minimum is (it is a form). ``factor`` g > 0 (default 1) keeps a common
+    factor of the coefficients of ``x − y`` out of the weights (the C-RASP compiler
+    passes their gcd: ``ReLU(g·z) = g·ReLU(z)``). Exact; 1 unit."""
+    return _min_max_one_unit("min", x, y, out, factor, label)
+
+
+def maximum_one_unit(
+    x: Form, y: Form, out: str, *, factor: float = 1, label: str = ""
+) -> tuple[FFNBlock, Form]:
+    """``max(x, y) = x + g·ReLU((y − x)/g)`` with one unit: returns the block writing
+    ``out = ReLU((y − x)/g)`` and the form ``x + g·out`` of the maximum (see
+    :func:`minimum_one_unit`). Exact; 1 unit."""
+    return _min_max_one_unit("max", x, y, out, factor, label)
 
 
 # ---------------------------------------------------------------------------- multiply

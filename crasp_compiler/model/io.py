@@ -7,7 +7,11 @@ is stored in CSR form as ``M.data`` (float64), ``M.indices`` and ``M.indptr`` (i
 is read too, unsigned or narrower types are refused) in place of ``M``; its shape follows from the header. The header holds everything else: format name and version,
 vocabulary (``vocab[0]`` is BOS), positional features, residual labels, per-head
 settings, MLP activations and layer-norm groups, outputs and decision rules, guarantee, compile options,
-source text and compile information.
+source text and compile information. Each head's settings include its structural ``kind``
+(:class:`~crasp_compiler.model.model.HeadKind`); files written before kinds were recorded
+(and version 1 files) have none, and get the kind the weights bear out
+(:func:`~crasp_compiler.model.model.derive_kinds`) once, when they are loaded. A recorded
+kind the weights do not bear out is refused, like any header that disagrees with itself.
 
 Hostile files are refused before they can cost memory or crash a runtime. Before any
 array is read, the zip's declared sizes and every member's ``.npy`` header (shape and
@@ -29,12 +33,13 @@ import math
 import os
 import zipfile
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from tokenize import TokenError
-from typing import Any
+from typing import IO, Any, Protocol
 
 import numpy as np
+from numpy.typing import NDArray
 from scipy import sparse
 
 from crasp_compiler.errors import CraspError
@@ -44,18 +49,27 @@ from crasp_compiler.model.model import (
     ACTIVATIONS,
     BOS,
     FLOAT_DTYPES,
+    HEAD_KINDS,
     MASKS,
     MLP,
     RULES,
     WEIGHTINGS,
+    Activation,
     Guarantee,
     Head,
+    HeadKind,
     Layer,
+    Mask,
     Matrix,
     Model,
     Output,
+    Rule,
+    SparseMatrix,
+    Weighting,
     dense,
-    is_sparse,
+    derive_kinds,
+    head_kinds,
+    kind_holds,
 )
 
 FORMAT = "crasp-model"
@@ -70,20 +84,18 @@ MAX_HEADER_CHARS = 1 << 26
 MAX_INTEGER = 2**31 - 1  # positions, bias offsets, machine counts
 _RATIO_FLOOR = 16 << 20  # members above this size ...
 _MAX_RATIO = 1000  # ... must not deflate more than this
-CRASP_MODES = ("heaviside", "relu", "layernorm")
-PCOC_MODES = ("hard", "softmax")
-LANGUAGES = ("C-RASP", "PCOC")
 
 
 def model_parts(
     model: Model, dense_only: bool = False
-) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+) -> tuple[dict[str, Any], dict[str, NDArray[Any]]]:
     """The JSON header and the named arrays that describe ``model``: float64, plus the
     int64 index arrays of sparse matrices (stored dense when ``dense_only``)."""
     arrays: dict[str, Matrix] = {"w_e": model.w_e, "w_p": model.w_p}
     if model.inputs:
         arrays["w_x"] = model.numeric_weights
     layers = []
+    kinds = head_kinds(model)
     for l_index, layer in enumerate(model.layers):
         heads = []
         for h_index, head in enumerate(layer.heads):
@@ -96,6 +108,7 @@ def model_parts(
                     "weighting": head.weighting,
                     "mask": head.mask,
                     "label": head.label,
+                    "kind": kinds[l_index][h_index],
                 }
             )
         mlp = None
@@ -110,7 +123,7 @@ def model_parts(
         layers.append({"heads": heads, "mlp": mlp})
     for k, out in enumerate(model.outputs):
         arrays[f"output{k}.weights"] = out.weights
-    header = {
+    header: dict[str, Any] = {
         "format": FORMAT,
         "version": VERSION,
         "vocab": model.vocab,
@@ -125,15 +138,15 @@ def model_parts(
         "source": model.source,
         "info": model.info,
     }
-    out: dict[str, np.ndarray] = {}
+    stored: dict[str, NDArray[Any]] = {}
     for name, array in arrays.items():
-        if is_sparse(array) and not dense_only:
-            out[f"{name}.data"] = np.asarray(array.data, dtype=np.float64)
-            out[f"{name}.indices"] = np.asarray(array.indices, dtype=np.int64)
-            out[f"{name}.indptr"] = np.asarray(array.indptr, dtype=np.int64)
+        if isinstance(array, np.ndarray) or dense_only:
+            stored[name] = np.asarray(dense(array), dtype=np.float64)
         else:
-            out[name] = np.asarray(dense(array), dtype=np.float64)
-    return header, out
+            stored[f"{name}.data"] = np.asarray(array.data, dtype=np.float64)
+            stored[f"{name}.indices"] = np.asarray(array.indices, dtype=np.int64)
+            stored[f"{name}.indptr"] = np.asarray(array.indptr, dtype=np.int64)
+    return header, stored
 
 
 def save_model(model: Model, path: str | Path) -> None:
@@ -141,11 +154,12 @@ def save_model(model: Model, path: str | Path) -> None:
     full disk, an interrupt) leaves any previous file at ``path`` as it was."""
     header, arrays = model_parts(model)
     with replacing(path, "model file") as tmp, open(tmp, "wb") as handle:
-        np.savez(handle, header=np.array(json.dumps(header)), **arrays)
+        members: dict[str, Any] = {"header": np.array(json.dumps(header)), **arrays}
+        np.savez(handle, **members)
 
 
 def model_from_parts(
-    header: Any, arrays: Mapping[str, np.ndarray], filename: str = "model"
+    header: Any, arrays: Mapping[str, NDArray[Any]], filename: str = "model"
 ) -> Model:
     """Validate a header (already decoded from JSON) and arrays named as in
     :func:`model_parts`, and build the model; any problem raises :class:`CraspError`.
@@ -160,14 +174,22 @@ class _Invalid(Exception):
     pass
 
 
+class _Source(Protocol):
+    """Named arrays seen through the ``NpzFile`` interface (``files``, ``[]``)."""
+
+    files: list[str]
+
+    def __getitem__(self, name: str, /) -> NDArray[Any]: ...
+
+
 class _Arrays:
     """A mapping of arrays seen through the ``NpzFile`` interface (``files``, ``[]``)."""
 
-    def __init__(self, arrays: Mapping[str, np.ndarray]) -> None:
+    def __init__(self, arrays: Mapping[str, NDArray[Any]]) -> None:
         self.arrays = arrays
         self.files = list(arrays)
 
-    def __getitem__(self, name: str) -> np.ndarray:
+    def __getitem__(self, name: str) -> NDArray[Any]:
         return self.arrays[name]
 
 
@@ -209,7 +231,7 @@ class _Archive:
             )
         self.files = list(self.members)
 
-    def __getitem__(self, name: str) -> np.ndarray:
+    def __getitem__(self, name: str) -> NDArray[Any]:
         _expect(
             name not in self.broken,
             f"member {name!r} is not a .npy array ({self.broken.get(name)})",
@@ -223,7 +245,7 @@ def _member_name(info: zipfile.ZipInfo) -> str:
     return info.filename.removesuffix(".npy")
 
 
-def _npy_header(handle) -> tuple[tuple[int, ...], np.dtype, int]:
+def _npy_header(handle: IO[bytes]) -> tuple[tuple[int, ...], np.dtype[Any], int]:
     """Shape, dtype and data offset from the ``.npy`` header at the start of ``handle``."""
     version = np.lib.format.read_magic(handle)
     readers = {
@@ -264,7 +286,7 @@ def _expect(condition: bool, message: str) -> None:
         raise _Invalid(message)
 
 
-def _array(data, name: str, shape: tuple[int, ...]) -> np.ndarray:
+def _array(data: _Source, name: str, shape: tuple[int, ...]) -> NDArray[Any]:
     array = _member(data, name)
     _expect(array.dtype.kind == "f", f"array {name!r} is not floating point")
     _expect(array.shape == shape, f"array {name!r} has shape {array.shape}, expected {shape}")
@@ -272,7 +294,7 @@ def _array(data, name: str, shape: tuple[int, ...]) -> np.ndarray:
     return array.astype(np.float64, copy=False)  # no second copy of a large array
 
 
-def _matrix(data, name: str, shape: tuple[int, int]) -> Matrix:
+def _matrix(data: _Source, name: str, shape: tuple[int, int]) -> Matrix:
     """A weight matrix stored dense (``name``) or in CSR parts (``name.data`` ...)."""
     if f"{name}.data" not in data.files:
         return _array(data, name, shape)
@@ -294,10 +316,11 @@ def _matrix(data, name: str, shape: tuple[int, int]) -> Matrix:
         f"sparse matrix {name!r} has a column index outside 0..{cols - 1}",
     )
     _expect(bool(np.isfinite(values).all()), f"array {name!r} has non-finite values")
-    return sparse.csr_array((values.astype(np.float64), indices, indptr), shape=shape)
+    csr: SparseMatrix = sparse.csr_array((values.astype(np.float64), indices, indptr), shape=shape)
+    return csr
 
 
-def _indices(data, name: str, part: str) -> np.ndarray:
+def _indices(data: _Source, name: str, part: str) -> NDArray[Any]:
     """CSR index array ``name.part`` as int64: stored as int32 or int64 (an unsigned or
     narrower type would wrap around in the bounds checks)."""
     member = f"{name}.{part}"
@@ -313,22 +336,23 @@ def _indices(data, name: str, part: str) -> np.ndarray:
     return array.astype(np.int64)
 
 
-def _names(data, name: str) -> set[str]:
+def _names(data: _Source, name: str) -> set[str]:
     """The archive members of matrix ``name`` (dense or CSR)."""
     if f"{name}.data" in data.files:
         return {f"{name}.data", f"{name}.indices", f"{name}.indptr"}
     return {name}
 
 
-def _member(data, name: str) -> np.ndarray:
+def _member(data: _Source, name: str) -> NDArray[Any]:
     _expect(name in data.files, f"missing array {name!r}")
     array = data[name]
     # np.load returns the raw bytes of a member that is not in .npy format
     _expect(isinstance(array, np.ndarray), f"member {name!r} is not a .npy array")
-    return array
+    out: NDArray[Any] = array
+    return out
 
 
-def _read_header(data) -> Any:
+def _read_header(data: _Source) -> Any:
     _expect("header" in data.files, "no header: not a crasp model file")
     raw = _member(data, "header")
     _expect(raw.dtype.kind == "U" and raw.shape == (), "the header is not a JSON string")
@@ -388,10 +412,11 @@ def _header(header: Any) -> dict[str, Any]:
         ("accept", (str, type(None))),
     ):
         _expect(isinstance(header.get(key), kind), f"header field {key!r} is missing or malformed")
-    return header
+    out: dict[str, Any] = header
+    return out
 
 
-def _parse(raw_header: Any, data) -> Model:
+def _parse(raw_header: Any, data: _Source) -> Model:
     header = _header(raw_header)
     vocab = [str(v) for v in header["vocab"]]
     _expect(len(vocab) >= 1 and vocab[0] == BOS, "the vocabulary must start with BOS")
@@ -430,6 +455,10 @@ def _parse(raw_header: Any, data) -> Model:
                 f"{where}: unknown weighting {hs.get('weighting')!r}",
             )
             _expect(hs.get("mask") in MASKS, f"{where}: unknown mask {hs.get('mask')!r}")
+            _expect(
+                hs.get("kind", HeadKind.GENERAL) in HEAD_KINDS,
+                f"{where}: unknown kind {hs.get('kind')!r} (one of {', '.join(HEAD_KINDS)})",
+            )
             dk, dv = _rows(data, f"{prefix}.w_q"), _rows(data, f"{prefix}.w_v")
             _expect(dk >= 1 and dv >= 1, f"{where}: malformed projection shapes")
             try:
@@ -453,9 +482,10 @@ def _parse(raw_header: Any, data) -> Model:
                     _matrix(data, f"{prefix}.w_o", (d, dv)),
                     scale,
                     bias,
-                    hs["weighting"],
-                    hs["mask"],
+                    Weighting(hs["weighting"]),
+                    Mask(hs["mask"]),
                     str(hs.get("label", "")),
+                    HeadKind(hs["kind"]) if "kind" in hs else None,
                 )
             )
         mlp = None
@@ -488,7 +518,7 @@ def _parse(raw_header: Any, data) -> Model:
                 _array(data, f"{prefix}.b1", (hidden,)),
                 _matrix(data, f"{prefix}.w2", (d, hidden)),
                 _array(data, f"{prefix}.b2", (d,)),
-                list(ms["activations"]),
+                [Activation(a) for a in ms["activations"]],
                 labels,
                 [list(g) for g in groups],
             )
@@ -497,7 +527,9 @@ def _parse(raw_header: Any, data) -> Model:
     for k, spec in enumerate(header["outputs"]):
         _expect(isinstance(spec, dict) and spec.get("rule") in RULES, f"output {k} is malformed")
         outputs.append(
-            Output(str(spec.get("name")), _array(data, f"output{k}.weights", (d,)), spec["rule"])
+            Output(
+                str(spec.get("name")), _array(data, f"output{k}.weights", (d,)), Rule(spec["rule"])
+            )
         )
     accept = header.get("accept")
     _expect(
@@ -536,125 +568,58 @@ def _parse(raw_header: Any, data) -> Model:
         inputs=[str(name) for name in inputs],
         w_x=w_x,
     )
+    _check_kinds(model)
     _check_origin(model)
     return model
 
 
+def _check_kinds(model: Model) -> None:
+    """Every recorded kind holds for the head's weights; heads without one get the kind
+    the weights bear out."""
+    for l_index, (layer, row) in enumerate(zip(model.layers, derive_kinds(model), strict=True)):
+        for h_index, (head, derived) in enumerate(zip(layer.heads, row, strict=True)):
+            if head.kind is None:
+                head.kind = derived
+                continue
+            _expect(
+                kind_holds(head.kind, derived),
+                f"layer {l_index + 1} head {h_index + 1} (layer{l_index}.head{h_index}) "
+                f"records kind {str(head.kind)!r}, which its weights do not bear out (they "
+                f"give {str(derived)!r})",
+            )
+
+
+class HeaderProblem(ValueError):
+    """A header field that contradicts the rest of the model (raised by header checks)."""
+
+
+# Each source language's header check, by the title it records in info 'language': it
+# raises HeaderProblem. The languages register theirs (:mod:`crasp_compiler.languages`),
+# so the file format depends on none of them.
+HEADER_CHECKS: dict[str, Callable[[Model], None]] = {}
+
+
 def _check_origin(model: Model) -> None:
     """Options, info and source agree with each other and with the model: a known
-    language and mode, the guarantee that mode gives, a source in that language."""
+    language, then that language's own checks (mode, guarantee, source)."""
     language = model.info.get("language")
+    known = ", ".join(HEADER_CHECKS)
     _expect(
-        language is None or language in LANGUAGES,
-        f"header field info 'language' is {language!r}, not one of {', '.join(LANGUAGES)}",
+        language is None or (isinstance(language, str) and language in HEADER_CHECKS),
+        f"header field info 'language' is {language!r}, not one of {known}",
     )
-    if language == "PCOC":
-        _check_pcoc(model)
-    elif language == "C-RASP" or "mode" in model.options:
-        _check_crasp(model)
-    if model.source and language is not None:
-        _check_source(model, language)
+    _expect(
+        language is not None or "mode" not in model.options,
+        "header field options 'mode' names a compile mode, but info 'language' is missing",
+    )
+    if language is not None:
+        try:
+            HEADER_CHECKS[language](model)
+        except HeaderProblem as err:
+            raise _Invalid(str(err)) from None
 
 
-def _check_crasp(model: Model) -> None:
-    """A C-RASP compile mode, and for ``relu`` the guarantee up to ``options.max_len``."""
-    mode, max_len = model.options.get("mode"), model.options.get("max_len")
-    _expect(
-        mode in CRASP_MODES,
-        f"header field options 'mode' is {mode!r}, not a C-RASP mode ({', '.join(CRASP_MODES)})",
-    )
-    _expect(
-        max_len is None or (type(max_len) is int and max_len >= 0),
-        f"header field options 'max_len' is {max_len!r}, not a length",
-    )
-    _expect(
-        mode != "relu" or (max_len is not None and model.guarantee.max_len == max_len),
-        f"the guarantee (max_len {model.guarantee.max_len!r}) is not that of a relu model "
-        f"compiled with options 'max_len' {max_len!r}: such a model is exact only up to it",
-    )
-
-
-def _check_pcoc(model: Model) -> None:
-    """What ``machines``, ``run_pcoc`` and ``crasp info`` read from a PCOC model."""
-    from crasp_compiler.languages.pcoc.lower import TOKEN
-
-    options, info = model.options, model.info
-    n = info.get("n")
-    _expect(
-        type(n) is int and 1 <= n <= MAX_INTEGER,
-        f"header field info 'n' is {n!r}, not a number of machines (1 to {MAX_INTEGER:,})",
-    )
-    _expect(
-        model.guarantee.max_len == n,
-        f"the guarantee (max_len {model.guarantee.max_len!r}) does not cover exactly the "
-        f"info 'n' = {n} machines",
-    )
-    for key, want in (("language", "PCOC"), ("n", n)):
-        _expect(
-            options.get(key) == want,
-            f"header field options {key!r} is {options.get(key)!r}, but info {key!r} is {want!r}",
-        )
-    mode = options.get("mode")
-    _expect(
-        mode in PCOC_MODES,
-        f"header field options 'mode' is {mode!r}, not a PCOC mode ({', '.join(PCOC_MODES)})",
-    )
-    names = [o.name for o in model.outputs]
-    for key, want in (("pcoc_inputs", model.inputs), ("pcoc_outputs", names)):
-        _expect(
-            info.get(key) == want,
-            f"header field info {key!r} is {info.get(key)!r}, not the model's {want!r}",
-        )
-    slots = info.get("slots")
-    _expect(
-        isinstance(slots, list)
-        and all(isinstance(slot, str) for slot in slots)
-        and set(model.inputs + names) <= set(slots),
-        f"header field info 'slots' is {slots!r}, not a list holding the inputs and outputs",
-    )
-    _expect(
-        model.vocab == [BOS, TOKEN],
-        f"header field 'vocab' of a PCOC model is {model.vocab!r}, not {[BOS, TOKEN]!r}",
-    )
-    _expect(
-        model.accept is None and all(o.rule == "value" for o in model.outputs),
-        "a PCOC model's outputs are numbers: rule 'value' and no acceptance output",
-    )
-    benes, temperature = info.get("benes") or {}, info.get("temperature")
-    counts = {"send_rounds", "bound_2Rlog2n"}
-    _expect(
-        isinstance(info.get("theorem", {}), dict)
-        and (benes == {} or (isinstance(benes, dict) and counts <= set(benes)))
-        and (temperature is None or type(temperature) in (int, float)),
-        "header field info 'theorem', 'benes' or 'temperature' is malformed",
-    )
-
-
-def _check_source(model: Model, language: str) -> None:
-    """The stored source parses as ``language``, with the model's inputs and outputs."""
-    from crasp_compiler.languages.crasp.program import parse_program
-    from crasp_compiler.languages.pcoc.parse import parse_pcoc
-
-    try:
-        if language == "PCOC":
-            program = parse_pcoc(model.source, "<model source>")
-        else:
-            program = parse_program(model.source, "<model source>", alphabet=model.vocab[1:])
-    except (CraspError, RecursionError) as err:
-        reason = err.diagnostics[0].message if isinstance(err, CraspError) else "too deep"
-        raise _Invalid(f"header field 'source' does not parse as {language} ({reason})") from None
-    want = {"inputs": model.inputs} if language == "PCOC" else {}
-    want["outputs"] = [o.name for o in model.outputs]
-    for key, names in want.items():
-        got = list(getattr(program, key))
-        _expect(
-            got == names,
-            f"header field 'source' is a {language} program whose {key} ({', '.join(got)}) "
-            f"are not the model's ({', '.join(names)})",
-        )
-
-
-def _periodic_from_version_1(w_e: np.ndarray, w_p: Matrix, features: list[str]) -> None:
+def _periodic_from_version_1(w_e: NDArray[Any], w_p: Matrix, features: list[str]) -> None:
     """Version 1 had ``periodic:m:r`` = 0 at BOS; version 2 has its value at position −1
     (1 for r = m − 1). Moving those columns' contribution off the BOS embedding row keeps
     every residual the same."""
@@ -710,7 +675,7 @@ def _guarantee(g: dict[str, Any], inputs: list[str]) -> Guarantee:
     )
 
 
-def _rows(data, name: str) -> int:
+def _rows(data: _Source, name: str) -> int:
     if f"{name}.indptr" in data.files:
         indptr = _member(data, f"{name}.indptr")
         _expect(indptr.ndim == 1 and len(indptr) >= 1, f"sparse matrix {name!r} is malformed")

@@ -12,13 +12,34 @@ Input: ``BOS`` at position 0, tokens at positions 1..n. With residual width d:
 (``Model.inputs``) at every token, 0 at BOS (PCOC models read their data this way).
 
 Scores of head h: ``s_{ts} = scale · (W_Q x_t)·(W_K x_s) + bias(t − s)``, where ``bias``
-is a sparse map from offsets to values (0 elsewhere). Weighting: ``softmax``;
-``hard`` (average-hard: uniform over the maximal scores); ``hard-left`` / ``hard-right``
-(unique-hard: the leftmost / rightmost maximal score). Mask: ``causal`` (s ≤ t),
-``strict`` (s < t; a row with no key attends to nothing and reads 0), ``past`` (s ≥ t:
-the past is masked, the query sees itself and later positions of its own sequence),
-``strict-past`` (s > t; the last position reads 0) or ``none``.
-Activations: ``relu``, ``heaviside`` (``1[z ≥ 0]``) and ``gelu`` (tanh form).
+is a sparse map from offsets to values (0 elsewhere). Weighting (:class:`Weighting`):
+``softmax``; ``hard`` (average-hard: uniform over the maximal scores); ``hard-left`` /
+``hard-right`` (unique-hard: the leftmost / rightmost maximal score). Under the three hard
+weightings a score is maximal when it is within :data:`HARD_TOLERANCE` of its row's
+maximum: ``1e-9`` when the model runs in float64, ``1e-4`` in float32 or narrower types
+(:func:`hard_tolerance`), so that rounding never splits a tie of exact scores. Mask
+(:class:`Mask`): ``causal`` (s ≤ t), ``strict`` (s < t; a row with no key attends to
+nothing and reads 0), ``past`` (s ≥ t: the past is masked, the query sees itself and
+later positions of its own sequence), ``strict-past`` (s > t; the last position reads 0)
+or ``none``. Activations (:class:`Activation`): ``relu``, ``heaviside`` (``1[z ≥ 0]``)
+and ``gelu`` (tanh form).
+
+Each head records its structural *kind* (:class:`HeadKind`), a fact about its weights that
+lets runtimes pick an evaluation without looking at weight values:
+
+- ``uniform``: every score is 0 (no query, no key or scale 0, and no nonzero bias), so a
+  causal softmax or average-hard head is the running mean, evaluated as prefix sums;
+- ``bos-keyed``: the keys are 0 at every token, so scores differ from 0 only on the BOS
+  key and at the bias offsets (the offset lookups of compiled local relations); a causal
+  softmax or average-hard head is evaluated in O(T) from prefix sums;
+- ``general``: anything (the chunked T × T evaluation is always correct).
+
+``uniform`` implies ``bos-keyed``, and ``general`` holds for every head. Assembly records
+the kind (:func:`derive_kinds`, a structural check of the weights: which matrices are
+zero, and which residual dimensions can be nonzero at a token); a head built without one
+(``kind=None``) gets it from the same check when a runtime first sees it, and model files
+store it (:mod:`crasp_compiler.model.io` refuses a recorded kind the weights do not bear
+out).
 
 ``N`` is the MLP's optional selective layer norm: each listed group g of hidden units is
 replaced by ``(z_g − mean z_g) / std z_g`` (population std, ε = 0, no gain or bias; a
@@ -30,63 +51,157 @@ one would be large (:data:`DENSE_LIMIT` entries): compiled models are mostly zer
 programs such as Beneš routing at n = 64 have residual widths in the hundreds of
 thousands. Every runtime accepts both (:func:`matmul_t`, :func:`dense`).
 
-Decision rules turn an output into a value: ``bool`` is ``out > 0.5``; ``count`` is
-``round(out · (t + 1))`` (counts are stored scaled by ``1/(t+1)``); ``int`` is
-``round(out)``; ``value`` is the raw number.
+Decision rules (:class:`Rule`) turn an output into a value: ``bool`` is ``out > 0.5``;
+``count`` is ``round(out · (t + 1))`` (counts are stored scaled by ``1/(t+1)``); ``int``
+is ``round(out)``; ``value`` is the raw number.
+
+The enumerations are :class:`enum.StrEnum`: their members are the strings model files
+and programs use (``Weighting.HARD_LEFT == "hard-left"``), and every constructor here
+accepts either.
 """
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from enum import StrEnum
+from typing import Any, Protocol, TypeAlias
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 from scipy import sparse
 
 from crasp_compiler.errors import CraspError, spacing_hint
 
-ACTIVATIONS = ("relu", "heaviside", "gelu")
-WEIGHTINGS = ("softmax", "hard", "hard-left", "hard-right")
-MASKS = ("causal", "strict", "past", "strict-past", "none")
-RULES = ("bool", "count", "int", "value")
+
+class Weighting(StrEnum):
+    """How a head turns scores into attention weights (module docstring)."""
+
+    SOFTMAX = "softmax"
+    HARD = "hard"
+    HARD_LEFT = "hard-left"
+    HARD_RIGHT = "hard-right"
+
+
+class Mask(StrEnum):
+    """Which keys a query may attend to (module docstring)."""
+
+    CAUSAL = "causal"
+    STRICT = "strict"
+    PAST = "past"
+    STRICT_PAST = "strict-past"
+    NONE = "none"
+
+
+class Activation(StrEnum):
+    """The activation of one MLP hidden unit."""
+
+    RELU = "relu"
+    HEAVISIDE = "heaviside"
+    GELU = "gelu"
+
+
+class Rule(StrEnum):
+    """The decision rule of a named output."""
+
+    BOOL = "bool"
+    COUNT = "count"
+    INT = "int"
+    VALUE = "value"
+
+
+class HeadKind(StrEnum):
+    """The structural kind of a head (module docstring): what its weights guarantee about
+    its scores, whatever the input."""
+
+    UNIFORM = "uniform"
+    BOS_KEYED = "bos-keyed"
+    GENERAL = "general"
+
+
+# The names as plain strings (messages print them as such).
+ACTIVATIONS = tuple(a.value for a in Activation)
+WEIGHTINGS = tuple(w.value for w in Weighting)
+MASKS = tuple(m.value for m in Mask)
+RULES = tuple(r.value for r in Rule)
+HEAD_KINDS = tuple(k.value for k in HeadKind)
+HARD_WEIGHTINGS = (Weighting.HARD, Weighting.HARD_LEFT, Weighting.HARD_RIGHT)
+
+# Scores within this distance of the row maximum count as maximal under hard attention,
+# per float type the model runs in (module docstring).
+HARD_TOLERANCE: dict[str, float] = {"float64": 1e-9, "float32": 1e-4}
+
+
+def hard_tolerance(dtype: str) -> float:
+    """The tie tolerance of hard attention for a model running in ``dtype`` (a float type
+    name such as ``"float64"``): :data:`HARD_TOLERANCE` of float64, else of float32."""
+    return HARD_TOLERANCE["float64" if dtype == "float64" else "float32"]
+
+
 BOS = "<bos>"
 # A weight matrix with more entries than this is assembled as a CSR sparse matrix.
 DENSE_LIMIT = 1 << 16
 
-Matrix = np.ndarray | sparse.csr_array
+FloatArray: TypeAlias = NDArray[np.float64]
+BoolArray: TypeAlias = NDArray[np.bool_]
+
+
+class SparseMatrix(Protocol):
+    """What the package uses of ``scipy.sparse.csr_array`` (scipy ships no types)."""
+
+    data: NDArray[Any]
+    indices: NDArray[Any]
+    indptr: NDArray[Any]
+
+    @property
+    def shape(self) -> tuple[int, int]: ...
+    @property
+    def dtype(self) -> np.dtype[Any]: ...
+    def toarray(self) -> FloatArray: ...
+    def count_nonzero(self) -> int: ...
+    def astype(self, dtype: Any, copy: bool = ...) -> SparseMatrix: ...
+    def __matmul__(self, other: Any, /) -> Any: ...
+    def __getitem__(self, key: Any, /) -> SparseMatrix: ...
+
+
+# A weight matrix: dense, or CSR sparse (``isinstance(w, np.ndarray)`` tells them apart).
+Matrix: TypeAlias = FloatArray | SparseMatrix
 
 
 def is_sparse(w: Matrix) -> bool:
-    return sparse.issparse(w)
+    return not isinstance(w, np.ndarray)
 
 
-def dense(w: Matrix) -> np.ndarray:
+def dense(w: Matrix) -> FloatArray:
     """``w`` as a dense array."""
-    return w.toarray() if sparse.issparse(w) else w
+    return w if isinstance(w, np.ndarray) else w.toarray()
 
 
-def matrix(shape: tuple[int, int], rows, cols, values) -> Matrix:
+def matrix(shape: tuple[int, int], rows: ArrayLike, cols: ArrayLike, values: ArrayLike) -> Matrix:
     """The matrix with ``values`` summed at (``rows``, ``cols``): dense up to
     :data:`DENSE_LIMIT` entries, CSR beyond."""
-    rows, cols = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
-    values = np.asarray(values, dtype=np.float64)
+    r, c = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
+    v = np.asarray(values, dtype=np.float64)
     if shape[0] * shape[1] <= DENSE_LIMIT:
         out = np.zeros(shape)
-        np.add.at(out, (rows, cols), values)
+        np.add.at(out, (r, c), v)
         return out
-    out = sparse.csr_array(sparse.coo_array((values, (rows, cols)), shape=shape))
-    out.sum_duplicates()
-    out.eliminate_zeros()
-    return out
+    csr = sparse.csr_array(sparse.coo_array((v, (r, c)), shape=shape))
+    csr.sum_duplicates()
+    csr.eliminate_zeros()
+    out_sparse: SparseMatrix = csr
+    return out_sparse
 
 
-def matmul_t(x: np.ndarray, w: Matrix) -> np.ndarray:
+def matmul_t(x: NDArray[Any], w: Matrix) -> NDArray[Any]:
     """``x @ w.T`` over the last axis of ``x``, for dense or sparse ``w``."""
-    if not sparse.issparse(w):
+    if isinstance(w, np.ndarray):
         return x @ w.T
     flat = x.reshape(-1, x.shape[-1])
-    return np.asarray(w @ flat.T).T.reshape(*x.shape[:-1], w.shape[0])
+    out: NDArray[Any] = np.asarray(w @ flat.T).T.reshape(*x.shape[:-1], w.shape[0])
+    return out
 
 
 # The torch module and the exports hold dense weights: at most this many parameters.
@@ -127,7 +242,7 @@ def densified(model: Model) -> Model:
     layers = []
     for layer in model.layers:
         heads = [
-            replace(h, **{k: dense(getattr(h, k)) for k in ("w_q", "w_k", "w_v", "w_o")})
+            replace(h, w_q=dense(h.w_q), w_k=dense(h.w_k), w_v=dense(h.w_v), w_o=dense(h.w_o))
             for h in layer.heads
         ]
         mlp = layer.mlp and replace(layer.mlp, w1=dense(layer.mlp.w1), w2=dense(layer.mlp.w2))
@@ -136,7 +251,34 @@ def densified(model: Model) -> Model:
 
 
 def any_nonzero(w: Matrix) -> bool:
-    return bool(w.count_nonzero()) if sparse.issparse(w) else bool(np.any(w))
+    return bool(np.any(w)) if isinstance(w, np.ndarray) else bool(w.count_nonzero())
+
+
+def nonzero_rows(w: Matrix) -> BoolArray:
+    """Which rows of ``w`` hold a nonzero entry."""
+    if not isinstance(w, np.ndarray):
+        counts = np.diff(w.indptr)
+        rows = np.repeat(np.arange(w.shape[0]), counts)[np.asarray(w.data) != 0]
+        out = np.zeros(w.shape[0], dtype=np.bool_)
+        out[rows] = True
+        return out
+    return np.asarray(np.any(w != 0, axis=1), dtype=np.bool_)
+
+
+def nonzero_columns(w: Matrix) -> BoolArray:
+    """Which columns of ``w`` hold a nonzero entry."""
+    if not isinstance(w, np.ndarray):
+        out = np.zeros(w.shape[1], dtype=np.bool_)
+        out[np.asarray(w.indices)[np.asarray(w.data) != 0]] = True
+        return out
+    return np.asarray(np.any(w != 0, axis=0), dtype=np.bool_)
+
+
+def scores_vanish(has_query: bool, has_key: bool, scale: float, bias: Mapping[int, float]) -> bool:
+    """Whether a head's scores are 0 for every input (its kind is ``uniform``): it has no
+    query, no key or scale 0, and no nonzero bias."""
+    no_scores = not has_query or not has_key or scale == 0
+    return no_scores and not any(bias.values())
 
 
 @dataclass
@@ -147,26 +289,37 @@ class Head:
     w_o: Matrix  # (d, dv)
     scale: float = 1.0
     bias: dict[int, float] = field(default_factory=dict)
-    weighting: str = "softmax"
-    mask: str = "causal"
+    weighting: Weighting = Weighting.SOFTMAX
+    mask: Mask = Mask.CAUSAL
     label: str = ""
+    # what the weights guarantee (module docstring); None: not recorded, derived when needed
+    kind: HeadKind | None = None
+
+    def __post_init__(self) -> None:
+        self.weighting = Weighting(self.weighting)
+        self.mask = Mask(self.mask)
+        if self.kind is not None:
+            self.kind = HeadKind(self.kind)
 
     @property
     def is_uniform(self) -> bool:
-        """True when every score is 0, so any weighting is the uniform average."""
-        no_scores = not any_nonzero(self.w_q) or not any_nonzero(self.w_k) or self.scale == 0
-        return no_scores and not any(self.bias.values())
+        """True when every score is 0, so any weighting is the uniform average (read from
+        the weights, whatever ``kind`` records)."""
+        return scores_vanish(any_nonzero(self.w_q), any_nonzero(self.w_k), self.scale, self.bias)
 
 
 @dataclass
 class MLP:
     w1: Matrix  # (h, d)
-    b1: np.ndarray  # (h,)
+    b1: FloatArray  # (h,)
     w2: Matrix  # (d, h)
-    b2: np.ndarray  # (d,)
-    activations: list[str]  # one per hidden unit
+    b2: FloatArray  # (d,)
+    activations: list[Activation]  # one per hidden unit
     labels: list[str] = field(default_factory=list)  # one per hidden unit
     norm_groups: list[list[int]] = field(default_factory=list)  # disjoint hidden-unit groups
+
+    def __post_init__(self) -> None:
+        self.activations = [Activation(a) for a in self.activations]
 
 
 @dataclass
@@ -178,8 +331,11 @@ class Layer:
 @dataclass
 class Output:
     name: str
-    weights: np.ndarray  # (d,)
-    rule: str  # one of RULES
+    weights: FloatArray  # (d,)
+    rule: Rule
+
+    def __post_init__(self) -> None:
+        self.rule = Rule(self.rule)
 
 
 FLOAT_DTYPES = ("float64", "float32")
@@ -251,7 +407,7 @@ class Guarantee:
 @dataclass
 class Model:
     vocab: list[str]  # vocab[0] is BOS
-    w_e: np.ndarray  # (V, d)
+    w_e: FloatArray  # (V, d)
     features: list[str]  # positional feature names
     w_p: Matrix  # (d, F)
     layers: list[Layer]
@@ -263,10 +419,10 @@ class Model:
     source: str = ""
     info: dict[str, Any] = field(default_factory=dict)
     inputs: list[str] = field(default_factory=list)  # numeric input channels
-    w_x: np.ndarray | None = None  # (d, len(inputs)); None when there are none
+    w_x: FloatArray | None = None  # (d, len(inputs)); None when there are none
 
     @property
-    def numeric_weights(self) -> np.ndarray:
+    def numeric_weights(self) -> FloatArray:
         """``W_X`` as a (d, m) array, (d, 0) for a model without numeric inputs."""
         return self.w_x if self.w_x is not None else np.zeros((self.width, 0))
 
@@ -287,7 +443,8 @@ class Model:
     def weights(self) -> list[Matrix]:
         """Every weight array: embeddings, positional and numeric maps, outputs, then each
         layer's head matrices and MLP weights and biases."""
-        arrays = [self.w_e, self.w_p, self.numeric_weights] + [o.weights for o in self.outputs]
+        arrays: list[Matrix] = [self.w_e, self.w_p, self.numeric_weights]
+        arrays += [o.weights for o in self.outputs]
         for layer in self.layers:
             arrays += [m for h in layer.heads for m in (h.w_q, h.w_k, h.w_v, h.w_o)]
             if layer.mlp:
@@ -295,20 +452,18 @@ class Model:
         return arrays
 
     def parameter_count(self) -> int:
-        return int(sum(np.prod(a.shape) for a in self.weights()))
+        return sum(math.prod(a.shape) for a in self.weights())
 
     def nonzero_count(self) -> int:
         """The number of nonzero weights."""
-        return int(
-            sum(
-                a.count_nonzero() if sparse.issparse(a) else np.count_nonzero(a)
-                for a in self.weights()
-            )
+        return sum(
+            int(np.count_nonzero(a)) if isinstance(a, np.ndarray) else int(a.count_nonzero())
+            for a in self.weights()
         )
 
     def is_sparse(self) -> bool:
         """Whether any weight matrix is stored sparse."""
-        return any(sparse.issparse(a) for a in self.weights())
+        return any(is_sparse(a) for a in self.weights())
 
     def token_ids(self, tokens: list[str]) -> list[int]:
         """Map tokens (without BOS) to vocabulary ids; ValueError names a bad token."""
@@ -328,3 +483,107 @@ def token_ids(vocab: list[str], tokens: list[str]) -> list[int]:
             )
         ids.append(index[token])
     return ids
+
+
+# ---------------------------------------------------------------- head kinds
+
+
+@dataclass(frozen=True)
+class HeadShape:
+    """What the kind of a head depends on, read from its weights: whether its scores
+    vanish (:func:`scores_vanish`), which residual dimensions its keys read (the nonzero
+    columns of ``W_K``) and which it writes (the nonzero rows of ``W_O``)."""
+
+    uniform: bool
+    reads: BoolArray
+    writes: BoolArray
+
+
+def classify_heads(
+    live: BoolArray, layers: Sequence[tuple[Sequence[HeadShape], BoolArray]]
+) -> list[list[HeadKind]]:
+    """The kind of every head (module docstring), layer by layer.
+
+    ``live`` marks the residual dimensions that can be nonzero at a token after the
+    embedding; each layer gives its heads' shapes and the dimensions its MLP writes (the
+    nonzero rows of ``W_2`` and entries of ``b_2``). A head whose keys read no live
+    dimension has zero keys at every token, whatever the input: it is ``bos-keyed``. The
+    heads of a layer read the residual before that layer's attention."""
+    live = live.copy()
+    kinds = []
+    for heads, mlp_writes in layers:
+        row = []
+        for head in heads:
+            if head.uniform:
+                row.append(HeadKind.UNIFORM)
+            elif not np.any(head.reads & live):
+                row.append(HeadKind.BOS_KEYED)
+            else:
+                row.append(HeadKind.GENERAL)
+        kinds.append(row)
+        for head in heads:
+            live |= head.writes
+        live |= mlp_writes
+    return kinds
+
+
+def embedding_live(model: Model) -> BoolArray:
+    """The residual dimensions that can be nonzero at a token after the embedding: those
+    a token's row of ``W_E``, a positional feature that is not 0 at every token, or a
+    numeric input writes."""
+    from crasp_compiler.model.features import zero_at_tokens
+
+    live = nonzero_columns(model.w_e[1:])
+    keep = [f for f, name in enumerate(model.features) if not zero_at_tokens(name)]
+    if keep:
+        live |= nonzero_rows(model.w_p[:, keep])
+    return live | nonzero_rows(model.numeric_weights)
+
+
+def derive_kinds(model: Model) -> list[list[HeadKind]]:
+    """The kind of every head, from the weights alone (whatever the heads record)."""
+    layers = []
+    for layer in model.layers:
+        shapes = [
+            HeadShape(
+                scores_vanish(any_nonzero(h.w_q), any_nonzero(h.w_k), h.scale, h.bias),
+                nonzero_columns(h.w_k),
+                nonzero_rows(h.w_o),
+            )
+            for h in layer.heads
+        ]
+        writes = np.zeros(model.width, dtype=np.bool_)
+        if layer.mlp is not None:
+            writes = nonzero_rows(layer.mlp.w2) | (layer.mlp.b2 != 0)
+        layers.append((shapes, writes))
+    return classify_heads(embedding_live(model), layers)
+
+
+def head_kinds(model: Model) -> list[list[HeadKind]]:
+    """The kind of every head: the recorded one, or (for heads built without one) the
+    one :func:`derive_kinds` gives."""
+    if all(h.kind is not None for layer in model.layers for h in layer.heads):
+        return [[h.kind for h in layer.heads if h.kind is not None] for layer in model.layers]
+    derived = derive_kinds(model)
+    return [
+        [h.kind if h.kind is not None else kind for h, kind in zip(layer.heads, row, strict=True)]
+        for layer, row in zip(model.layers, derived, strict=True)
+    ]
+
+
+def kind_holds(recorded: HeadKind, derived: HeadKind) -> bool:
+    """Whether a head whose weights have kind ``derived`` may claim ``recorded``
+    (``general`` always, ``bos-keyed`` also for a uniform head)."""
+    return recorded in (derived, HeadKind.GENERAL) or (
+        recorded is HeadKind.BOS_KEYED and derived is HeadKind.UNIFORM
+    )
+
+
+def with_kinds(model: Model, kinds: Iterable[Sequence[HeadKind]] | None = None) -> Model:
+    """``model`` with every head's kind recorded (``kinds``, default :func:`derive_kinds`);
+    the heads are updated in place and the model returned."""
+    rows = derive_kinds(model) if kinds is None else kinds
+    for layer, row in zip(model.layers, rows, strict=True):
+        for head, kind in zip(layer.heads, row, strict=True):
+            head.kind = kind
+    return model

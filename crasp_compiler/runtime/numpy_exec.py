@@ -1,29 +1,57 @@
 """The numpy reference executor of the model family (see :mod:`crasp_compiler.model.model`).
 
 Runs a batch of token sequences (BOS is prepended here) in float64 by default or float32
-on request. Sequences of different lengths are right-padded: every mask is causal or
-stricter in compiled models, so padding never changes a real position (``past`` and
-``none`` masks are applied per sequence). Uniform heads (all scores 0) are evaluated as cumulative
-means in O(n); other heads process queries in chunks of at most ``SCORE_BUDGET``
-score entries, so memory stays bounded at any length.
+on request, through the shared forward pass (:mod:`crasp_compiler.runtime.forward`) on
+numpy arrays; weight matrices stay as they are stored, dense or CSR sparse. Sequences of
+different lengths are right-padded: every mask is causal or stricter in compiled models,
+so padding never changes a real position (``past`` and ``none`` masks are applied per
+sequence). The embedding products (positional features, numeric inputs) are computed in
+float64 and rounded to the run's type; everything else runs in that type, except the
+float64 prefix sums of uniform and BOS-keyed heads. Heads are evaluated according to
+their recorded kinds (heads built without one get it once per run from the weights,
+:func:`crasp_compiler.model.model.head_kinds`).
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from crasp_compiler.errors import CraspError
-from crasp_compiler.model.features import feature_matrix
-from crasp_compiler.model.model import MLP, Head, Model, matmul_t
+from crasp_compiler.model.model import (
+    HARD_TOLERANCE,
+    MLP,
+    Activation,
+    Head,
+    HeadKind,
+    Mask,
+    Matrix,
+    Model,
+    Rule,
+    Weighting,
+    head_kinds,
+)
+from crasp_compiler.runtime import forward as fw
+from crasp_compiler.runtime.backend import NUMPY
+from crasp_compiler.runtime.forward import SCORE_BUDGET, Observer
 
-# Score entries materialised at once per head (batch × query rows × keys).
-SCORE_BUDGET = 1 << 23
-# Scores within this distance of the row maximum count as maximal under hard attention.
-HARD_TOLERANCE = {np.float64: 1e-9, np.float32: 1e-4}
+__all__ = [
+    "HARD_TOLERANCE",
+    "SCORE_BUDGET",
+    "RunResult",
+    "beyond_guarantee",
+    "decide",
+    "numeric_matrix",
+    "run",
+]
+
+NDAny = NDArray[Any]
 
 
 @dataclass
@@ -34,170 +62,135 @@ class RunResult:
     (without BOS), so sequence b's last position is ``lengths[b]``. ``residuals`` (when
     requested) lists ``(label, array (B, T, d))`` after the embedding and every sublayer."""
 
-    outputs: dict[str, np.ndarray]
-    values: dict[str, np.ndarray]
-    lengths: np.ndarray
-    residuals: list[tuple[str, np.ndarray]] | None = None
+    outputs: dict[str, NDAny]
+    values: dict[str, NDAny]
+    lengths: NDArray[np.int64]
+    residuals: list[tuple[str, NDAny]] | None = None
 
-    def final(self, name: str) -> np.ndarray:
+    def final(self, name: str) -> NDAny:
         """The decided value of output ``name`` at each sequence's last position."""
         return self.values[name][np.arange(len(self.lengths)), self.lengths]
 
 
-def _gelu(z: np.ndarray) -> np.ndarray:
-    return 0.5 * z * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (z + 0.044715 * z**3)))
+# ---------------------------------------------------------------- the model as numpy parts
 
 
-def _activate(z: np.ndarray, activations: list[str]) -> np.ndarray:
-    kinds = np.array(activations)
-    out = np.empty_like(z)
-    for kind, fn in (
-        ("relu", lambda v: np.maximum(v, 0)),
-        ("heaviside", lambda v: (v >= 0).astype(v.dtype)),
-        ("gelu", _gelu),
-    ):
-        cols = kinds == kind
-        if cols.any():
-            out[..., cols] = fn(z[..., cols])
-    return out
+@dataclass(frozen=True)
+class _Head:
+    """A head in the run's float type, with its kind."""
+
+    w_q: Matrix
+    w_k: Matrix
+    w_v: Matrix
+    w_o: Matrix
+    scale: float
+    bias: Mapping[int, float]
+    weighting: Weighting
+    mask: Mask
+    kind: HeadKind
 
 
-def _mask(head: Head, rows: np.ndarray, cols: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Allowed (query, key) pairs, shape (B, rows, cols)."""
-    t, s = rows[:, None], cols[None, :]
-    if head.mask == "causal":
-        allowed = s <= t
-    elif head.mask == "strict":
-        allowed = s < t
-    elif head.mask == "past":
-        allowed = s >= t
-    elif head.mask == "strict-past":
-        allowed = s > t
-    else:
-        allowed = np.ones((len(rows), len(cols)), dtype=bool)
-    valid = cols[None, None, :] <= lengths[:, None, None]
-    return allowed[None] & valid
+@dataclass(frozen=True)
+class _MLP:
+    """An MLP in the run's float type."""
+
+    w1: Matrix
+    b1: NDAny
+    w2: Matrix
+    b2: NDAny
+    activations: Sequence[Activation]
+    norm_groups: Sequence[Sequence[int]]
+    masks: dict[Activation, NDAny] = field(default_factory=dict)
+
+    def unit_mask(self, activation: Activation) -> NDAny:
+        return self.masks[activation]
 
 
-def _attend(head: Head, x: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Σ_s α_ts W_V x_s for every query t, shape (B, T, dv)."""
-    v = matmul_t(x, head.w_v)
-    batch, size, _ = x.shape
-    if head.is_uniform and head.mask == "causal" and head.weighting in ("softmax", "hard"):
-        # Accumulate in float64: a float32 running sum stops counting at 2^24.
-        sums = np.cumsum(v, axis=1, dtype=np.float64)
-        return (sums / np.arange(1, size + 1)[None, :, None]).astype(x.dtype)
-    q = matmul_t(x, head.w_q)
-    k = matmul_t(x, head.w_k)
-    tolerance = HARD_TOLERANCE[x.dtype.type]
-    if _keys_only_at_bos(head, k, lengths):
-        return _bos_keyed(head, q, k, v, tolerance).astype(x.dtype)
-    cols = np.arange(size)
-    out = np.zeros((batch, size, v.shape[-1]), dtype=x.dtype)
-    chunk = max(1, SCORE_BUDGET // max(1, batch * size))
-    for start in range(0, size, chunk):
-        rows = cols[start : start + chunk]
-        scores = head.scale * np.einsum("btk,bsk->bts", q[:, rows], k)
-        if head.bias:
-            offsets = rows[:, None] - cols[None, :]
-            for offset, value in head.bias.items():
-                scores = scores + (value * (offsets == offset)).astype(x.dtype)[None]
-        allowed = _mask(head, rows, cols, lengths)
-        scores = np.where(allowed, scores, -np.inf)
-        top = scores.max(axis=-1, keepdims=True)
-        empty = ~allowed.any(axis=-1, keepdims=True)
-        top = np.where(empty, 0, top)
-        if head.weighting == "softmax":
-            weights = np.where(allowed, np.exp(scores - top), 0)
-        else:
-            weights = (allowed & (scores >= top - tolerance)).astype(x.dtype)
-            if head.weighting in ("hard-left", "hard-right"):
-                pick = (
-                    weights.argmax(-1)
-                    if head.weighting == "hard-left"
-                    else (size - 1 - weights[..., ::-1].argmax(-1))
-                )
-                weights = np.zeros_like(weights)
-                np.put_along_axis(weights, pick[..., None], 1.0, axis=-1)
-                weights = np.where(allowed, weights, 0)
-        total = weights.sum(-1, keepdims=True)
-        weights = weights / np.where(total == 0, 1, total)
-        out[:, rows] = weights @ v
-    return out
+def _cast(w: Matrix, dtype: type) -> Matrix:
+    return w.astype(dtype, copy=False)
 
 
-def _normalize(z: np.ndarray, groups: list[list[int]]) -> np.ndarray:
-    """Selective layer norm (ε = 0) over each group of hidden units; 0 where std is 0."""
-    if not groups:
-        return z
-    z = z.copy()
-    for group in groups:
-        part = z[..., group]
-        centred = part - part.mean(-1, keepdims=True)
-        std = np.sqrt((centred**2).mean(-1, keepdims=True))
-        z[..., group] = np.where(std > 0, centred / np.where(std > 0, std, 1), 0)
-    return z
+def _head(head: Head, kind: HeadKind, dtype: type) -> _Head:
+    return _Head(
+        _cast(head.w_q, dtype),
+        _cast(head.w_k, dtype),
+        _cast(head.w_v, dtype),
+        _cast(head.w_o, dtype),
+        scale=head.scale,
+        bias=dict(sorted(head.bias.items())),
+        weighting=head.weighting,
+        mask=head.mask,
+        kind=kind,
+    )
 
 
-def _keys_only_at_bos(head: Head, k: np.ndarray, lengths: np.ndarray) -> bool:
-    """Whether a causal softmax / average-hard head has zero keys at every token, so
-    that only BOS and the bias offsets score differently from 0 (offset lookups)."""
-    if head.mask != "causal" or head.weighting not in ("softmax", "hard"):
-        return False
-    positions = np.arange(k.shape[1])
-    tokens = (positions[None, :] >= 1) & (positions[None, :] <= lengths[:, None])
-    return not np.any(k[tokens])
+def _mlp(mlp: MLP, dtype: type) -> _MLP:
+    units = np.array([str(a) for a in mlp.activations])
+    return _MLP(
+        _cast(mlp.w1, dtype),
+        mlp.b1.astype(dtype, copy=False),
+        _cast(mlp.w2, dtype),
+        mlp.b2.astype(dtype, copy=False),
+        mlp.activations,
+        mlp.norm_groups,
+        {kind: units == kind.value for kind in Activation},
+    )
 
 
-def _bos_keyed(head: Head, q: np.ndarray, k: np.ndarray, v: np.ndarray, tolerance: float):
-    """The head in O(T · |offsets|) when keys vanish at tokens (``_keys_only_at_bos``).
-
-    Query t scores BOS with ``b_t = scale·q_t·k_0 + bias(t)``, the key ``t − c`` with
-    ``bias(c)`` for each offset c (when ``t − c ≥ 1``), and the other ``n_t`` keys with 0.
-    With prefix sums ``P_t = Σ_{s≤t} v_s``, the 0-scored keys sum to
-    ``P_t − v_0 − Σ_c v_{t−c}``, so softmax and average-hard weights need no T × T matrix.
-    Computed in float64.
-    """
-    size = v.shape[1]
-    t = np.arange(size)
-    v = v.astype(np.float64)
-    v0 = v[:, :1]
-    bos = head.scale * np.einsum("btk,bk->bt", q.astype(np.float64), k[:, 0].astype(np.float64))
-    offsets = [(c, value) for c, value in sorted(head.bias.items()) if c >= 0]
-    for c, value in offsets:
-        bos = bos + value * (t == c)[None]
-    keyed = []  # (valid (T,), score, values (B, T, dv)) per offset
-    for c, value in offsets:
-        valid = t - c >= 1
-        shifted = np.zeros_like(v)
-        if c < size:
-            shifted[:, c:] = v[:, : size - c]
-        keyed.append((valid, value, np.where(valid[None, :, None], shifted, 0.0)))
-    plain = t - sum(valid.astype(np.int64) for valid, _, _ in keyed)
-    plain_sum = np.cumsum(v, axis=1) - v0 - sum(values for _, _, values in keyed)
-    top = np.maximum(bos, np.where(plain > 0, 0.0, -np.inf)[None])
-    for valid, value, _ in keyed:
-        top = np.maximum(top, np.where(valid, value, -np.inf)[None])
-    if head.weighting == "softmax":
-        w_bos = np.exp(bos - top)
-        w_keyed = [np.where(valid, np.exp(value - top), 0.0) for valid, value, _ in keyed]
-        w_plain = np.exp(-top)
-    else:
-        w_bos = (bos >= top - tolerance).astype(np.float64)
-        w_keyed = [
-            (valid & (value >= top - tolerance)).astype(np.float64) for valid, value, _ in keyed
-        ]
-        w_plain = (top - tolerance <= 0.0).astype(np.float64)
-    total = w_bos + sum(w_keyed) + w_plain * plain[None]
-    mixed = w_bos[..., None] * v0 + w_plain[..., None] * plain_sum
-    for weight, (_, _, values) in zip(w_keyed, keyed, strict=True):
-        mixed = mixed + weight[..., None] * values
-    return mixed / total[..., None]
+Step = Callable[[NDAny, NDAny, Observer[NDAny] | None], NDAny]
 
 
-def _mlp(mlp: MLP, x: np.ndarray) -> np.ndarray:
-    hidden = _activate(_normalize(matmul_t(x, mlp.w1) + mlp.b1, mlp.norm_groups), mlp.activations)
-    return matmul_t(hidden, mlp.w2) + mlp.b2
+class _Parts:
+    """:class:`crasp_compiler.runtime.forward.Parts` of a model, weights in ``dtype``
+    (the positional and numeric maps stay float64)."""
+
+    def __init__(self, model: Model, dtype: type) -> None:
+        self.model = model
+        self.w_e: NDAny = model.w_e.astype(dtype, copy=False)
+        self.w_out: NDAny = np.array([o.weights for o in model.outputs], dtype=dtype).reshape(
+            len(model.outputs), model.width
+        )
+        self.numeric_names = list(model.inputs)
+        self.output_count = len(model.outputs)
+        self.blocks: list[Step] = []
+        for layer, kinds in zip(model.layers, head_kinds(model), strict=True):
+            attention = None
+            if layer.heads:
+                heads: list[Step] = [
+                    partial(fw.head_forward, NUMPY, _head(h, kind, dtype))
+                    for h, kind in zip(layer.heads, kinds, strict=True)
+                ]
+                attention = partial(fw.attention_forward, NUMPY, heads)
+            mlp = None
+            if layer.mlp is not None:
+                mlp = partial(fw.mlp_forward, NUMPY, _mlp(layer.mlp, dtype))
+            self.blocks.append(partial(fw.block_forward, attention, mlp))
+
+    def tokens(self, ids: NDAny) -> NDAny:
+        return fw.token_embedding(NUMPY, self.w_e, ids)
+
+    def positions(self, size: int, like: NDAny) -> NDAny:
+        return fw.positional_embedding(NUMPY, self.model.features, self.model.w_p, size, like)
+
+    def numeric(self, values: NDAny) -> NDAny:
+        return fw.numeric_embedding(NUMPY, self.model.numeric_weights, values)
+
+    def readout(self, x: NDAny) -> NDAny:
+        return fw.readout(NUMPY, self.w_out, x)
+
+
+def _trace_labels(model: Model) -> dict[str, str]:
+    """The labels of ``run(residuals=True)`` for the observation points they come from."""
+    labels = {"blocks.0.hook_resid_pre" if model.layers else "hook_resid_final": "embed"}
+    for index, layer in enumerate(model.layers):
+        if layer.heads:
+            labels[f"blocks.{index}.hook_resid_mid"] = f"layer {index + 1} attention"
+        if layer.mlp is not None:
+            labels[f"blocks.{index}.hook_resid_post"] = f"layer {index + 1} mlp"
+    return labels
+
+
+# ---------------------------------------------------------------- running
 
 
 def run(
@@ -206,7 +199,7 @@ def run(
     dtype: type = np.float64,
     residuals: bool = False,
     on_overlength: str = "error",
-    values: Sequence[np.ndarray] | None = None,
+    values: Sequence[NDAny] | None = None,
 ) -> RunResult:
     """Run a batch of token sequences (without BOS) through the model.
 
@@ -221,7 +214,7 @@ def run(
     """
     if on_overlength not in ("error", "warn", "ignore"):
         raise ValueError(f"on_overlength must be error, warn or ignore, not {on_overlength!r}")
-    dtype = np.dtype(dtype).type
+    float_type: type = np.dtype(dtype).type
     ids_list = []
     for tokens in inputs:
         try:
@@ -233,7 +226,7 @@ def run(
     numeric = None
     if model.inputs or values is not None:
         numeric = numeric_matrix(model.inputs, lengths, values)
-    problems = [model.guarantee.length_problem(longest, np.dtype(dtype).name)]
+    problems = [model.guarantee.length_problem(longest, np.dtype(float_type).name)]
     if numeric is not None:
         problems += [
             model.guarantee.value_problem(name, numeric[..., k])
@@ -244,34 +237,22 @@ def run(
     ids = np.zeros((len(ids_list), size), dtype=np.int64)
     for row, seq in enumerate(ids_list):
         ids[row, 1 : 1 + len(seq)] = seq
-    x = (
-        model.w_e.astype(dtype)[ids]
-        + matmul_t(feature_matrix(model.features, size), model.w_p).astype(dtype)[None]
-    )
-    if numeric is not None:
-        x = x + (numeric @ model.numeric_weights.T).astype(dtype)
-    trace: list[tuple[str, np.ndarray]] = [("embed", x.copy())] if residuals else []
-    for number, layer in enumerate(model.layers, start=1):
-        if layer.heads:
-            update = np.zeros_like(x)
-            for head in layer.heads:
-                cast = _cast_head(head, dtype)
-                update += matmul_t(_attend(cast, x, lengths), cast.w_o)
-            x = x + update
-            if residuals:
-                trace.append((f"layer {number} attention", x.copy()))
-        if layer.mlp is not None:
-            x = x + _mlp(_cast_mlp(layer.mlp, dtype), x)
-            if residuals:
-                trace.append((f"layer {number} mlp", x.copy()))
-    outputs, values = {}, {}
-    scale = np.arange(1, size + 1, dtype=np.float64)[None, :]  # t + 1 is exact in float64
+    labels = _trace_labels(model) if residuals else {}
+    trace: list[tuple[str, NDAny]] = []
+
+    def record(name: str, value: NDAny) -> None:
+        if name in labels:
+            trace.append((labels[name], value))
+
+    observer = Observer(record) if residuals else None
+    raw = fw.forward(NUMPY, _Parts(model, float_type), ids, lengths, numeric, observer)
+    outputs, decided = {}, {}
+    steps = np.arange(1, size + 1, dtype=np.float64)[None, :]  # t + 1 is exact in float64
     padding = np.arange(size)[None, :] > lengths[:, None]
-    for out in model.outputs:
-        raw = x @ out.weights.astype(dtype)
-        outputs[out.name] = raw
-        values[out.name] = decide(out.rule, raw, scale, padding)
-    return RunResult(outputs, values, lengths, trace if residuals else None)
+    for k, out in enumerate(model.outputs):
+        outputs[out.name] = np.ascontiguousarray(raw[..., k])
+        decided[out.name] = decide(out.rule, outputs[out.name], steps, padding)
+    return RunResult(outputs, decided, lengths, trace if residuals else None)
 
 
 def beyond_guarantee(problems: list[str], on_overlength: str) -> None:
@@ -288,8 +269,8 @@ def beyond_guarantee(problems: list[str], on_overlength: str) -> None:
 
 
 def numeric_matrix(
-    channels: list[str], lengths: np.ndarray, values: Sequence[np.ndarray] | None
-) -> np.ndarray:
+    channels: list[str], lengths: NDAny, values: Sequence[NDAny] | None
+) -> NDArray[np.float64]:
     """The numeric inputs as ``(B, T, m)`` float64, 0 at BOS and padding; CraspError when
     they are missing or do not match the model's ``channels`` and the input lengths."""
     m = len(channels)
@@ -299,8 +280,8 @@ def numeric_matrix(
         raise CraspError(f"numeric inputs for {len(values)} sequences, tokens for {len(lengths)}")
     size = int(lengths.max()) + 1 if len(lengths) else 1
     out = np.zeros((len(lengths), size, m))
-    for row, (array, n) in enumerate(zip(values, lengths, strict=True)):
-        array = np.asarray(array, dtype=np.float64)
+    for row, (given, n) in enumerate(zip(values, lengths, strict=True)):
+        array = np.asarray(given, dtype=np.float64)
         if m == 1 and array.ndim == 1:
             array = array[:, None]
         if array.shape != (n, m):
@@ -313,29 +294,7 @@ def numeric_matrix(
     return out
 
 
-def decide(
-    rule: str, raw: np.ndarray, scale: np.ndarray, padding: np.ndarray | None = None
-) -> np.ndarray:
+def decide(rule: str, raw: NDAny, scale: NDAny, padding: NDAny | None = None) -> NDAny:
     """Apply a decision rule (see :mod:`crasp_compiler.model.model`); ``scale`` is t + 1.
     Positions marked in ``padding`` (beyond a sequence's end) read False, 0 or NaN."""
-    if rule == "bool":
-        decided = raw > 0.5
-    elif rule == "count":
-        decided = np.rint(raw.astype(np.float64) * scale).astype(np.int64)
-    elif rule == "int":
-        decided = np.rint(raw).astype(np.int64)
-    else:
-        decided = raw
-    if padding is None or not padding.any():
-        return decided
-    return np.where(padding, np.nan if rule == "value" else 0, decided).astype(decided.dtype)
-
-
-def _cast_head(head: Head, dtype: type) -> Head:
-    return replace(
-        head, **{k: getattr(head, k).astype(dtype) for k in ("w_q", "w_k", "w_v", "w_o")}
-    )
-
-
-def _cast_mlp(mlp: MLP, dtype: type) -> MLP:
-    return replace(mlp, **{k: getattr(mlp, k).astype(dtype) for k in ("w1", "b1", "w2", "b2")})
+    return fw.decide(NUMPY, Rule(rule), raw, scale, padding)

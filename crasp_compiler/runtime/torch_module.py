@@ -5,23 +5,50 @@ interpretability tools can address::
 
     embed.w_e                     (V, d)      token embedding (row 0 is BOS)
     pos.w_p                       (d, F)      positional features -> residual
+    numeric.w_x                   (d, m)      numeric inputs -> residual (models with inputs)
     blocks[i].attn.heads[h]       w_q, w_k (dk, d), w_v (dv, d), w_o (d, dv)
     blocks[i].mlp                 w1 (h, d), b1 (h,), w2 (d, h), b2 (d,)
     readout.weight                (K, d)      one row per named output
 
 ``forward(ids, lengths)`` takes BOS-prefixed, right-padded token ids ``(B, T)`` and
-returns the raw outputs ``(B, T, K)``. Uniform heads run as float64 prefix sums; causal
-softmax heads without relative bias use ``scaled_dot_product_attention`` (fused kernels,
-no T × T matrix); heads whose keys vanish at tokens (offset lookups) run in O(T) from
-prefix sums; every other head processes queries in chunks, so memory stays bounded at any
-length. Padding never reaches a real position: keys beyond a sequence's length
-are masked.
+returns the raw outputs ``(B, T, K)``. Each submodule's ``forward`` is one function of the
+shared forward pass (:mod:`crasp_compiler.runtime.forward`) run on torch tensors
+(:data:`TORCH`): positional features are computed on the model's device inside
+``forward``, so ``torch.compile`` and ``torch.export`` see no numpy and the graphs are
+generic in the length. Padding never reaches a real position: keys beyond a sequence's
+length are masked. ``forward(..., observe=Observer(hook))`` reports the named points of
+the pass (listed in :mod:`crasp_compiler.runtime.forward`).
+
+Head kinds. Each head holds its kind (``blocks[i].attn.heads[h].kind``, a
+:class:`~crasp_compiler.model.model.HeadKind`): the one the model records (or, for heads
+built without one, the structural check of :func:`~crasp_compiler.model.model.derive_kinds`),
+so ``forward`` picks every head's path from Python attributes, with no ``.any()`` or
+device synchronisation, and torch.compile sees constants. When weights change, the kinds
+are checked again from the weights, once per update and never per ``forward``:
+
+- :meth:`TorchTransformer.refresh_kinds` does it (one reduction per weight, one transfer
+  to the host), and whoever changes weights in a way torch does not count may call it;
+- ``load_state_dict`` calls it (a post hook);
+- in eager mode ``forward`` compares the parameters' version counters (``p._version``,
+  host integers that every in-place update such as ``optimizer.step()`` or
+  ``p.copy_()`` increments) with those of the last check, and refreshes when one moved.
+  Updates that bypass the counter (``p.data = …``, ``p.data.add_(…)``) need an explicit
+  ``refresh_kinds()``; while compiling or exporting the counters are not read (the
+  compiled graph keeps the kinds it was traced with: call ``refresh_kinds()`` after
+  changing weights, and the changed attribute makes torch.compile retrace).
+
+A head whose weights leave its kind thus falls back to a path that is right for any
+weights. The fast paths also drop gradients: while gradients flow, a uniform head runs on
+prefix sums only if neither ``w_q`` nor ``w_k`` wants a gradient, and a BOS-keyed head in
+O(T) only if neither ``w_k`` nor the residual stream does (its keys at tokens are taken
+to be 0, not computed); otherwise the general path computes every gradient.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -29,26 +56,36 @@ import torch.nn.functional as F
 from torch import nn
 
 from crasp_compiler.errors import CraspError
-from crasp_compiler.model.features import feature_matrix
+from crasp_compiler.model.features import zero_at_tokens
 from crasp_compiler.model.model import (
     MLP,
+    Activation,
     Head,
+    HeadKind,
+    HeadShape,
     Layer,
+    Mask,
     Model,
     Output,
+    Rule,
+    Weighting,
+    classify_heads,
+    dense,
     densified,
+    head_kinds,
     require_dense,
+    scores_vanish,
     token_ids,
+    with_kinds,
 )
-from crasp_compiler.runtime.numpy_exec import (
-    HARD_TOLERANCE,
-    SCORE_BUDGET,
-    beyond_guarantee,
-    numeric_matrix,
-)
+from crasp_compiler.runtime import forward as fw
+from crasp_compiler.runtime.forward import Observer
+from crasp_compiler.runtime.numpy_exec import beyond_guarantee, numeric_matrix
+
+Tensor = torch.Tensor
 
 
-def torch_device(name: str, dtype: str = "float64"):
+def torch_device(name: str, dtype: str = "float64") -> torch.device:
     """The torch device ``name``, checked by computing on it: CraspError unless torch can
     run ``dtype`` arithmetic there (meta tensors hold no values; backends that are not
     built in or have no hardware fail)."""
@@ -74,253 +111,300 @@ def torch_device(name: str, dtype: str = "float64"):
     return device
 
 
-class Embedding(nn.Module):
-    def __init__(self, w_e: np.ndarray) -> None:
-        super().__init__()
-        self.w_e = nn.Parameter(torch.tensor(w_e))
+# ---------------------------------------------------------------- the array shim
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.w_e[ids]
+
+class TorchBackend:
+    """:class:`crasp_compiler.runtime.backend.Backend` over torch tensors (dense weights),
+    with ``scaled_dot_product_attention`` for causal softmax heads without bias."""
+
+    name = "torch"
+    fused_attention = True
+
+    def tracing(self) -> bool:
+        return bool(torch.compiler.is_compiling())
+
+    def arange(self, n: int, like: Tensor) -> Tensor:
+        return torch.arange(n, device=like.device)
+
+    def zeros(self, shape: tuple[int, ...], like: Tensor) -> Tensor:
+        return torch.zeros(shape, dtype=like.dtype, device=like.device)
+
+    def _constant(self, value: float, like: Tensor) -> Tensor:
+        """A 0-d tensor holding ``value`` exactly: filled on the device (no host copy,
+        so no synchronisation), or, while traced, a constant of the graph (``full``'s
+        Python number may be stored in float32 by exporters)."""
+        if self.tracing():
+            return torch.tensor(value, dtype=like.dtype, device=like.device)
+        return torch.full((), value, dtype=like.dtype, device=like.device)
+
+    def select(self, cond: Tensor, a: float, b: float, like: Tensor) -> Tensor:
+        return torch.where(cond, self._constant(a, like), self._constant(b, like))
+
+    def scalar(self, value: float, like: Tensor) -> Tensor | float:
+        return self._constant(value, like) if self.tracing() else value
+
+    def dtype_name(self, x: Tensor) -> str:
+        return str(x.dtype).removeprefix("torch.")
+
+    def to_float64(self, x: Tensor) -> Tensor:
+        return x.to(torch.float64)
+
+    def to_int64(self, x: Tensor) -> Tensor:
+        return x.to(torch.int64)
+
+    def cast(self, x: Tensor, like: Tensor) -> Tensor:
+        return x.to(like.dtype)
+
+    def cast_for(self, x: Tensor, w: Tensor) -> Tensor:
+        return x.to(w.dtype)
+
+    def equal(self, x: Tensor, value: float) -> Tensor:
+        return x == value
+
+    def matmul_t(self, x: Tensor, w: Tensor) -> Tensor:
+        return x @ w.T
+
+    def matmul(self, a: Tensor, b: Tensor) -> Tensor:
+        return a @ b
+
+    def swap_last(self, x: Tensor) -> Tensor:
+        return x.transpose(-1, -2)
+
+    def take_rows(self, table: Tensor, ids: Tensor) -> Tensor:
+        return table[ids]
+
+    def take_last(self, x: Tensor, index: Sequence[int]) -> Tensor:
+        return x[..., list(index)]
+
+    def causal_softmax(self, q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
+        heads = F.scaled_dot_product_attention(
+            q[:, None], k[:, None], v[:, None], is_causal=True, scale=scale
+        )
+        return heads[:, 0]
+
+    def where(self, cond: Tensor, a: Tensor | float, b: Tensor | float) -> Tensor:
+        return torch.where(cond, a, b)
+
+    def exp(self, x: Tensor) -> Tensor:
+        return torch.exp(x)
+
+    def tanh(self, x: Tensor) -> Tensor:
+        return torch.tanh(x)
+
+    def sqrt(self, x: Tensor) -> Tensor:
+        return torch.sqrt(x)
+
+    def rint(self, x: Tensor) -> Tensor:
+        return torch.round(x)
+
+    def relu(self, x: Tensor) -> Tensor:
+        return torch.relu(x)
+
+    def maximum(self, a: Tensor, b: Tensor) -> Tensor:
+        return torch.maximum(a, b)
+
+    def amax(self, x: Tensor, axis: int) -> Tensor:
+        return x.amax(axis, keepdim=True)
+
+    def sum(self, x: Tensor, axis: int) -> Tensor:
+        return x.sum(axis, keepdim=True)
+
+    def mean(self, x: Tensor, axis: int) -> Tensor:
+        return x.mean(axis, keepdim=True)
+
+    def any(self, x: Tensor, axis: int) -> Tensor:
+        return x.any(axis, keepdim=True)
+
+    def cumsum(self, x: Tensor, axis: int) -> Tensor:
+        return torch.cumsum(x, dim=axis)
+
+    def flip(self, x: Tensor, axis: int) -> Tensor:
+        return x.flip(axis)
+
+    def concat(self, xs: Sequence[Tensor], axis: int) -> Tensor:
+        return torch.cat(list(xs), dim=axis)
+
+    def shift(self, x: Tensor, offset: int) -> Tensor:
+        pad = [0, 0] * (x.dim() - 2) + [offset, 0]
+        return F.pad(x, pad)[:, : x.shape[1]]
+
+    def stack_columns(self, columns: Sequence[Tensor], rows: Tensor) -> Tensor:
+        if not columns:
+            return torch.zeros(rows.shape[0], 0, dtype=torch.float64, device=rows.device)
+        return torch.stack(list(columns), dim=1)
+
+
+TORCH = TorchBackend()
+
+
+# ---------------------------------------------------------------- submodules
+
+
+def _parameter(array: Any) -> nn.Parameter:
+    return nn.Parameter(torch.tensor(np.asarray(array)))
+
+
+class Embedding(nn.Module):
+    def __init__(self, w_e: np.ndarray[Any, Any]) -> None:
+        super().__init__()
+        self.w_e = _parameter(w_e)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return fw.token_embedding(TORCH, self.w_e, ids)
 
 
 class NumericInputs(nn.Module):
     """``W_X · v_t`` for the model's numeric input channels ``names``."""
 
-    def __init__(self, names: list[str], w_x: np.ndarray) -> None:
+    def __init__(self, names: list[str], w_x: np.ndarray[Any, Any]) -> None:
         super().__init__()
         self.names = list(names)
-        self.w_x = nn.Parameter(torch.tensor(w_x))
+        self.w_x = _parameter(w_x)
 
-    def forward(self, values: torch.Tensor) -> torch.Tensor:
-        return values.to(self.w_x.dtype) @ self.w_x.T
+    def forward(self, values: Tensor) -> Tensor:
+        return fw.numeric_embedding(TORCH, self.w_x, values)
 
 
 class PositionalFeatures(nn.Module):
-    """``W_P · pos(t)`` for t = 0..T-1; the features are recomputed for every length."""
+    """``W_P · pos(t)`` for t = 0..T-1; the features are computed on ``w_p``'s device for
+    every length."""
 
-    def __init__(self, names: list[str], w_p: np.ndarray) -> None:
+    def __init__(self, names: list[str], w_p: np.ndarray[Any, Any]) -> None:
         super().__init__()
         self.names = list(names)
-        self.w_p = nn.Parameter(torch.tensor(w_p))
+        self.w_p = _parameter(w_p)
 
-    def forward(self, size: int) -> torch.Tensor:
-        table = torch.tensor(feature_matrix(self.names, size), device=self.w_p.device)
-        return table.to(self.w_p.dtype) @ self.w_p.T
+    def forward(self, size: int) -> Tensor:
+        return fw.positional_embedding(TORCH, self.names, self.w_p, size, like=self.w_p)
 
 
 class AttentionHead(nn.Module):
     """``Σ_s α_ts W_V x_s`` with scores ``scale·(W_Q x_t)·(W_K x_s) + bias(t − s)``;
-    returns the head's contribution ``W_O(…)`` to the residual."""
+    returns the head's contribution ``W_O(…)`` to the residual. ``kind`` is the head's
+    structural kind (module docstring)."""
 
-    def __init__(self, head: Head) -> None:
+    def __init__(self, head: Head, kind: HeadKind) -> None:
         super().__init__()
-        for key in ("w_q", "w_k", "w_v", "w_o"):
-            setattr(self, key, nn.Parameter(torch.tensor(getattr(head, key))))
+        self.w_q = _parameter(dense(head.w_q))
+        self.w_k = _parameter(dense(head.w_k))
+        self.w_v = _parameter(dense(head.w_v))
+        self.w_o = _parameter(dense(head.w_o))
         self.scale = float(head.scale)
-        self.bias = dict(head.bias)
-        self.weighting = head.weighting
-        self.mask = head.mask
+        self.bias = dict(sorted(head.bias.items()))  # in increasing order of offsets
+        self.weighting: Weighting = head.weighting
+        self.mask: Mask = head.mask
         self.label = head.label
+        self.kind: HeadKind = kind
 
-    def _shortcuts(self) -> bool:
-        """Whether the data-dependent fast paths (uniform heads, keys only at BOS) may be
-        taken: they read the current weights, and are skipped while gradients flow to the
-        scores (a zero query or key still has a gradient)."""
-        if self.mask != "causal" or self.weighting not in ("softmax", "hard"):
-            return False
-        tracked = torch.is_grad_enabled() and (self.w_q.requires_grad or self.w_k.requires_grad)
-        return not tracked
-
-    def _uniform(self) -> bool:
-        no_scores = not self.w_q.any() or not self.w_k.any() or self.scale == 0
-        return no_scores and not any(self.bias.values())
-
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        v = x @ self.w_v.T
-        shortcuts = self._shortcuts()
-        if shortcuts and self._uniform():
-            # Prefix sums in float64: a float32 running sum stops counting at 2^24.
-            sums = torch.cumsum(v.double(), dim=1)
-            steps = torch.arange(1, x.shape[1] + 1, device=x.device, dtype=torch.float64)
-            mixed = (sums / steps[None, :, None]).to(x.dtype)
-        elif self.weighting == "softmax" and self.mask == "causal" and not self.bias:
-            q = (x @ self.w_q.T)[:, None]
-            k = (x @ self.w_k.T)[:, None]
-            mixed = F.scaled_dot_product_attention(
-                q, k, v[:, None], is_causal=True, scale=self.scale
-            )[:, 0]
-        else:
-            q, k = x @ self.w_q.T, x @ self.w_k.T
-            if shortcuts and self._keys_only_at_bos(k, lengths):
-                mixed = self._bos_keyed(q, k, v).to(x.dtype)
-            else:
-                mixed = self._chunked(x, q, k, v, lengths)
-        return mixed @ self.w_o.T
-
-    def _keys_only_at_bos(self, k: torch.Tensor, lengths: torch.Tensor) -> bool:
-        """Whether the keys are zero at every token (only BOS and offsets score)."""
-        positions = torch.arange(k.shape[1], device=k.device)
-        tokens = (positions[None, :] >= 1) & (positions[None, :] <= lengths[:, None])
-        return not bool(k[tokens].any())
-
-    def _bos_keyed(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """O(T · |offsets|) evaluation from prefix sums, in float64; the equations are in
-        :func:`crasp_compiler.runtime.numpy_exec._bos_keyed`."""
-        size = v.shape[1]
-        t = torch.arange(size, device=v.device)
-        v = v.double()
-        v0 = v[:, :1]
-        bos = self.scale * torch.einsum("btk,bk->bt", q.double(), k[:, 0].double())
-        offsets = [(c, value) for c, value in sorted(self.bias.items()) if c >= 0]
-        for c, value in offsets:
-            bos = bos + value * (t == c).double()[None]
-        keyed = []
-        for c, value in offsets:
-            valid = t - c >= 1
-            shifted = torch.zeros_like(v)
-            if c < size:
-                shifted[:, c:] = v[:, : size - c]
-            keyed.append((valid, value, torch.where(valid[None, :, None], shifted, 0.0)))
-        plain = t - sum((valid.long() for valid, _, _ in keyed), torch.zeros_like(t))
-        plain_sum = torch.cumsum(v, dim=1) - v0
-        for _, _, values in keyed:
-            plain_sum = plain_sum - values
-        none = torch.full_like(bos[0], -torch.inf)
-        top = torch.maximum(bos, torch.where(plain > 0, 0.0, none)[None])
-        for valid, value, _ in keyed:
-            top = torch.maximum(top, torch.where(valid, value, none)[None])
-        if self.weighting == "softmax":
-            w_bos = torch.exp(bos - top)
-            w_keyed = [torch.where(valid, torch.exp(value - top), 0.0) for valid, value, _ in keyed]
-            w_plain = torch.exp(-top)
-        else:
-            tolerance = HARD_TOLERANCE[np.float64 if q.dtype == torch.float64 else np.float32]
-            w_bos = (bos >= top - tolerance).double()
-            w_keyed = [(valid & (value >= top - tolerance)).double() for valid, value, _ in keyed]
-            w_plain = (top - tolerance <= 0).double()
-        total = w_bos + w_plain * plain[None]
-        mixed = w_bos[..., None] * v0 + w_plain[..., None] * plain_sum
-        for weight, (_, _, values) in zip(w_keyed, keyed, strict=True):
-            total = total + weight
-            mixed = mixed + weight[..., None] * values
-        return mixed / total[..., None]
-
-    def _chunked(
-        self,
-        x: torch.Tensor,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        lengths: torch.Tensor,
-    ) -> torch.Tensor:
-        batch, size, _ = x.shape
-        cols = torch.arange(size, device=x.device)
-        tolerance = HARD_TOLERANCE[np.float64 if x.dtype == torch.float64 else np.float32]
-        out = torch.zeros(batch, size, v.shape[-1], dtype=x.dtype, device=x.device)
-        chunk = max(1, SCORE_BUDGET // max(1, batch * size))
-        for start in range(0, size, chunk):
-            rows = cols[start : start + chunk]
-            scores = self.scale * torch.einsum("btk,bsk->bts", q[:, rows], k)
-            offsets = rows[:, None] - cols[None, :]
-            for offset, value in self.bias.items():
-                scores = scores + value * (offsets == offset).to(x.dtype)[None]
-            allowed = self._allowed(rows, cols, lengths)
-            scores = scores.masked_fill(~allowed, -torch.inf)
-            top = scores.amax(-1, keepdim=True)
-            top = torch.where(torch.isinf(top), torch.zeros_like(top), top)
-            if self.weighting == "softmax":
-                weights = torch.where(allowed, torch.exp(scores - top), 0.0)
-            else:
-                weights = (allowed & (scores >= top - tolerance)).to(x.dtype)
-                if self.weighting in ("hard-left", "hard-right"):
-                    weights = self._unique(weights, allowed)
-            total = weights.sum(-1, keepdim=True)
-            weights = weights / torch.where(total == 0, torch.ones_like(total), total)
-            out[:, rows] = weights @ v
-        return out
-
-    def _allowed(self, rows: torch.Tensor, cols: torch.Tensor, lengths: torch.Tensor):
-        t, s = rows[:, None], cols[None, :]
-        if self.mask == "causal":
-            allowed = s <= t
-        elif self.mask == "strict":
-            allowed = s < t
-        elif self.mask == "past":
-            allowed = s >= t
-        elif self.mask == "strict-past":
-            allowed = s > t
-        else:
-            allowed = torch.ones(len(rows), len(cols), dtype=torch.bool, device=rows.device)
-        return allowed[None] & (cols[None, None, :] <= lengths[:, None, None])
-
-    def _unique(self, weights: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
-        """Keep only the leftmost (``hard-left``) or rightmost maximal key."""
-        size = weights.shape[-1]
-        if self.weighting == "hard-left":
-            pick = weights.argmax(-1)
-        else:
-            pick = size - 1 - weights.flip(-1).argmax(-1)
-        one_hot = F.one_hot(pick, size).to(weights.dtype)
-        return torch.where(allowed, one_hot, 0.0)
+    def forward(
+        self, x: Tensor, lengths: Tensor, observe: Observer[Tensor] | None = None
+    ) -> Tensor:
+        grad = torch.is_grad_enabled()
+        return fw.head_forward(
+            TORCH,
+            self,
+            x,
+            lengths,
+            observe,
+            uniform_ok=not (grad and (self.w_q.requires_grad or self.w_k.requires_grad)),
+            keyed_ok=not (grad and (x.requires_grad or self.w_k.requires_grad)),
+        )
 
 
 class Attention(nn.Module):
     """The heads of one layer; their contributions add."""
 
-    def __init__(self, heads: list[Head]) -> None:
+    def __init__(self, heads: list[Head], kinds: list[HeadKind]) -> None:
         super().__init__()
-        self.heads = nn.ModuleList(AttentionHead(h) for h in heads)
+        self.heads = nn.ModuleList(AttentionHead(h, k) for h, k in zip(heads, kinds, strict=True))
 
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        update = torch.zeros_like(x)
-        for head in self.heads:
-            update = update + head(x, lengths)
-        return update
+    def head_list(self) -> list[AttentionHead]:
+        return [cast(AttentionHead, head) for head in self.heads]
+
+    def forward(
+        self, x: Tensor, lengths: Tensor, observe: Observer[Tensor] | None = None
+    ) -> Tensor:
+        return fw.attention_forward(TORCH, self.head_list(), x, lengths, observe)
 
 
 class FeedForward(nn.Module):
     """``W_2 act(N(W_1 x + b_1)) + b_2`` with per-unit activations and the selective
     layer norm N over ``norm_groups`` (ε = 0; a zero-variance group gives 0)."""
 
+    is_relu: Tensor
+    is_heaviside: Tensor
+    is_gelu: Tensor
+
     def __init__(self, mlp: MLP) -> None:
         super().__init__()
-        for key in ("w1", "b1", "w2", "b2"):
-            setattr(self, key, nn.Parameter(torch.tensor(getattr(mlp, key))))
+        self.w1 = _parameter(dense(mlp.w1))
+        self.b1 = _parameter(mlp.b1)
+        self.w2 = _parameter(dense(mlp.w2))
+        self.b2 = _parameter(mlp.b2)
         self.activations = list(mlp.activations)
         self.labels = list(mlp.labels)
         self.norm_groups = [list(g) for g in mlp.norm_groups]
-        kinds = np.array(self.activations)
-        for kind in ("relu", "heaviside", "gelu"):
-            self.register_buffer(f"is_{kind}", torch.tensor(kinds == kind), persistent=False)
+        units = np.array([str(a) for a in self.activations])
+        for kind in Activation:
+            self.register_buffer(f"is_{kind}", torch.tensor(units == kind.value), persistent=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        z = x @ self.w1.T + self.b1
-        if self.norm_groups:
-            z = z.clone()
-            for group in self.norm_groups:
-                part = z[..., group]
-                centred = part - part.mean(-1, keepdim=True)
-                std = centred.pow(2).mean(-1, keepdim=True).sqrt()
-                safe = torch.where(std > 0, std, torch.ones_like(std))
-                z[..., group] = torch.where(std > 0, centred / safe, torch.zeros_like(centred))
-        hidden = torch.where(self.is_relu, torch.relu(z), z)
-        hidden = torch.where(self.is_heaviside, (z >= 0).to(z.dtype), hidden)
-        hidden = torch.where(self.is_gelu, F.gelu(z, approximate="tanh"), hidden)
-        return hidden @ self.w2.T + self.b2
+    def unit_mask(self, activation: Activation) -> Tensor:
+        masks = {
+            Activation.RELU: self.is_relu,
+            Activation.HEAVISIDE: self.is_heaviside,
+            Activation.GELU: self.is_gelu,
+        }
+        return masks[activation]
+
+    def forward(self, x: Tensor, observe: Observer[Tensor] | None = None) -> Tensor:
+        return fw.mlp_forward(TORCH, self, x, observe)
 
 
 class Block(nn.Module):
-    def __init__(self, layer: Layer) -> None:
+    def __init__(self, layer: Layer, kinds: list[HeadKind]) -> None:
         super().__init__()
-        self.attn = Attention(layer.heads) if layer.heads else None
+        self.attn = Attention(layer.heads, kinds) if layer.heads else None
         self.mlp = FeedForward(layer.mlp) if layer.mlp is not None else None
 
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        if self.attn is not None:
-            x = x + self.attn(x, lengths)
-        if self.mlp is not None:
-            x = x + self.mlp(x)
-        return x
+    def forward(
+        self, x: Tensor, lengths: Tensor, observe: Observer[Tensor] | None = None
+    ) -> Tensor:
+        return fw.block_forward(self.attn, self.mlp, x, lengths, observe)
+
+
+class _Parts:
+    """The module's submodules as :class:`crasp_compiler.runtime.forward.Parts`."""
+
+    def __init__(self, module: TorchTransformer) -> None:
+        self.module = module
+        self.numeric_names = module.numeric.names if module.numeric is not None else []
+        self.output_count = len(module.output_names)
+        self.blocks: list[Callable[[Tensor, Tensor, Observer[Tensor] | None], Tensor]] = list(
+            module.blocks
+        )
+
+    def tokens(self, ids: Tensor) -> Tensor:
+        out: Tensor = self.module.embed(ids)
+        return out
+
+    def positions(self, size: int, like: Tensor) -> Tensor:
+        out: Tensor = self.module.pos(size)
+        return out
+
+    def numeric(self, values: Tensor) -> Tensor:
+        assert self.module.numeric is not None
+        out: Tensor = self.module.numeric(values)
+        return out
+
+    def readout(self, x: Tensor) -> Tensor:
+        out: Tensor = self.module.readout(x)
+        return out
+
+
+def _refresh_after_load(module: nn.Module, incompatible: Any) -> None:
+    if isinstance(module, TorchTransformer):
+        module.refresh_kinds()
 
 
 class TorchTransformer(nn.Module):
@@ -329,57 +413,115 @@ class TorchTransformer(nn.Module):
     def __init__(self, model: Model) -> None:
         super().__init__()
         require_dense(model, "the torch module")
+        kinds = head_kinds(model)
         model = densified(model)
         self.embed = Embedding(model.w_e)
-        self.pos = PositionalFeatures(model.features, model.w_p)
+        self.pos = PositionalFeatures(model.features, dense(model.w_p))
         # only a model with numeric inputs has this submodule (and numeric.w_x)
-        self.numeric = NumericInputs(model.inputs, model.w_x) if model.inputs else None
-        self.blocks = nn.ModuleList(Block(layer) for layer in model.layers)
+        self.numeric = NumericInputs(model.inputs, model.numeric_weights) if model.inputs else None
+        self.blocks = nn.ModuleList(
+            Block(layer, row) for layer, row in zip(model.layers, kinds, strict=True)
+        )
         weights = np.stack([o.weights for o in model.outputs]) if model.outputs else None
         self.readout = nn.Linear(model.width, len(model.outputs), bias=False, dtype=torch.float64)
         if weights is not None:
             with torch.no_grad():
                 self.readout.weight.copy_(torch.tensor(weights))
         self.output_names = [o.name for o in model.outputs]
-        self.output_rules = [o.rule for o in model.outputs]
+        self.output_rules: list[Rule] = [o.rule for o in model.outputs]
         self.vocab = list(model.vocab)
         self.residual = list(model.residual)
         self.guarantee = model.guarantee
         self.accept = model.accept
         self.options, self.source, self.info = dict(model.options), model.source, dict(model.info)
+        self._versions = self._parameter_versions()
+        self.register_load_state_dict_post_hook(_refresh_after_load)  # type: ignore[no-untyped-call]
+
+    # ------------------------------------------------------------------ head kinds
+
+    def layers(self) -> list[Block]:
+        """The blocks, typed."""
+        return [cast(Block, block) for block in self.blocks]
+
+    def head_rows(self) -> list[list[AttentionHead]]:
+        """The heads of each layer."""
+        return [block.attn.head_list() if block.attn is not None else [] for block in self.layers()]
+
+    def _parameter_versions(self) -> tuple[int, ...]:
+        return tuple(int(p._version) for p in self.parameters())
+
+    @torch.no_grad()
+    def refresh_kinds(self) -> None:
+        """Check every head's kind against the current weights (the structural check of
+        :func:`~crasp_compiler.model.model.derive_kinds`) and record what they bear out;
+        one reduction per weight and a single transfer to the host."""
+        pieces = [(self.embed.w_e[1:] != 0).any(0)]
+        keep = [f for f, name in enumerate(self.pos.names) if not zero_at_tokens(name)]
+        if keep:
+            pieces.append((self.pos.w_p[:, keep] != 0).any(1))
+        if self.numeric is not None:
+            pieces.append((self.numeric.w_x != 0).any(1))
+        for block, heads in zip(self.layers(), self.head_rows(), strict=True):
+            for head in heads:
+                pieces += [(head.w_q != 0).any()[None], (head.w_k != 0).any(0)]
+                pieces.append((head.w_o != 0).any(1))
+            if block.mlp is not None:
+                pieces.append((block.mlp.w2 != 0).any(1) | (block.mlp.b2 != 0))
+        flat = torch.cat([p.reshape(-1) for p in pieces]).cpu().numpy()
+        d, at = len(self.residual), 0
+
+        def take(count: int) -> np.ndarray[Any, np.dtype[np.bool_]]:
+            nonlocal at
+            at += count
+            return flat[at - count : at]
+
+        live = take(d).copy()
+        if keep:
+            live |= take(d)
+        if self.numeric is not None:
+            live |= take(d)
+        layers = []
+        for block, heads in zip(self.layers(), self.head_rows(), strict=True):
+            shapes = []
+            for head in heads:
+                has_query, reads, writes = bool(take(1)[0]), take(d), take(d)
+                uniform = scores_vanish(has_query, bool(reads.any()), head.scale, head.bias)
+                shapes.append(HeadShape(uniform, reads, writes))
+            writes = take(d) if block.mlp is not None else np.zeros(d, dtype=np.bool_)
+            layers.append((shapes, writes))
+        for heads, row in zip(self.head_rows(), classify_heads(live, layers), strict=True):
+            for head, kind in zip(heads, row, strict=True):
+                head.kind = kind
+        self._versions = self._parameter_versions()
+
+    def _check_kinds(self) -> None:
+        """Refresh the kinds when a parameter changed since the last check (eager only)."""
+        if torch.compiler.is_compiling():
+            return
+        if self._parameter_versions() != self._versions:
+            self.refresh_kinds()
 
     # ------------------------------------------------------------------ running
 
     def forward(
         self,
-        ids: torch.Tensor,
-        lengths: torch.Tensor | None = None,
-        values: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+        ids: Tensor,
+        lengths: Tensor | None = None,
+        values: Tensor | None = None,
+        observe: Observer[Tensor] | None = None,
+    ) -> Tensor:
         """Raw outputs ``(B, T, K)`` for BOS-prefixed ids ``(B, T)``; ``lengths`` (B,)
         counts the tokens after BOS (default: no padding); ``values`` ``(B, T, m)`` are the
-        numeric inputs of a model that has them (0 at BOS and padding; see ``encode``)."""
-        batch, size = ids.shape
-        if batch == 0:
-            dtype = self.embed.w_e.dtype
-            return torch.zeros(0, size, len(self.output_names), device=ids.device, dtype=dtype)
+        numeric inputs of a model that has them (0 at BOS and padding; see ``encode``);
+        ``observe`` receives the named points of the pass."""
+        self._check_kinds()
         if lengths is None:
-            lengths = torch.full((batch,), size - 1, device=ids.device)
-        x = self.embed(ids) + self.pos(size)[None]
-        if self.numeric is not None:
-            if values is None:
-                raise CraspError(
-                    f"this model reads numeric inputs ({', '.join(self.numeric.names)}): "
-                    "give values"
-                )
-            x = x + self.numeric(values)
-        for block in self.blocks:
-            x = block(x, lengths)
-        return self.readout(x)
+            lengths = torch.full((ids.shape[0],), ids.shape[1] - 1, device=ids.device)
+        return fw.forward(TORCH, _Parts(self), ids, lengths, values, observe)
 
     def encode(
         self, inputs: Sequence[Sequence[str]], device: torch.device | str | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[Tensor, Tensor]:
         """Token sequences (without BOS) to right-padded ids ``(B, T)`` and lengths."""
         rows = []
         for tokens in inputs:
@@ -392,46 +534,33 @@ class TorchTransformer(nn.Module):
         ids = torch.zeros(len(rows), size, dtype=torch.long)
         for b, row in enumerate(rows):
             ids[b, 1 : 1 + len(row)] = torch.tensor(row, dtype=torch.long)
-        device = device if device is not None else self.embed.w_e.device
-        return ids.to(device), lengths.to(device)
+        target = device if device is not None else self.embed.w_e.device
+        return ids.to(target), lengths.to(target)
 
-    def encode_values(self, values: Sequence[np.ndarray], lengths: torch.Tensor) -> torch.Tensor:
+    def encode_values(
+        self, values: Sequence[np.ndarray[Any, Any]] | None, lengths: Tensor
+    ) -> Tensor:
         """Numeric inputs, one array ``(len, m)`` per sequence, to the ``(B, T, m)`` tensor
         ``forward`` takes (0 at BOS and padding)."""
         names = self.numeric.names if self.numeric is not None else []
         table = numeric_matrix(names, lengths.cpu().numpy(), values)
         return torch.tensor(table, device=self.embed.w_e.device)
 
-    def decide(
-        self, raw: torch.Tensor, lengths: torch.Tensor | None = None
-    ) -> dict[str, torch.Tensor]:
+    def decide(self, raw: Tensor, lengths: Tensor | None = None) -> dict[str, Tensor]:
         """Apply each output's decision rule to raw outputs ``(B, T, K)``; with
         ``lengths``, the padding beyond each sequence's end reads False, 0 or NaN."""
-        steps = torch.arange(1, raw.shape[1] + 1, device=raw.device, dtype=torch.float64)
+        size = raw.shape[1]
+        steps = torch.arange(1, size + 1, device=raw.device, dtype=torch.float64)[None]
         padding = None
         if lengths is not None:
-            positions = torch.arange(raw.shape[1], device=raw.device)
+            positions = torch.arange(size, device=raw.device)
             padding = positions[None, :] > lengths.to(raw.device)[:, None]
-        values = {}
-        for k, (name, rule) in enumerate(zip(self.output_names, self.output_rules, strict=True)):
-            column = raw[..., k]
-            if rule == "bool":
-                decided = column > 0.5
-            elif rule == "count":
-                decided = torch.round(column.double() * steps[None]).to(torch.long)
-            elif rule == "int":
-                decided = torch.round(column).to(torch.long)
-            else:
-                decided = column
-            if padding is not None:
-                pad = torch.tensor(
-                    float("nan") if rule == "value" else 0, dtype=decided.dtype, device=raw.device
-                )
-                decided = torch.where(padding, pad, decided)
-            values[name] = decided
-        return values
+        return {
+            name: fw.decide(TORCH, rule, raw[..., k], steps, padding)
+            for k, (name, rule) in enumerate(zip(self.output_names, self.output_rules, strict=True))
+        }
 
-    def final(self, raw: torch.Tensor, lengths: torch.Tensor) -> dict[str, torch.Tensor]:
+    def final(self, raw: Tensor, lengths: Tensor) -> dict[str, Tensor]:
         """Each output's decided value at each sequence's last position ``lengths[b]``
         (not the last column, which is padding for shorter sequences): ``{name: (B,)}``."""
         rows = torch.arange(raw.shape[0], device=raw.device)
@@ -443,8 +572,8 @@ class TorchTransformer(nn.Module):
         self,
         inputs: Sequence[Sequence[str]],
         on_overlength: str = "error",
-        values: Sequence[np.ndarray] | None = None,
-    ) -> dict[str, torch.Tensor]:
+        values: Sequence[np.ndarray[Any, Any]] | None = None,
+    ) -> dict[str, Tensor]:
         """Decided outputs ``{name: (B, T)}`` for token sequences, like the numpy ``run``
         (``on_overlength``: ``"error"``, ``"warn"`` or ``"ignore"``; ``values``: numeric
         inputs)."""
@@ -467,15 +596,19 @@ class TorchTransformer(nn.Module):
     # ------------------------------------------------------------------ conversion
 
     def to_model(self) -> Model:
-        """The current weights as a :class:`Model` (for saving or the numpy executor)."""
+        """The current weights as a :class:`Model` (for saving or the numpy executor);
+        every head records the kind its weights bear out."""
 
-        def array(p: torch.Tensor) -> np.ndarray:
-            return p.detach().to("cpu", torch.float64).numpy().copy()
+        def array(p: Tensor) -> np.ndarray[Any, np.dtype[np.float64]]:
+            out: np.ndarray[Any, np.dtype[np.float64]] = (
+                p.detach().to("cpu", torch.float64).numpy().copy()
+            )
+            return out
 
         layers = []
-        for block in self.blocks:
+        for block, attention in zip(self.layers(), self.head_rows(), strict=True):
             heads = []
-            for h in block.attn.heads if block.attn is not None else []:
+            for h in attention:
                 heads.append(
                     Head(
                         array(h.w_q),
@@ -507,19 +640,21 @@ class TorchTransformer(nn.Module):
             Output(name, readout[k], rule)
             for k, (name, rule) in enumerate(zip(self.output_names, self.output_rules, strict=True))
         ]
-        return Model(
-            vocab=list(self.vocab),
-            w_e=array(self.embed.w_e),
-            features=list(self.pos.names),
-            w_p=array(self.pos.w_p),
-            inputs=list(self.numeric.names) if self.numeric is not None else [],
-            w_x=array(self.numeric.w_x) if self.numeric is not None else None,
-            layers=layers,
-            outputs=outputs,
-            residual=list(self.residual),
-            guarantee=copy.deepcopy(self.guarantee),
-            accept=self.accept,
-            options=dict(self.options),
-            source=self.source,
-            info=dict(self.info),
+        return with_kinds(
+            Model(
+                vocab=list(self.vocab),
+                w_e=array(self.embed.w_e),
+                features=list(self.pos.names),
+                w_p=array(self.pos.w_p),
+                inputs=list(self.numeric.names) if self.numeric is not None else [],
+                w_x=array(self.numeric.w_x) if self.numeric is not None else None,
+                layers=layers,
+                outputs=outputs,
+                residual=list(self.residual),
+                guarantee=copy.deepcopy(self.guarantee),
+                accept=self.accept,
+                options=dict(self.options),
+                source=self.source,
+                info=dict(self.info),
+            )
         )

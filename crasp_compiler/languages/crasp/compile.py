@@ -1,9 +1,11 @@
 """Compile a checked C-RASP program to a :class:`Model`: lower onto a :class:`Builder`,
-build, name the residual dimensions after the definitions, fix the empty prefix."""
+give every output its empty-prefix value at BOS, build, name the residual dimensions
+after the definitions."""
 
 from __future__ import annotations
 
 from crasp_compiler.assemble.builder import BOS_VAR
+from crasp_compiler.cookbook.blocks import BosValues, Form, form_add
 from crasp_compiler.errors import CraspError, Diagnostic
 from crasp_compiler.languages.crasp.interpret import interpret
 from crasp_compiler.languages.crasp.lower import WINDOW_RUN, lower_program
@@ -27,7 +29,6 @@ from crasp_compiler.languages.crasp.nodes import (
 from crasp_compiler.languages.crasp.printer import offset_runs
 from crasp_compiler.languages.crasp.rounding import Analysis, horizon
 from crasp_compiler.model.model import Guarantee, Model, describe_limit
-from crasp_compiler.runtime.numpy_exec import run
 
 
 def dependency_bound(program: Program, mode: str = "heaviside") -> int:
@@ -122,9 +123,10 @@ def compile_program(
     lowered = lower_program(program, mode, max_len)
     builder, forms = lowered.builder, lowered.forms
     guarantee = _guarantee(program, lowered.rounding, max_len if mode == "relu" else None)
+    readouts = _empty_prefix(program, forms, lowered.at_bos)
     model = builder.build(
         {
-            name: (forms[name], "bool" if program[name].sort == Sort.BOOL else "count")
+            name: (readouts[name], "bool" if program[name].sort == Sort.BOOL else "count")
             for name in program.outputs
         },
         guarantee=guarantee,
@@ -144,7 +146,6 @@ def compile_program(
     model.info["definitions"] = {
         name: _label_form(form, residual_vars, model.residual) for name, form in forms.items()
     }
-    _fix_empty_prefix(model, program, residual_vars.index(BOS_VAR))
     return model
 
 
@@ -214,15 +215,20 @@ def _label_form(form: dict, residual_vars: list[str], labels: list[str]) -> dict
     return {rename[var]: coef for var, coef in form.items()}
 
 
-def _fix_empty_prefix(model: Model, program: Program, bos_dim: int) -> None:
-    """Make each output equal the program's empty-prefix value at BOS.
+def _empty_prefix(program: Program, forms: dict[str, Form], at_bos: BosValues) -> dict[str, Form]:
+    """The readout form of each output, equal to the program's empty-prefix value at BOS.
 
-    The BOS position's residual is input-independent (it attends only to itself), so
-    ``w·x_BOS`` is a constant; adding ``(e − w·x_BOS)`` on the BOS dimension, which is
-    1 at BOS and 0 at every token, fixes BOS without touching any other position.
+    The BOS position's residual does not depend on the input (every head is causal, so
+    BOS attends only to itself): ``at_bos`` holds each variable's value there, from the
+    blocks' ``evaluate``. Booleans are 0 at BOS by construction while the empty prefix may
+    make a comparison true, so the readout ``w·x`` of an output gets ``(e − w·x_BOS)·bos``
+    added: the ``bos`` variable is 1 at BOS and 0 at every token, so no other position
+    changes (and the term adds no rounding there: it is an exact 0).
     """
     empty = interpret(program, [])
-    bos_outputs = run(model, [[]]).outputs
-    for out in model.outputs:
-        wanted = float(empty.values[out.name][0])
-        out.weights[bos_dim] += wanted - float(bos_outputs[out.name][0, 0])
+    readouts = {}
+    for name in program.outputs:
+        form = forms[name]
+        correction = float(empty.values[name][0]) - at_bos.form(form)
+        readouts[name] = form_add((1, form), (correction, {BOS_VAR: 1.0})) if correction else form
+    return readouts

@@ -36,7 +36,7 @@ from math import gcd
 
 from crasp_compiler.assemble.builder import BOS_VAR, NONBOS_VAR, Builder, token_var
 from crasp_compiler.cookbook import attention, ffn, layernorm
-from crasp_compiler.cookbook.blocks import Block, Form, form_add
+from crasp_compiler.cookbook.blocks import Block, BosValues, Form, form_add
 from crasp_compiler.errors import CraspError, Diagnostic
 from crasp_compiler.languages.crasp.nodes import (
     Add,
@@ -62,16 +62,13 @@ from crasp_compiler.languages.crasp.nodes import (
 )
 from crasp_compiler.languages.crasp.printer import format_expr, offset_runs
 from crasp_compiler.languages.crasp.rounding import UNIT_ROUNDOFF, Analysis, Poly, t1
+from crasp_compiler.model.features import feature_matrix
 from crasp_compiler.model.features import periodic as periodic_feature
 
 BOS, NONBOS, ONE = BOS_VAR, NONBOS_VAR, "ONE"
 MODES = ("heaviside", "relu", "layernorm")
 # A truth-table FFN with more rows than this is split into smaller formulas.
 MAX_TABLE_UNITS = 256
-# ReLU as a piecewise-linear function: one unit, ReLU(z).
-RELU_KNOTS = ((-1.0, 0.0), (0.0, 0.0), (1.0, 1.0))
-# A soft bit (within 1/4 of {0, 1}) made exact: 2·ReLU(b − 1/4) − 2·ReLU(b − 3/4).
-CLEAN_KNOTS = ((0.0, 0.0), (0.25, 0.0), (0.75, 1.0), (1.0, 1.0))
 COMPARE = {
     "<=": operator.le,
     "<": operator.lt,
@@ -99,6 +96,10 @@ class _Lowerer:
         self.builder = Builder(program.alphabet)
         self.forms: dict[str, Form] = {}
         self.var_bounds: dict[str, float] = {BOS: 1, NONBOS: 1}
+        # every variable's value at BOS (the empty input), from the blocks' evaluate
+        self.at_bos = BosValues({BOS: 1.0, NONBOS: 0.0})
+        for symbol in program.alphabet:
+            self.at_bos.set(token_var(symbol), 0.0)
         self.memo: dict[Node, Form] = {}
         self.defs = {d.name: d.expr for d in program.definitions}
         self.counter = 0
@@ -122,6 +123,7 @@ class _Lowerer:
     def add(self, block: Block, outputs: dict[str, float]) -> None:
         """Add ``block``; ``outputs`` bounds the absolute value of each variable it writes."""
         self.builder.add(block)
+        self.at_bos.add(block)
         self.var_bounds.update(outputs)
 
     def track(self, step: str, *args: object, **kwargs: object) -> None:
@@ -157,6 +159,7 @@ class _Lowerer:
                     name = periodic_feature(modulus, r)
                     form = form_add((1, form), (1, self.builder.feature(name)))
                     self.var_bounds[name] = 1
+                    self.at_bos.set(name, feature_matrix([name], 1)[0, 0])
                     self.track("exact_input", name, t1())
             case Not(arg):
                 form = form_add((1, {NONBOS: 1}), (-1, self.boolean(arg)))
@@ -344,15 +347,16 @@ class _Lowerer:
                 out = self.fresh("min" if sign < 0 else "max")
                 # min(x, y) = y − g·ReLU((y − x)/g);  max(x, y) = y + g·ReLU((x − y)/g):
                 # one unit and a linear read (g: the gcd of the coefficients)
-                z = form_add((sign, x), (-sign, y))
-                g = _gcd(z)
-                z = Form({v: int(c) // g for v, c in z.items()})
-                value = (self.ir(a) + self.ir(b)).scale(1 / g)
+                g = _gcd(form_add((sign, x), (-sign, y)))
+                make = ffn.minimum_one_unit if sign < 0 else ffn.maximum_one_unit
                 label = f"{type(node).__name__.lower()} -> {out}"
+                block, form = make(y, x, out, factor=g, label=label)
+                (unit,) = block.units
+                z = Form(unit.form)
+                value = (self.ir(a) + self.ir(b)).scale(1 / g)
                 bound = min(self.bound(z), value.stored_max())
-                self.add(ffn.cpwl(z, RELU_KNOTS, out, label=label), {out: bound})
+                self.add(block, {out: bound})
                 self.track("relu", out, z, value)
-                form = form_add((1, y), (sign * g, {out: 1}))
             case Cond(c, a, b):
                 # c ? x : y  =  y + g·c·((x − y)/g), by big-M gating
                 x, y, bit = self.count(a), self.count(b), self.boolean(c)
@@ -441,7 +445,7 @@ class _Lowerer:
                 {soft: 1},
             )
             self.track("lookup", soft, arg, soft=True)
-            clean = ffn.cpwl({soft: 1}, CLEAN_KNOTS, bit, label=f"clean -> {bit}")
+            clean = ffn.clean_bit({soft: 1}, bit, label=f"clean -> {bit}")
             self.add(clean, {bit: 1})
             self.track("clean", bit, {soft: 1}, node)
         else:
@@ -527,17 +531,19 @@ class _Lowerer:
             rule = "bool" if definition.sort.value == "bool" else "count"
             form, what = self.forms[name], f"the output {name!r}"
             self.track("output", form, rule, definition, what)
-        return Lowered(self.builder, self.forms, self.rounding)
+        return Lowered(self.builder, self.forms, self.rounding, self.at_bos)
 
 
 @dataclass
 class Lowered:
     """The result of :func:`lower_program`: the builder, the form of every compiled
-    definition, and the rounding analysis of the variables and decisions."""
+    definition, the rounding analysis of the variables and decisions, and every
+    variable's value at BOS (what the model computes there, on any input)."""
 
     builder: Builder
     forms: dict[str, Form]
     rounding: dict[str, Analysis]  # per float type
+    at_bos: BosValues
 
 
 def lower_program(program: Program, mode: str = "heaviside", max_len: int | None = None) -> Lowered:

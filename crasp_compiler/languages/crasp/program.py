@@ -8,8 +8,8 @@ from pathlib import Path
 from crasp_compiler.errors import CraspError
 from crasp_compiler.languages.crasp import build_program
 from crasp_compiler.languages.crasp.nodes import Program, TokenIs, walk
+from crasp_compiler.languages.crasp.syntax import parse_tree
 from crasp_compiler.model.model import BOS
-from crasp_compiler.syntax import parse_tree
 
 PROGRAM_SUFFIXES = (".crasp", ".cr")
 

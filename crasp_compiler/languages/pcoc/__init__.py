@@ -16,7 +16,8 @@ from crasp_compiler.languages.pcoc.interpret import (
     interpret_pcoc_batch,
     read_vectors,
 )
-from crasp_compiler.languages.pcoc.parse import PCOC_SUFFIXES, load_pcoc, parse_pcoc, span_of
+from crasp_compiler.languages.pcoc.nodes import span_of
+from crasp_compiler.languages.pcoc.parse import PCOC_SUFFIXES, load_pcoc, parse_pcoc
 
 __all__ = [
     "PCOC_SUFFIXES",

@@ -45,6 +45,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from crasp_compiler.languages.pcoc.nodes import (
+    STATIC_TYPES,
     Add,
     Assign,
     Call,
@@ -67,8 +68,8 @@ from crasp_compiler.languages.pcoc.nodes import (
     Stmt,
     Sub,
     SVar,
-    unroll,
 )
+from crasp_compiler.languages.pcoc.static import unroll
 
 PREFIX = "_bn"
 MACHINE = SVar("i")
@@ -111,10 +112,6 @@ def _sub_static(expr: StaticExpr, env: dict[str, int]) -> StaticExpr:
     return expr
 
 
-def _is_static(expr) -> bool:
-    return isinstance(expr, SNum | SVar | SBin | SNot | SCall)
-
-
 def _sub_expr(expr: Expr, env: dict[str, int]) -> Expr:
     match expr:
         case Static(inner):
@@ -135,7 +132,7 @@ def _sub_expr(expr: Expr, env: dict[str, int]) -> Expr:
 
 
 def _sub_cond(cond, env):
-    return _sub_static(cond, env) if _is_static(cond) else _sub_expr(cond, env)
+    return _sub_static(cond, env) if isinstance(cond, STATIC_TYPES) else _sub_expr(cond, env)
 
 
 def _sub_stmts(body: tuple[Stmt, ...], env: dict[str, int]) -> tuple[Stmt, ...]:

@@ -18,8 +18,9 @@ import numpy as np
 
 from crasp_compiler.errors import CraspError, Diagnostic
 from crasp_compiler.languages.pcoc.benes import has_sends, lower_sends
+from crasp_compiler.languages.pcoc.interpret import check_pcoc
 from crasp_compiler.languages.pcoc.lower import MODES, TOKEN, Comparison, Lowered, lower_pcoc
-from crasp_compiler.languages.pcoc.nodes import Program, unroll
+from crasp_compiler.languages.pcoc.nodes import Program, span_of
 from crasp_compiler.model.model import Guarantee, Model
 from crasp_compiler.runtime.numpy_exec import beyond_guarantee, run
 
@@ -31,13 +32,6 @@ MAX_TEMPERATURE = 700.0
 LANGUAGE = "PCOC"
 
 Inputs = Mapping[str, Sequence[float]] | Sequence[Sequence[float]] | np.ndarray
-
-
-def _check(program: Program, n: int) -> None:
-    """The static checks of the reference semantics for n machines (CraspError)."""
-    from crasp_compiler.languages.pcoc.interpret import check_pcoc
-
-    check_pcoc(program, n)
 
 
 def temperature_for(
@@ -132,7 +126,9 @@ def compile_pcoc(
         raise CraspError(
             f"the tolerance must be a number > 0, not {tolerance!r}", filename=program.filename
         )
-    _check(program, n)
+    # the static checks of the reference semantics for n machines (CraspError); the rounds
+    # they unroll count the send rounds below
+    unrolled = check_pcoc(program, n)
     original = program
     if has_sends(program):
         program = lower_sends(program, n)
@@ -227,7 +223,7 @@ def compile_pcoc(
     model.info["extra_depth"] = len(model.layers) - rounds
     if program is not original:
         k = (n - 1).bit_length()
-        sends = sum(1 for rnd, _ in unroll(original, n) if rnd.sends)
+        sends = sum(1 for rnd, _ in unrolled if rnd.sends)
         model.info["benes"] = {
             "send_rounds": sends,
             "rounds": rounds,
@@ -263,8 +259,6 @@ def _margins_resolved(comparisons: Sequence[Comparison], dtype: str) -> Comparis
 
 
 def _margin_error(program: Program, comparison: Comparison, dtype: str) -> CraspError:
-    from crasp_compiler.languages.pcoc.parse import span_of
-
     unit = float(np.finfo(DTYPES[dtype]).eps) / 2
     rounding = comparison.noise * unit
     need = rounding / MARGIN_FRACTION

@@ -4,7 +4,8 @@
   (loop bounds, receive sources, static conditions, static values used as data) on every
   machine of every round, reporting each failure at its source location (``log2`` of a
   non-power of two, division by zero, a negative exponent, a loop too long, ``n < 1``);
-  returns :func:`~crasp_compiler.languages.pcoc.nodes.unroll`'s rounds.
+  returns the unrolled rounds. Static values and unrolling come from
+  :mod:`crasp_compiler.languages.pcoc.static`, the one evaluator of static expressions.
 - :func:`interpret_pcoc` / :func:`interpret_pcoc_batch`: the reference semantics of
   :mod:`crasp_compiler.languages.pcoc.nodes` in float64, giving a :class:`Trace` (every slot of every
   machine after every round). Data comparisons are exact; with ``check_promises=True`` the
@@ -14,7 +15,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
 import re
 import warnings
@@ -25,188 +25,36 @@ import numpy as np
 
 from crasp_compiler.errors import CraspError, Diagnostic, Span
 from crasp_compiler.languages.pcoc.nodes import (
+    STATIC_TYPES,
     Add,
     Assign,
     Call,
     Compare,
     Expr,
-    For,
     If,
     IfExpr,
     Num,
     Program,
     Read,
     Round,
-    SBin,
     Scale,
-    SCall,
-    SNot,
-    SNum,
     Static,
     StaticExpr,
     Stmt,
     Sub,
-    SVar,
-    unroll,
-)
-from crasp_compiler.languages.pcoc.parse import (
-    MAX_ERRORS,
-    MAX_EXACT_INT,
-    STATIC_TYPES,
-    _power_too_big,
     span_of,
 )
+from crasp_compiler.languages.pcoc.static import (
+    MAX_EXACT_INT,
+    StaticFailure,
+    UnrollLimit,
+    iter_rounds,
+    machine_indices,
+    static_value,
+)
+from crasp_compiler.syntax.engine import MAX_ERRORS
 
-MAX_ROUNDS = 100_000  # rounds after unrolling
-MAX_ITERATIONS = 1_000_000  # loop iterations in all (loops may be empty)
 MAX_MACHINES = 10_000_000
-
-# ================================================================== static evaluation
-
-
-class _Failure(Exception):
-    """A static expression without a value, at ``node`` (its span filled on the way up)."""
-
-    def __init__(self, message: str, machine: int | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.machine = machine
-        self.span: Span | None = None
-
-
-def _truth(value):
-    """0/1 (int or object array) for a static value's truth."""
-    if isinstance(value, np.ndarray):
-        return np.where(value != 0, 1, 0).astype(object)
-    return int(bool(value))
-
-
-def _first(mask: np.ndarray, machines: np.ndarray | None) -> int | None:
-    if machines is None or not isinstance(mask, np.ndarray):
-        return None
-    return int(machines[int(np.argmax(mask))])
-
-
-def static_value(expr: StaticExpr, env: dict[str, int], machines: np.ndarray | None = None):
-    """The value of a static expression: an int, or (when it depends on ``i``) an object
-    array of ints, one per entry of ``machines``. It agrees with
-    :func:`~crasp_compiler.languages.pcoc.nodes.eval_static` machine by machine (``and``/``or``
-    short-circuit per machine too), and raises ``_Failure`` where that raises."""
-    try:
-        return _static(expr, env, machines)
-    except _Failure as failure:
-        if failure.span is None:
-            failure.span = span_of(expr)
-        raise
-
-
-def _static(expr: StaticExpr, env: dict[str, int], machines: np.ndarray | None):
-    match expr:
-        case SNum(value):
-            return value
-        case SVar(name):
-            if name == "i":
-                if machines is None:
-                    raise _Failure("`i` has no value here")
-                return machines
-            if name not in env:
-                raise _Failure(f"{name!r} has no value here")
-            return env[name]
-        case SNot(arg):
-            value = static_value(arg, env, machines)
-            return 1 - _truth(value)
-        case SBin(op, left, right) if op in ("and", "or"):
-            a = _truth(static_value(left, env, machines))
-            decided = 0 if op == "and" else 1
-            if not isinstance(a, np.ndarray):
-                return a if a == decided else _truth(static_value(right, env, machines))
-            pending = a != decided
-            if not pending.any():
-                return a
-            sub = machines[pending]
-            b = _truth(static_value(right, env, sub))
-            out = a.copy()
-            out[pending] = b
-            return out
-        case SBin(op, left, right):
-            a = static_value(left, env, machines)
-            b = static_value(right, env, machines)
-            return _binary(op, a, b, machines)
-        case SCall(fn, args):
-            values = [static_value(arg, env, machines) for arg in args]
-            if fn in ("min", "max"):
-                out = values[0]
-                for value in values[1:]:
-                    pick = (out <= value) if fn == "min" else (out >= value)
-                    out = (
-                        np.where(pick, out, value).astype(object)
-                        if _any_array(out, value)
-                        else (out if pick else value)
-                    )
-                return out
-            (x,) = values
-            xs = x if isinstance(x, np.ndarray) else np.array([x], dtype=object)
-            bad = xs < 1
-            if fn == "log2":
-                bad = bad | np.array([v >= 1 and v & (v - 1) != 0 for v in xs], dtype=bool)
-            if bad.any():
-                value = xs[int(np.argmax(bad))]
-                reason = "not a power of two" if fn == "log2" and value >= 1 else "not positive"
-                raise _Failure(
-                    f"{fn}({value}) is undefined: {value} is {reason}", _first(bad, machines)
-                )
-            if fn == "log2":
-                result = [v.bit_length() - 1 for v in xs]
-            else:
-                result = [(v - 1).bit_length() for v in xs]
-            if isinstance(x, np.ndarray):
-                return np.array(result, dtype=object)
-            return result[0]
-    raise _Failure(f"not a static expression: {expr!r}")  # pragma: no cover
-
-
-def _any_array(*values) -> bool:
-    return any(isinstance(v, np.ndarray) for v in values)
-
-
-def _binary(op: str, a, b, machines):
-    arrays = _any_array(a, b)
-    if op in ("//", "%"):
-        zero = b == 0
-        if np.any(zero):
-            word = "div" if op == "//" else "%"
-            raise _Failure(
-                f"`{word}` by zero",
-                _first(np.broadcast_to(zero, np.shape(a) or np.shape(b)), machines),
-            )
-    if op == "**":
-        negative = b < 0
-        if np.any(negative):
-            where = _first(np.broadcast_to(negative, np.shape(a) or np.shape(b)), machines)
-            raise _Failure("`**` with a negative exponent (the result is not an integer)", where)
-        top = max((abs(v) for v in np.ravel(a)), default=0)
-        power = max(np.ravel(b), default=0)
-        if _power_too_big(int(top), int(power)):
-            raise _Failure(f"`**` result too large ({top} ** {power})")
-    if op in ("<", "<=", ">", ">=", "==", "!="):
-        result = {
-            "<": lambda: a < b,
-            "<=": lambda: a <= b,
-            ">": lambda: a > b,
-            ">=": lambda: a >= b,
-            "==": lambda: a == b,
-            "!=": lambda: a != b,
-        }[op]()
-        return np.where(result, 1, 0).astype(object) if arrays else int(result)
-    result = {
-        "+": lambda: a + b,
-        "-": lambda: a - b,
-        "*": lambda: a * b,
-        "//": lambda: a // b,
-        "%": lambda: a % b,
-        "**": lambda: a**b,
-    }[op]()
-    return result
 
 
 # ================================================================== the checker
@@ -238,7 +86,7 @@ class _Errors:
         self.diagnostics: list[Diagnostic] = []
         self.spans: set[Span | None] = set()
 
-    def add(self, failure: _Failure, env: dict[str, int], fallback: Span | None) -> None:
+    def add(self, failure: StaticFailure, env: dict[str, int], fallback: Span | None) -> None:
         span = failure.span or fallback
         if span in self.spans or len(self.diagnostics) >= MAX_ERRORS:
             return
@@ -300,7 +148,8 @@ def _statics_of_round(round_: Round) -> list[tuple[StaticExpr, bool, Span | None
 
 def check_pcoc(program: Program, n: int) -> list[tuple[Round, dict[str, int]]]:
     """Check ``program`` for ``n`` machines and return its rounds in execution order, each
-    with its static environment (as :func:`~crasp_compiler.languages.pcoc.nodes.unroll` gives them).
+    with its static environment (as :func:`~crasp_compiler.languages.pcoc.static.unroll`
+    gives them).
 
     Every static expression is evaluated on every machine of every round it belongs to
     (both branches of a static choice included, except where ``and``/``or`` short-circuit);
@@ -308,68 +157,32 @@ def check_pcoc(program: Program, n: int) -> list[tuple[Round, dict[str, int]]]:
     variables and i. Raises :class:`CraspError`."""
     n = _validate_n(n, program.filename)
     errors = _Errors(program)
-    machines = np.arange(n).astype(object)
-    count = {"rounds": 0, "iterations": 0}
+    machines = machine_indices(n)
     statics: dict[int, list] = {}  # per round of the program text
-
-    class _TooLong(Exception):
-        pass
-
-    def walk(items: tuple[Round | For, ...], env: dict[str, int]) -> None:
-        for item in items:
-            if isinstance(item, Round):
-                round_env = {**env, "r": count["rounds"]}
-                count["rounds"] += 1
-                if count["rounds"] > MAX_ROUNDS:
-                    errors.diagnostics.append(
-                        Diagnostic(
-                            f"more than {MAX_ROUNDS} rounds for n = {n}",
-                            item.span,
-                            "loops run too long; check their bounds",
-                        )
+    rounds: list[tuple[Round, dict[str, int]]] = []
+    try:
+        for item, round_env in iter_rounds(program, n, errors.add):
+            rounds.append((item, round_env))
+            if id(item) not in statics:
+                statics[id(item)] = _statics_of_round(item)
+            for expr, as_data, fallback in statics[id(item)]:
+                try:
+                    value = static_value(expr, round_env, machines)
+                except StaticFailure as failure:
+                    errors.add(failure, round_env, fallback)
+                    continue
+                if as_data and np.any(np.abs(value) > MAX_EXACT_INT):
+                    big = np.broadcast_to(np.abs(value) > MAX_EXACT_INT, (n,))
+                    too_big = StaticFailure(
+                        "the static value is too large to be exact as a number (> 2**53)",
+                        int(np.argmax(big)) if isinstance(value, np.ndarray) else None,
                     )
-                    raise _TooLong()
-                if id(item) not in statics:
-                    statics[id(item)] = _statics_of_round(item)
-                for expr, as_data, fallback in statics[id(item)]:
-                    try:
-                        value = static_value(expr, round_env, machines)
-                    except _Failure as failure:
-                        errors.add(failure, round_env, fallback)
-                        continue
-                    if as_data and np.any(np.abs(value) > MAX_EXACT_INT):
-                        big = np.broadcast_to(np.abs(value) > MAX_EXACT_INT, (n,))
-                        failure = _Failure(
-                            "the static value is too large to be exact as a number (> 2**53)",
-                            _first(big, machines) if isinstance(value, np.ndarray) else None,
-                        )
-                        failure.span = span_of(expr)
-                        errors.add(failure, round_env, fallback)
-                continue
-            bound_env = {**env, "r": count["rounds"]}
-            try:
-                start = static_value(item.start, bound_env)
-                stop = static_value(item.stop, bound_env)
-            except _Failure as failure:
-                errors.add(failure, bound_env, item.span)
-                continue
-            for value in range(start, stop):
-                count["iterations"] += 1
-                if count["iterations"] > MAX_ITERATIONS:
-                    errors.diagnostics.append(
-                        Diagnostic(
-                            f"more than {MAX_ITERATIONS} loop iterations for n = {n}",
-                            item.span,
-                            "check the loop bounds",
-                        )
-                    )
-                    raise _TooLong()
-                walk(item.body, {**env, item.var: value})
-
-    with contextlib.suppress(_TooLong):
-        walk(program.rounds, {"n": n})
+                    too_big.span = span_of(expr)
+                    errors.add(too_big, round_env, fallback)
+    except UnrollLimit as limit:
+        errors.diagnostics.append(Diagnostic(limit.message, limit.span, limit.hint))
     errors.raise_any()
-    return unroll(program, n)
+    return rounds
 
 
 # ================================================================== the interpreter
@@ -398,7 +211,7 @@ class _Machine:
         self.batch = batch
         self.check = check
         self.slot_names = {slot.name for slot in program.slots}
-        self.machines = np.arange(n).astype(object)
+        self.machines = machine_indices(n)
         self.env: dict[str, int] = {}
         self.cache: dict[int, object] = {}
 
@@ -409,7 +222,7 @@ class _Machine:
         if key not in self.cache:
             try:
                 self.cache[key] = static_value(expr, self.env, self.machines)
-            except _Failure as failure:  # pragma: no cover - check_pcoc reports these first
+            except StaticFailure as failure:  # pragma: no cover - check_pcoc reports these first
                 raise self.fail(failure.message, failure.span) from None
         return self.cache[key]
 

@@ -6,15 +6,16 @@ value is a :class:`Value`: a form over the residual variables plus what the comp
 knows about it.
 
 - **Communication.** The receives of a round are grouped by their source pattern (the
-  source of every machine, from :func:`~crasp_compiler.languages.pcoc.nodes.eval_static` with ``i``
-  bound); each pattern is one positional routing head
+  source of every machine, from :func:`~crasp_compiler.languages.pcoc.static.static_value`
+  over every ``i``); each pattern is one positional routing head
   (:func:`crasp_compiler.cookbook.attention.route`) carrying every slot read with that
   pattern. Machines without a source read the sink, whose slots are 0, and get
   ``default`` from the positional form ``default · Σ onehot:(i+1)`` over those machines.
   A pattern where every machine reads itself is the residual (no head); a slot whose
   value is known at compile time (a per-machine constant) is routed at compile time.
 - **Local computation.** Linear operations are forms (free); ``min``/``max``
-  (:func:`ffn.minimum`/:func:`ffn.maximum`), ``abs``/``relu``/``clamp`` (:func:`ffn.cpwl`)
+  (:func:`ffn.minimum`/:func:`ffn.maximum`), ``abs``/``relu``/``clamp`` (:func:`ffn.absolute`,
+  :func:`ffn.relu`, :func:`ffn.clamp`)
   are exact ReLU blocks; static per-machine values are positional forms
   ``Σ v_i · onehot:(i+1)``; data comparisons are :func:`ffn.gt_zero` / ``ge_zero`` /
   ``eq_zero`` with the declared margin as tolerance (Heaviside units for margin 0);
@@ -28,13 +29,15 @@ knows about it.
   ``if``) gets ``K·1[i ∉ S]`` pushed into its input (K ≥ its bound plus the margin, a
   positional form), so it is exactly 0 outside S and the data selection keeps its
   ``else`` value there; and ``min(x, y)`` / ``max(x, y)`` of a value x that stood before
-  the branch is ``x ∓ ReLU(±(x − y) − K·1[i ∉ S])`` (:func:`ffn.cpwl`), which is x outside
+  the branch is ``x ∓ ReLU(±(x − y) − K·1[i ∉ S])`` (:func:`ffn.relu`), which is x outside
   S. Where both branches keep the old value c outside their machines, the merge is the
   linear ``a + b − c`` (odd-even transposition sort: one layer per round).
 - **The sink stays 0.** Every value's form is 0 at BOS in the average-hard model: BOS
-  reads only itself, so its residual does not depend on the input; the output of every
-  MLP block at BOS is computed from the BOS values of its inputs (what running the model
-  on the empty input gives) and subtracted times the ``bos`` variable.
+  reads only itself, so its residual does not depend on the input. The lowering follows
+  every variable's value there (:class:`~crasp_compiler.cookbook.blocks.BosValues`: each
+  block's ``evaluate`` on the BOS values of what it reads, a routing head's being its
+  value forms at BOS, 0); the output of every MLP block at BOS is subtracted times the
+  ``bos`` variable.
 - **Bounds.** Every value carries an interval that holds at the machines (from the
   declared bounds, the constants and the operations); big-M gating needs a finite one,
   else a :class:`CraspError` names the slots that need ``bound``.
@@ -57,9 +60,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
+import numpy as np
+
 from crasp_compiler.assemble.builder import BOS_VAR, NONBOS_VAR, Builder, token_var
 from crasp_compiler.cookbook import attention, ffn
-from crasp_compiler.cookbook.blocks import Block, FFNBlock, Form, HeadBlock, form_add, var
+from crasp_compiler.cookbook.blocks import (
+    Block,
+    BosValues,
+    FFNBlock,
+    Form,
+    HeadBlock,
+    form_add,
+    var,
+)
 from crasp_compiler.errors import CraspError, Diagnostic, Span
 from crasp_compiler.languages.pcoc.nodes import (
     Add,
@@ -76,11 +89,14 @@ from crasp_compiler.languages.pcoc.nodes import (
     Round,
     Scale,
     Static,
-    StaticError,
     StaticExpr,
     Stmt,
     Sub,
-    eval_static,
+)
+from crasp_compiler.languages.pcoc.static import (
+    StaticFailure,
+    machine_indices,
+    static_value,
     unroll,
 )
 from crasp_compiler.model.features import onehot
@@ -90,8 +106,6 @@ _T = TypeVar("_T")
 MODES = ("hard", "softmax")
 COMPARISONS = (">", ">=", "<", "<=", "==", "!=")
 INF = math.inf
-# ReLU as a continuous piecewise-linear function: one unit
-RELU_KNOTS = ((-1.0, 0.0), (0.0, 0.0), (1.0, 1.0))
 
 
 def _times(a: float, b: float) -> float:
@@ -176,7 +190,8 @@ class _Lowerer:
         self.mode = mode
         self.temperature = temperature
         self.builder = Builder([TOKEN])
-        self.at_bos: dict[str, float] = {BOS_VAR: 1.0, NONBOS_VAR: 0.0, token_var(TOKEN): 0.0}
+        # every variable's value at BOS, from the blocks' evaluate (BOS reads only itself)
+        self.at_bos = BosValues({BOS_VAR: 1.0, NONBOS_VAR: 0.0, token_var(TOKEN): 0.0})
         self.span: Span | None = None
         self.rounds: list[RoundReport] = []
         self.comparisons: list[Comparison] = []
@@ -197,19 +212,24 @@ class _Lowerer:
         )
 
     def static(self, expr: StaticExpr, env: dict[str, int]) -> list[int]:
-        """The value of a static expression at every machine."""
+        """The value of a static expression at every machine (evaluated for all machines
+        at once by :func:`~crasp_compiler.languages.pcoc.static.static_value`, the
+        checker's and the interpreter's evaluator)."""
         try:
-            return [int(eval_static(expr, {**env, "i": i})) for i in range(self.n)]
-        except StaticError as err:
-            raise self.error(f"static expression has no value: {err}") from None
-        except KeyError as err:
-            raise self.error(f"unknown name {err.args[0]!r} in a static expression") from None
+            value = static_value(expr, env, machine_indices(self.n))
+        except StaticFailure as failure:
+            raise self.error(
+                f"static expression has no value: {failure.message}", failure.span
+            ) from None
+        if isinstance(value, np.ndarray):
+            return [int(v) for v in value]
+        return [int(value)] * self.n
 
     def feature(self, position: int) -> Form:
         name = onehot(position)
         if name not in self.at_bos:
             self.builder.feature(name)
-            self.at_bos[name] = 1.0 if position == 0 else 0.0
+            self.at_bos.set(name, 1.0 if position == 0 else 0.0)
         return var(name)
 
     def positional(self, values: Sequence[float]) -> Form:
@@ -226,30 +246,11 @@ class _Lowerer:
     def fresh(self, stem: str) -> str:
         return self.builder.fresh(stem)
 
-    def bos_value(self, block: FFNBlock) -> dict[str, float]:
-        """Every output of ``block`` at BOS, from the BOS values of the variables it reads
-        (BOS attends only to itself, so these are the values of the empty input)."""
-        hidden = []
-        for unit in block.units:
-            z = sum(c * self.at_bos[name] for name, c in unit.form.items()) + unit.bias
-            if unit.activation == "relu":
-                hidden.append(max(z, 0.0))
-            elif unit.activation == "heaviside":
-                hidden.append(1.0 if z >= 0 else 0.0)
-            else:  # pragma: no cover - the lowering uses ReLU and Heaviside units only
-                raise AssertionError(unit.activation)
-        out = {}
-        for name in block.writes:
-            terms = block.outputs.get(name, {})
-            out[name] = sum(c * hidden[u] for u, c in terms.items()) + block.constants.get(name, 0)
-        return out
-
     def mlp(self, block: FFNBlock) -> Form:
         """Add an MLP block with one output; its form, corrected to 0 at BOS."""
         (name,) = block.writes
         self.builder.add(block)
-        at_bos = self.bos_value(block)[name]
-        self.at_bos[name] = at_bos
+        at_bos = self.at_bos.add(block)[name]
         return form_add((1, var(name)), (-at_bos, var(BOS_VAR)))
 
     def require(self, bound: float, value: Value, what: str) -> float:
@@ -396,14 +397,14 @@ class _Lowerer:
                 f = abs if fn == "abs" else (lambda v: max(v, 0.0))
                 return self.constant([f(v) for v in x.const])
             if fn == "abs":
-                knots = ((-1.0, 1.0), (0.0, 0.0), (1.0, 1.0))
+                make = ffn.absolute
                 lo = 0.0 if x.lo <= 0 <= x.hi else min(abs(x.lo), abs(x.hi))
                 hi = x.magnitude
             else:
-                knots = RELU_KNOTS
+                make = ffn.relu
                 lo, hi = max(x.lo, 0.0), max(x.hi, 0.0)
             out = self.fresh(fn)
-            block = ffn.cpwl(x.form, knots, out, label=f"{fn} -> {out}")
+            block = make(x.form, out, label=f"{fn} -> {out}")
             return self.nonlinear(block, [(1.0, x)], lo, hi, x.magnitude, x.unbounded)
         if fn == "clamp":
             if len(args) != 3 or args[1].const is None or args[2].const is None:
@@ -420,12 +421,12 @@ class _Lowerer:
             out = self.fresh("clamp")
             if low == high:
                 return self.constant([low] * self.n)
-            # flat pieces of width max(1, |bound|): a unit step vanishes next to 1e300
-            below, above = low - max(1.0, abs(low)), high + max(1.0, abs(high))
-            if not (math.isfinite(below) and math.isfinite(above)):
-                raise self.error(f"clamp(x, {low:g}, {high:g}): the bounds overflow float64")
-            knots = ((below, low), (low, low), (high, high), (above, high))
-            block = ffn.cpwl(x.form, knots, out, label=f"clamp -> {out}")
+            try:  # flat pieces of width max(1, |bound|): a unit step vanishes next to 1e300
+                block = ffn.clamp(x.form, low, high, out, label=f"clamp -> {out}")
+            except ValueError:
+                raise self.error(
+                    f"clamp(x, {low:g}, {high:g}): the bounds overflow float64"
+                ) from None
             lo, hi = min(max(x.lo, low), high), max(min(x.hi, high), low)
             magnitude = max(x.magnitude, abs(low), abs(high))
             return self.nonlinear(block, [(1.0, x)], lo, hi, magnitude)
@@ -448,7 +449,7 @@ class _Lowerer:
             shift = self.constant([z.magnitude if o else 0.0 for o in outside])
             shifted = self.combine((1, z), (-1, shift))
             out = self.fresh(f"{fn}-in-branch")
-            block = ffn.cpwl(shifted.form, RELU_KNOTS, out, label=f"{fn} in a branch -> {out}")
+            block = ffn.relu(shifted.form, out, label=f"{fn} in a branch -> {out}")
             relu = self.nonlinear(block, [(1.0, shifted)], 0.0, max(z.hi, 0.0), shifted.magnitude)
             result = self.combine((1, x), (-1 if fn == "min" else 1, relu))
             if fn == "min":
@@ -789,10 +790,12 @@ class _Lowerer:
                 label=f"round {self.round_number}: recv {', '.join(slots)}",
             )
             self.builder.add(head)
+            # the BOS row's source is BOS (positions[0] = 0): in the average-hard model it
+            # reads its own slot values, which are 0 there
+            self.at_bos.add(head, reads_itself=True)
             heads.append(head)
             missing = [i for i, s in enumerate(sources) if s is None]
             for slot, recs in slots.items():
-                self.at_bos[outs[slot]] = 0.0  # BOS reads its own slot value: 0
                 source = scope[slot]
                 for rec in recs:
                     default = float(rec.default)
@@ -822,7 +825,7 @@ class _Lowerer:
                 raise self.error(f"slot {slot.name!r}: the bound must be a number >= 0", slot.span)
             if slot.name in program.inputs:
                 form = self.builder.numeric(slot.name)
-                self.at_bos[slot.name] = 0.0
+                self.at_bos.set(slot.name, 0.0)  # numeric inputs are 0 at BOS
                 if slot.bound is None:
                     scope[slot.name] = Value(form, -INF, INF, unbounded=frozenset([slot.name]))
                 else:
@@ -866,13 +869,14 @@ class _Lowerer:
 
 @dataclass
 class Lowered:
-    """The result of :func:`lower_pcoc`: the builder, the final value of every slot, and
-    what every round compiled to."""
+    """The result of :func:`lower_pcoc`: the builder, the final value of every slot, what
+    every round compiled to, and every variable's value at BOS in the average-hard model."""
 
     builder: Builder
     slots: dict[str, Value]
     rounds: list[RoundReport]
     comparisons: list[Comparison] = field(default_factory=list)
+    at_bos: BosValues = field(default_factory=BosValues)
 
 
 def lower_pcoc(
@@ -891,7 +895,7 @@ def lower_pcoc(
         raise ValueError("softmax mode needs a temperature > 0")
     lowerer = _Lowerer(program, n, mode, temperature)
     slots = lowerer.lower()
-    return Lowered(lowerer.builder, slots, lowerer.rounds, lowerer.comparisons)
+    return Lowered(lowerer.builder, slots, lowerer.rounds, lowerer.comparisons, lowerer.at_bos)
 
 
 __all__ = ["MODES", "TOKEN", "Comparison", "Lowered", "RoundReport", "Value", "lower_pcoc"]

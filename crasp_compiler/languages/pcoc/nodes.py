@@ -31,8 +31,11 @@ a data comparison ``a > b margin m`` is exact when ``a − b`` is never in ``(0,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from crasp_compiler.errors import Span
+
+_N = TypeVar("_N")
 
 # ------------------------------------------------------------------ static expressions
 
@@ -72,6 +75,8 @@ class SCall:
 
 
 StaticExpr = SNum | SVar | SBin | SNot | SCall
+# For isinstance: whether an expression is static.
+STATIC_TYPES = (SNum, SVar, SBin, SNot, SCall)
 
 # ------------------------------------------------------------------ data expressions
 
@@ -246,80 +251,23 @@ class Program:
         raise KeyError(name)
 
 
-# ------------------------------------------------------------------ static evaluation
+# ------------------------------------------------------------------ source spans
+
+_SPAN_ATTR = "_pcoc_span"
 
 
-class StaticError(ValueError):
-    """A static expression that has no value (division by zero, log2 of a non-power)."""
+def span_of(node: object) -> Span | None:
+    """Where ``node`` (any IR node built by the parser) is in the source: its ``span``
+    field, or the hidden attribute :func:`spanned` gave it (which takes no part in
+    equality)."""
+    span = getattr(node, "span", None)
+    if isinstance(span, Span):
+        return span
+    return getattr(node, "__dict__", {}).get(_SPAN_ATTR)
 
 
-def eval_static(expr: StaticExpr, env: dict[str, int]) -> int:
-    """The value of a static expression; comparisons and ``and/or/not`` give 0 or 1."""
-    match expr:
-        case SNum(value):
-            return value
-        case SVar(name):
-            return env[name]
-        case SNot(arg):
-            return int(not eval_static(arg, env))
-        case SBin(op, left, right):
-            a = eval_static(left, env)
-            if op == "and":
-                return int(bool(a) and bool(eval_static(right, env)))
-            if op == "or":
-                return int(bool(a) or bool(eval_static(right, env)))
-            b = eval_static(right, env)
-            if op in ("//", "%") and b == 0:
-                raise StaticError(f"{op} by zero")
-            if op == "**" and b < 0:
-                raise StaticError("negative exponent")
-            return {
-                "+": lambda: a + b,
-                "-": lambda: a - b,
-                "*": lambda: a * b,
-                "//": lambda: a // b,
-                "%": lambda: a % b,
-                "**": lambda: a**b,
-                "<": lambda: int(a < b),
-                "<=": lambda: int(a <= b),
-                ">": lambda: int(a > b),
-                ">=": lambda: int(a >= b),
-                "==": lambda: int(a == b),
-                "!=": lambda: int(a != b),
-            }[op]()
-        case SCall(fn, args):
-            values = [eval_static(arg, env) for arg in args]
-            if fn == "log2":
-                (x,) = values
-                if x < 1 or x & (x - 1):
-                    raise StaticError(f"log2({x}): not a power of two")
-                return x.bit_length() - 1
-            if fn == "ceil_log2":
-                (x,) = values
-                if x < 1:
-                    raise StaticError(f"ceil_log2({x}): not positive")
-                return (x - 1).bit_length()
-            if fn == "min":
-                return min(values)
-            if fn == "max":
-                return max(values)
-    raise StaticError(f"unknown static expression {expr!r}")  # pragma: no cover
-
-
-def unroll(program: Program, n: int) -> list[tuple[Round, dict[str, int]]]:
-    """The rounds in execution order, each with its static environment (``n``, ``r`` and
-    the loop variables; ``i`` is bound per machine by the caller)."""
-    out: list[tuple[Round, dict[str, int]]] = []
-
-    def walk(items: tuple[Round | For, ...], env: dict[str, int]) -> None:
-        for item in items:
-            if isinstance(item, Round):
-                out.append((item, {**env, "r": len(out)}))
-            else:
-                start = eval_static(item.start, {**env, "r": len(out)})
-                stop = eval_static(item.stop, {**env, "r": len(out)})
-                for value in range(start, stop):
-                    walk(item.body, {**env, item.var: value})
-
-    walk(program.rounds, {"n": n})
-    return out
+def spanned(node: _N, span: Span | None) -> _N:
+    """``node``, with ``span`` as its source span unless it has a ``span`` field set."""
+    if span is not None and not isinstance(getattr(node, "span", None), Span):
+        object.__setattr__(node, _SPAN_ATTR, span)
+    return node

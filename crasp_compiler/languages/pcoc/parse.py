@@ -3,15 +3,17 @@
 - :func:`parse_pcoc` (text → :class:`~crasp_compiler.languages.pcoc.nodes.Program`) and
   :func:`load_pcoc` (a ``.pcoc`` file). Every problem becomes a :class:`CraspError` whose
   diagnostics name ``file:line:col``, show the line with a caret under the offending text
-  and say what was expected: syntax errors (all of them, with recovery line by line),
-  then names and kinds (undefined names, temporaries read before they are assigned in
-  their round, ``recv`` of a non-slot, data where a static value is needed, ``i`` in a
-  loop bound, a non-constant factor of ``*``, a data comparison without a margin,
-  duplicate or reserved names, statements outside a round, ...).
-- :func:`span_of`: the source span of any IR node this module built (the nodes without a
-  ``span`` field carry it as a hidden attribute that takes no part in equality).
+  and say what was expected: syntax errors (all of them, from the shared front end
+  :mod:`crasp_compiler.syntax.engine` configured in :mod:`.syntax`), then names and kinds
+  (undefined names, temporaries read before they are assigned in their round, ``recv`` of
+  a non-slot, data where a static value is needed, ``i`` in a loop bound, a non-constant
+  factor of ``*``, a data comparison without a margin, duplicate or reserved names,
+  statements outside a round, ...).
+- Every IR node built here knows its source span
+  (:func:`~crasp_compiler.languages.pcoc.nodes.span_of`).
 
-Static evaluation for a given ``n`` (and its errors) is in :mod:`crasp_compiler.languages.pcoc.interpret`.
+Closed static expressions are folded with :mod:`crasp_compiler.languages.pcoc.static`, the
+evaluator of static expressions for a given ``n`` (so the messages agree).
 """
 
 from __future__ import annotations
@@ -20,15 +22,13 @@ import difflib
 import math
 import re
 from dataclasses import dataclass, field
-from functools import cache
-from importlib import resources
 from pathlib import Path
 
-from lark import Lark, Token, Tree
-from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
+from lark import Token, Tree
 
 from crasp_compiler.errors import CraspError, Diagnostic, Span
 from crasp_compiler.languages.pcoc.nodes import (
+    STATIC_TYPES,
     Add,
     Assign,
     Call,
@@ -54,18 +54,13 @@ from crasp_compiler.languages.pcoc.nodes import (
     Stmt,
     Sub,
     SVar,
+    span_of,
 )
-from crasp_compiler.syntax.lark_tools import BracketContinuation, accepted_terminals
+from crasp_compiler.languages.pcoc.nodes import spanned as _spanned
+from crasp_compiler.languages.pcoc.static import MAX_EXACT_INT, StaticFailure, static_value
+from crasp_compiler.languages.pcoc.syntax import parse_tree
+from crasp_compiler.syntax.engine import MAX_ERRORS
 from crasp_compiler.syntax.lark_tools import span as _span
-
-MAX_ERRORS = 20
-# Deepest nesting accepted (calls count one level per argument, as n-ary min/max become
-# nested binary nodes): the builder, checker and interpreter recurse over the tree.
-MAX_DEPTH = 120
-# Largest static power computed (in bits): 2**4096 and beyond are refused, not computed.
-MAX_POWER_BITS = 4096
-# Integers beyond this lose precision as float64 data.
-MAX_EXACT_INT = 2**53
 
 PCOC_SUFFIXES = (".pcoc",)
 
@@ -80,273 +75,15 @@ STATIC_FUNCTIONS = {"log2": 1, "ceil_log2": 1, "min": None, "max": None}
 FUNCTIONS = frozenset(DATA_FUNCTIONS) | frozenset(STATIC_FUNCTIONS)
 RESERVED = KEYWORDS | frozenset(STATIC_VARS) | FUNCTIONS
 
-STATIC_TYPES = (SNum, SVar, SBin, SNot, SCall)
-
-_SPAN_ATTR = "_pcoc_span"
 # Longest number literal read (float64 ends near 1.8e308; static integers beyond 2**1000
 # are refused later anyway).
 MAX_NUMBER_TEXT = 400
-
-
-def span_of(node: object) -> Span | None:
-    """Where ``node`` (any IR node built by :func:`parse_pcoc`) is in the source."""
-    span = getattr(node, "span", None)
-    if isinstance(span, Span):
-        return span
-    return getattr(node, "__dict__", {}).get(_SPAN_ATTR)
-
-
-def _spanned(node, span: Span | None):
-    if span is not None and not isinstance(getattr(node, "span", None), Span):
-        object.__setattr__(node, _SPAN_ATTR, span)
-    return node
 
 
 def _join(first: Span | None, last: Span | None) -> Span | None:
     if first is None or last is None:
         return first or last
     return Span(first.line, first.column, last.end_line, last.end_column)
-
-
-# ================================================================== syntax
-
-
-@cache
-def _parser() -> Lark:
-    grammar = (
-        resources.files("crasp_compiler.languages.pcoc").joinpath("pcoc.lark").read_text("utf-8")
-    )
-    return Lark(
-        grammar,
-        parser="lalr",
-        propagate_positions=True,
-        postlex=BracketContinuation({"LPAR"}, {"RPAR"}),
-        maybe_placeholders=False,
-    )
-
-
-_TERMINAL_NAMES = {
-    "NAME": "a name",
-    "NUMBER": "a number",
-    "CMP": "a comparison",
-    "_NL": "end of line",
-    "$END": "end of input",
-}
-_OPERATORS = {"PLUS", "MINUS", "STAR", "PERCENT", "DIV", "CMP", "__ANON_1", "AND", "OR", "IF"}
-_ENDERS = {
-    "RPAR": "`)`",
-    "COMMA": "`,`",
-    "LBRACE": "`{`",
-    "DEFAULT": "`default`",
-    "ELSE": "`else`",
-    "MARGIN": "`margin`",
-    "BOUND": "`bound`",
-    "EQUAL": "`=`",
-}
-
-
-def _describe_expected(expected: set[str], parser: Lark) -> str:
-    if {"NAME", "NUMBER", "LPAR"} <= expected:
-        return "expected an expression: a name, a number, `-`, `not` or `(`"
-    if {"ROUND", "FOR", "RBRACE"} <= expected:
-        return "expected a statement (`NAME = ...`, `if ...`), `round`, `for` or `}`"
-    if {"ROUND", "FOR", "INPUT"} <= expected:
-        return "expected a declaration (`input`, `slot`, `output`), `round` or `for`"
-    if len(expected & _OPERATORS) >= 4:
-        ends = [text for name, text in _ENDERS.items() if name in expected]
-        if expected & {"_NL", "SEMICOLON", "RBRACE", "$END"}:
-            ends.append("the end of the statement")
-        if "__ANON_0" in expected:
-            ends.insert(0, "`..`")
-        return "expected an operator or " + " or ".join(ends) if ends else "expected an operator"
-    names = []
-    for name in sorted(expected):
-        if name in _TERMINAL_NAMES:
-            names.append(_TERMINAL_NAMES[name])
-            continue
-        try:
-            pattern = parser.get_terminal(name).pattern
-        except KeyError:  # pragma: no cover - every terminal has a pattern
-            names.append(name)
-            continue
-        names.append(f"`{pattern.value}`" if pattern.type == "str" else name.lower())
-    names = list(dict.fromkeys(names))
-    if len(names) > 8:
-        names = [*names[:8], "..."]
-    if len(names) > 1:
-        return "expected " + ", ".join(names[:-1]) + " or " + names[-1]
-    return "expected " + names[0] if names else ""
-
-
-# Brackets, comments and newlines: what matters for "which bracket is still open".
-_BRACKETS = re.compile(r"//[^\n]*|[(){}\n]")
-
-
-def _open_brackets(text: str, line: int, column: int) -> list[tuple[str, int, int]]:
-    """The brackets still open before ``line:column``, innermost last."""
-    stack: list[tuple[str, int, int]] = []
-    row, row_start = 1, 0
-    for match in _BRACKETS.finditer(text):
-        char, col = match.group(), match.start() - row_start + 1
-        if (row, col) >= (line, column):
-            break
-        if char == "\n":
-            row, row_start = row + 1, match.end()
-        elif char in "({":
-            stack.append((char, row, col))
-        elif char in ")}":
-            opener = "(" if char == ")" else "{"
-            while stack and stack[-1][0] != opener:
-                stack.pop()
-            if stack:
-                stack.pop()
-    return stack
-
-
-_SHOWN_TOKEN = 24
-_CHAR_HINTS = {
-    "/": "PCOC has no `/`: multiply by a constant (`0.5 * x`); static integer division is `div`",
-    "!": "write `not` for negation and `!=` for inequality",
-    "&": "write `and`",
-    "|": "write `or`",
-    ".": "a number needs digits on both sides of its point (`0.5`); a range is `a .. b`",
-    "[": "PCOC has no arrays: declare one slot per value",
-    "]": "PCOC has no arrays: declare one slot per value",
-    ":": "blocks are written with braces: `round { ... }`, `if c { ... }`",
-}
-
-
-def _shown(text: str) -> str:
-    if len(text) > _SHOWN_TOKEN:
-        text = text[: _SHOWN_TOKEN - 1] + "…"
-    return repr(text)
-
-
-def _comment_note(text: str, line: int) -> str | None:
-    """A note for a line that ends early because ``a // b`` was meant as a division."""
-    lines = text.split("\n")
-    if not 0 < line <= len(lines):
-        return None
-    code, sep, _ = lines[line - 1].partition("//")
-    if sep and re.search(r"[\w)]\s*$", code):
-        return "note: `//` starts a comment; integer division is written `div`"
-    return None
-
-
-def _syntax_diagnostic(err: UnexpectedInput, parser: Lark, text: str) -> Diagnostic:
-    line, column = max(err.line, 1), max(err.column, 1)
-    expected = accepted_terminals(getattr(err, "state", None))
-    notes: list[str] = []
-    if isinstance(err, UnexpectedToken):
-        token = err.token
-        if token.type == "$END":
-            what = "unexpected end of input"
-            line = max(getattr(token, "end_line", None) or line, 1)
-            column = max(getattr(token, "end_column", None) or column, 1)
-            if getattr(token, "end_line", None) is None:  # no token before the end
-                lines = text.split("\n")
-                line, column = len(lines), len(lines[-1]) + 1
-        elif token.type == "_NL":
-            what = "unexpected end of line"
-            code = text.split("\n")[line - 1].partition("//")[0]  # just after the code
-            column = min(column, len(code.rstrip()) + 1)
-        else:
-            what = f"unexpected {_shown(str(token))}"
-            if token.type == "NAME" and str(token) in KEYWORDS:
-                notes.append(f"`{token}` is a reserved word")
-        width = max(1, len(str(token))) if token.type not in ("$END", "_NL") else 1
-        span = Span(line, column, line, column + width)
-        hint = _describe_expected(expected or set(err.expected), parser)
-    else:
-        assert isinstance(err, UnexpectedCharacters)
-        char = err.char
-        what = f"unexpected character {char!r}"
-        span = Span(line, column, line, column + 1)
-        hint = _describe_expected(expected or set(err.allowed or ()), parser)
-        if char in _CHAR_HINTS:
-            notes.append(_CHAR_HINTS[char])
-    note = _comment_note(text, line) if what == "unexpected end of line" else None
-    if note:
-        notes.append(note)
-    stack = _open_brackets(text, line, column)
-    if stack:
-        bracket, at_line, at_column = stack[-1]
-        closer = ")" if bracket == "(" else "}"
-        if what == "unexpected end of input" or (bracket == "(" and at_line < line):
-            # The parser notices only here, but the mistake is the bracket: point at it.
-            before = "the end of the input" if what == "unexpected end of input" else f"line {line}"
-            return Diagnostic(
-                f"{bracket!r} is never closed",
-                Span(at_line, at_column, at_line, at_column + 1),
-                f"expected {closer!r} before {before}",
-            )
-    hint = "; ".join([h for h in [hint, *notes] if h]) or None
-    return Diagnostic(what, span, hint)
-
-
-def _blank_line(text: str, line: int) -> str:
-    """``text`` with line ``line`` blanked except for its braces (so blocks stay balanced)."""
-    lines = text.split("\n")
-    if 0 < line <= len(lines):
-        # Braces in a comment too: `n // 2 {` meant a division, and its `{` opens a block.
-        lines[line - 1] = "".join(ch if ch in "{}" else " " for ch in lines[line - 1])
-    return "\n".join(lines)
-
-
-def parse_tree(text: str, filename: str = "<program>") -> Tree:
-    """The Lark tree of PCOC text; raise :class:`CraspError` listing every syntax error."""
-    parser = _parser()
-    diagnostics: list[Diagnostic] = []
-    blanked: set[int] = set()
-    current = text
-    while True:
-        try:
-            tree = parser.parse(current)
-        except UnexpectedInput as err:
-            diag = _syntax_diagnostic(err, parser, current)
-            at_end = isinstance(err, UnexpectedToken) and err.token.type == "$END"
-            if blanked and (at_end or diag.span.line in blanked):
-                break  # most likely caused by the recovery itself
-            if diag in diagnostics or len(diagnostics) >= MAX_ERRORS:
-                break
-            diagnostics.append(diag)
-            if at_end:
-                break
-            # Blank the offending line, or all lines from an unclosed bracket to the error.
-            lines = range(diag.span.line, max(diag.span.line, err.line - 1) + 1)
-            following = current
-            for number in lines:
-                blanked.add(number)
-                following = _blank_line(following, number)
-            if following == current:
-                break
-            current = following
-            continue
-        break
-    if not diagnostics:
-        diagnostics = _too_deep(tree)
-    if diagnostics:
-        raise CraspError(diagnostics, text, filename)
-    return tree
-
-
-def _too_deep(tree: Tree) -> list[Diagnostic]:
-    stack = [(tree, 0)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            span = _span(node)
-            return [
-                Diagnostic(
-                    f"nested too deeply (more than {MAX_DEPTH} levels)",
-                    span and Span(span.line, span.column, span.line, span.column + 1),
-                    "split the expression over several statements",
-                )
-            ]
-        children = [c for c in node.children if isinstance(c, Tree)]
-        step = 1 + (len(children) if node.data == "call" else 0)
-        stack.extend((c, depth + step) for c in children)
-    return []
 
 
 # ================================================================== building the IR
@@ -394,10 +131,6 @@ def _is_static(expr) -> bool:
 
 def _closed(expr: StaticExpr) -> bool:
     return not any(isinstance(node, SVar) for node in _walk(expr))
-
-
-def _power_too_big(base: int, exponent: int) -> bool:
-    return abs(base) >= 2 and exponent * (abs(base).bit_length() - 1) > MAX_POWER_BITS
 
 
 _CMP_NAMES = {"==": "==", "!=": "!=", "<=": "<=", ">=": ">=", "<": "<", ">": ">"}
@@ -967,11 +700,9 @@ class _Builder:
     def _fold(self, expr: StaticExpr) -> int:
         """The value of a closed static expression (the checker's evaluator, so the
         messages agree)."""
-        from crasp_compiler.languages.pcoc.interpret import _Failure, static_value
-
         try:
             return static_value(expr, {})
-        except _Failure as failure:
+        except StaticFailure as failure:
             raise self.error(failure.message, failure.span or span_of(expr)) from None
 
     # ------------------------------------------------------------ expressions

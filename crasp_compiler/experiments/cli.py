@@ -1,0 +1,504 @@
+"""The experiment commands of ``crasp`` (registered into it by :mod:`crasp_compiler.cli`):
+``tasks``, ``train``, ``sweep``, ``finetune``, ``plot``. torch, tqdm and matplotlib are
+imported only when a command runs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+import numpy as np
+
+from crasp_compiler.console import need_torch, warnings_on_stderr
+from crasp_compiler.errors import CraspError, Diagnostic
+
+if TYPE_CHECKING:
+    from crasp_compiler.experiments.tasks.base import Task
+    from crasp_compiler.experiments.train.loop import TrainConfig
+
+
+@click.command("tasks")
+@click.option(
+    "--family",
+    type=click.Choice(["regular", "algorithmic", "numeric", "chomsky"]),
+    help="Only the tasks of this family.",
+)
+def tasks_command(family: str | None) -> None:
+    """List the registered tasks: name, family, C-RASP class, program file, description."""
+    from crasp_compiler.experiments.tasks.registry import all_tasks
+
+    rows = [("name", "family", "class", "program", "description")]
+    rows += [
+        (task.name, task.family, task.crasp_class, task.program or "-", _short(task.description))
+        for task in all_tasks().values()
+        if family is None or task.family == family
+    ]
+    click.echo(_table(rows))
+
+
+def _short(text: str, width: int = 60) -> str:
+    """The first line of ``text``, cut to ``width`` characters."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def _digits(text: str) -> bool:
+    """Only ASCII digits (``"²".isdigit()`` is true, yet ``int("²")`` fails)."""
+    return text.isascii() and text.isdigit()
+
+
+def _parse_bins(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> list[tuple[int, int]] | None:
+    """``"1-50,51-100"`` as ``[(1, 50), (51, 100)]``."""
+    if value is None:
+        return None
+    bins = []
+    for part in value.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        if not (sep and _digits(lo.strip()) and _digits(hi.strip())):
+            raise click.BadParameter(f"{part.strip()!r} is not LO-HI", ctx, param)
+        if int(lo) > int(hi):
+            raise click.BadParameter(f"{part.strip()!r}: LO is above HI", ctx, param)
+        bins.append((int(lo), int(hi)))
+    return bins
+
+
+def _parse_scales(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> tuple[float, ...] | None:
+    """``"1,2.5,10"`` as ``(1, 2.5, 10)`` (integers stay integers: they name the results)."""
+    if value is None:
+        return None
+    scales = []
+    for part in value.split(","):
+        try:
+            number = float(part)
+        except ValueError:
+            raise click.BadParameter(f"{part.strip()!r} is not a number", ctx, param) from None
+        if not number > 0 or not np.isfinite(number):
+            raise click.BadParameter(f"{part.strip()}: scales must be positive", ctx, param)
+        scales.append(int(number) if _digits(part.strip()) else number)
+    return tuple(scales)
+
+
+_SEQUENCE_ONLY = ("pe", "bins", "train_max")
+_NUMERIC_ONLY = ("numeric_kind", "n", "scales")
+
+
+@click.command("train")
+@click.argument("task")
+@click.option(
+    "--pe",
+    default="ape",
+    show_default=True,
+    help="Positional encoding (sequence tasks): ape, nope, sin or random.",
+)
+@click.option("--steps", type=click.IntRange(min=1), default=30_000, show_default=True)
+@click.option(
+    "--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Training seed."
+)
+@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=1e-3, show_default=True)
+@click.option("--d-model", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option(
+    "--layers",
+    type=click.IntRange(min=1),
+    help="Layers (default: 2 for sequence tasks, ceil(log2 n) + 1 for numeric tasks).",
+)
+@click.option("--heads", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option(
+    "--test-size",
+    type=click.IntRange(min=1),
+    default=2000,
+    show_default=True,
+    help="Test examples per length bin or value scale.",
+)
+@click.option(
+    "--bins",
+    metavar="LO-HI,...",
+    callback=_parse_bins,
+    help='Length bins (sequence tasks), e.g. "1-50,51-100,101-150,151-500"; the first is '
+    "the in-distribution bin (default: from the task's training range).",
+)
+@click.option(
+    "--train-max",
+    type=click.IntRange(min=0),
+    help="Longest training LEN (sequence tasks; default: the task's, at most the end of "
+    "the first bin).",
+)
+@click.option(
+    "--eval-every",
+    type=click.IntRange(min=1),
+    default=500,
+    show_default=True,
+    help="Steps between in-distribution evaluations (early stop at 100%).",
+)
+@click.option("--no-early-stop", is_flag=True, help="Train every step even at 100% accuracy.")
+@click.option(
+    "--device", default="auto", show_default=True, help="Torch device; auto: CUDA if available."
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    help="Output directory (default: runs/TASK-PE-seedS; numeric: runs/TASK-KIND-seedS).",
+)
+@click.option(
+    "--numeric-kind",
+    type=click.Choice(["positional", "standard"]),
+    default="positional",
+    show_default=True,
+    help="Numeric tasks: positional attention or a standard transformer.",
+)
+@click.option(
+    "--n", type=click.IntRange(min=1), default=8, show_default=True, help="Numeric tasks: n."
+)
+@click.option(
+    "--scales",
+    metavar="C,...",
+    callback=_parse_scales,
+    help='Numeric tasks: the value scales tested (default "1,2,...,10").',
+)
+@click.option("--no-compiled", is_flag=True, help="Do not evaluate the compiled program.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.pass_context
+def train_command(ctx: click.Context, task: str, **options) -> None:
+    """Train a transformer on TASK and compare it with the task's compiled program.
+
+    Sequence tasks: accuracy per length bin of the trained and the compiled model and
+    their agreement; numeric tasks: MSE and close-accuracy per value scale. Writes
+    model.safetensors, config.json and results.json to --out."""
+    from crasp_compiler.experiments.tasks.base import NumericTask
+    from crasp_compiler.experiments.tasks.registry import get_task
+
+    found = get_task(task)
+    numeric = isinstance(found, NumericTask)
+    misplaced = [
+        "--" + name.replace("_", "-")
+        for name in (_SEQUENCE_ONLY if numeric else _NUMERIC_ONLY)
+        if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT
+    ]
+    if misplaced:
+        kind = "sequence" if numeric else "numeric"
+        raise click.UsageError(f"{', '.join(misplaced)}: only for {kind} tasks")
+    need_torch()
+    from crasp_compiler.experiments.train.loop import train
+    from crasp_compiler.experiments.train.models import PES
+
+    if not numeric and options["pe"] not in PES:
+        raise CraspError(
+            [Diagnostic(f"unknown positional encoding {options['pe']!r}", hint=", ".join(PES))]
+        )
+    _check_device(options["device"])
+    config = _train_config(found, options)
+    try:
+        results = train(config)
+    except KeyboardInterrupt:
+        _interrupted(config.out_dir)
+    click.echo(_train_summary(results))
+
+
+def _interrupted(out_dir: str) -> None:
+    """Ctrl-C during ``crasp train``: say where the run can resume; exit status 130."""
+    from crasp_compiler.experiments.train.loop import CHECKPOINT
+
+    if (Path(out_dir) / CHECKPOINT).exists():
+        resume = f"the same command resumes from the checkpoint in {out_dir}"
+    else:
+        resume = "no checkpoint was written yet"
+    click.echo(f"interrupted; {resume}", err=True)
+    sys.exit(130)
+
+
+def _check_device(device: str) -> None:
+    """Refuse a device torch does not know or cannot compute on (meta, backends that are
+    not built in, CUDA where there is none) before any training starts."""
+    if device == "auto":
+        return
+    from crasp_compiler.runtime.torch_module import torch_device
+
+    torch_device(device, "float32")
+
+
+def _train_config(task: Task, options: dict) -> TrainConfig:
+    """The TrainConfig of a ``crasp train`` call: ``--out`` defaults to
+    ``runs/TASK-PE-seedS`` (numeric tasks: the model kind for PE); with ``--bins`` and no
+    ``--train-max``, training stops at the first bin's end (or the task's own, if lower)."""
+    from crasp_compiler.experiments.tasks.base import NumericTask
+    from crasp_compiler.experiments.train.loop import TrainConfig
+
+    numeric = isinstance(task, NumericTask)
+    variant = options["numeric_kind"] if numeric else options["pe"]
+    out = options["out"] or str(Path("runs") / f"{task.name}-{variant}-seed{options['seed']}")
+    train_max = options["train_max"]
+    if train_max is None and options["bins"] and not numeric:
+        train_max = min(task.train_max, options["bins"][0][1])
+    extra = {"scales": options["scales"]} if options["scales"] else {}
+    return TrainConfig(
+        task=task.name,
+        pe=options["pe"],
+        steps=options["steps"],
+        seed=options["seed"],
+        lr=options["lr"],
+        d_model=options["d_model"],
+        n_layers=options["layers"],
+        n_heads=options["heads"],
+        batch_size=options["batch_size"],
+        test_size=options["test_size"],
+        bins=options["bins"],
+        train_max=train_max,
+        eval_every=options["eval_every"],
+        early_stop=not options["no_early_stop"],
+        device=options["device"],
+        out_dir=out,
+        numeric_kind=options["numeric_kind"],
+        numeric_n=options["n"],
+        compare_compiled=not options["no_compiled"],
+        progress=not options["quiet"],
+        **extra,
+    )
+
+
+def _fmt(value: float | None, spec: str = ".3f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _table(rows: Sequence[Sequence[str]]) -> str:
+    """Left-aligned columns, two spaces apart."""
+    widths = [max(len(row[k]) for row in rows) for k in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
+def _train_summary(results: dict) -> str:
+    """The ``crasp train`` report: the table per bin or scale, the run, the files."""
+    config = results["config"]
+    if results["kind"] == "sequence":
+        compiled = results.get("compiled_accuracy") or {}
+        agreement = results.get("agreement") or {}
+        table = _table(
+            [
+                ["bin", "trained", "compiled", "agreement"],
+                *(
+                    [name, _fmt(value), _fmt(compiled.get(name)), _fmt(agreement.get(name))]
+                    for name, value in results["accuracy"].items()
+                ),
+            ]
+        )
+        head = f"{results['task']} ({results['family']}), pe {config['pe']}, seed {config['seed']}"
+        measure = "accuracy: fraction of test sequences exactly right"
+    else:
+        compiled = results.get("compiled_metrics") or {}
+        rows = [["scale", "mse trained", "mse compiled", "close trained", "close compiled"]]
+        for scale, metrics in results["metrics"].items():
+            other = compiled.get(scale, {})
+            rows.append(
+                [
+                    scale,
+                    _fmt(metrics["mse"], ".3g"),
+                    _fmt(other.get("mse"), ".3g"),
+                    _fmt(metrics["close_accuracy"]),
+                    _fmt(other.get("close_accuracy")),
+                ]
+            )
+        table = _table(rows)
+        head = (
+            f"{results['task']} (numeric, n={results['n']}), {config['numeric_kind']} model, "
+            f"seed {config['seed']}"
+        )
+        measure = "close: fraction of test lists with every entry within 0.05 + 0.05|y|"
+    stop = "early stop at 100% in distribution" if results["early_stopped"] else "no early stop"
+    if results.get("resumed_from") is not None:
+        stop += f"; resumed from the checkpoint at step {results['resumed_from']}"
+    lines = [
+        head,
+        table,
+        measure,
+        f"steps: {results['steps']} ({stop}); final training loss "
+        f"{_fmt(results['final_loss'], '.4g')}",
+        f"wall time: {results['wall_time_s']:.1f} s training, {results['eval_time_s']:.1f} s "
+        f"final evaluation on {results['device']}; {results['n_parameters']} parameters",
+    ]
+    if results.get("compiled_error"):
+        lines.append(f"compiled program not evaluated: {results['compiled_error']}")
+    if config.get("out_dir"):
+        lines.append(f"files: model.safetensors, config.json, results.json in {config['out_dir']}")
+    return "\n".join(lines)
+
+
+@click.command("sweep")
+@click.argument("grid", type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--ray-address",
+    metavar="ADDR",
+    help="Run every run as a Ray task: auto, local or ray://host:port.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    help="Local worker processes (default: the grid file's workers).",
+)
+def sweep_command(grid: str, ray_address: str | None, workers: int | None) -> None:
+    """Train every run of the GRID file not finished yet (see crasp_compiler.experiments.train.sweep
+    for the format), then print one line per finished run. Ctrl-C stops every run (exit
+    status 130); the same command then resumes."""
+    need_torch()
+    from crasp_compiler.experiments.train.sweep import collect, load_grid, run_sweep
+
+    runs, _ = load_grid(grid)  # refuses unknown tasks and encodings before anything trains
+    interrupted = False
+    try:
+        run_sweep(grid, ray_address=ray_address, workers=workers)
+    except KeyboardInterrupt:
+        interrupted = True
+    finished = collect(grid)
+    width = max((len(r["run"]) for r in finished), default=0)
+    for results in finished:
+        click.echo(f"{results['run'].ljust(width)}  {_sweep_line(results)}")
+    click.echo(f"{len(finished)} of {len(runs)} runs finished")
+    if interrupted:
+        click.echo("interrupted; the same command resumes the unfinished runs", err=True)
+        sys.exit(130)
+
+
+def _scale_metrics(metrics: dict | None, scale: float) -> dict | None:
+    """The metrics of one scale factor (keys are ``str(c)``: "1" or "1.0")."""
+    for key, value in (metrics or {}).items():
+        if float(key) == scale:
+            return value
+    return None
+
+
+def _sweep_line(results: dict) -> str:
+    """Steps, then accuracy per bin (sequence) or MSE at c = 1 and 10 (numeric)."""
+    steps = f"{results['steps']:>6} steps"
+    if results["kind"] == "sequence":
+        return f"{steps}  " + "  ".join(
+            f"{name}: {value:.3f}" for name, value in results["accuracy"].items()
+        )
+    parts = []
+    for c in (1, 10):
+        trained = _scale_metrics(results["metrics"], c)
+        compiled = _scale_metrics(results.get("compiled_metrics"), c)
+        if trained is not None:
+            ref = "" if compiled is None else f" (compiled {compiled['mse']:.3g})"
+            parts.append(f"mse c={c}: {trained['mse']:.3g}{ref}")
+    return f"{steps}  " + "  ".join(parts)
+
+
+@click.command("finetune")
+@click.argument("task")
+@click.option(
+    "--params",
+    type=click.Choice(["all", "values"]),
+    default="all",
+    show_default=True,
+    help="Weights trained: all, or the value maps W_V, W_O of every head.",
+)
+@click.option(
+    "--optimizer", type=click.Choice(["adamw", "sgd"]), default="adamw", show_default=True
+)
+@click.option("--steps", type=click.IntRange(min=0), default=200, show_default=True)
+@click.option("--lr", type=click.FloatRange(min=0), default=1e-4, show_default=True)
+@click.option("--weight-decay", type=click.FloatRange(min=0), default=0.01, show_default=True)
+@click.option("--n", type=click.IntRange(min=1), default=8, show_default=True, help="Machines.")
+@click.option(
+    "--mode",
+    type=click.Choice(["softmax", "hard"]),
+    default="softmax",
+    show_default=True,
+    help="The compiled model's attention.",
+)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option(
+    "--test-size",
+    type=click.IntRange(min=1),
+    default=256,
+    show_default=True,
+    help="Test lists per value scale.",
+)
+@click.option(
+    "--scales",
+    metavar="C,...",
+    callback=_parse_scales,
+    help='The value scales tested (default "1,2,...,10").',
+)
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False), help="Write the results as JSON here."
+)
+def finetune_command(
+    task: str, output: str | None, scales: tuple[float, ...] | None, **options
+) -> None:
+    """Fine-tune the compiled model of a numeric TASK on its own data and report whether
+    it stays exact: the largest error per value scale before and after."""
+    need_torch()
+    from crasp_compiler.experiments.train.finetune import FinetuneConfig, finetune
+    from crasp_compiler.files import writable_dir, write_text
+
+    if output is not None:  # before the work, so a bad path loses none
+        writable_dir(Path(output).parent)
+    extra = {"scales": [float(c) for c in scales]} if scales else {}
+    results = finetune(FinetuneConfig(task=task, **options, **extra))
+    config = results["config"]
+    click.echo(
+        f"{config['task']}, n={config['n']}, {config['mode']} model: {config['optimizer']} on "
+        f"{config['params']} weights ({len(results['trainable'])} tensors), "
+        f"{config['steps']} steps, lr {config['lr']:g}, weight decay {config['weight_decay']:g}"
+    )
+    rows = [["scale", "max error before", "max error after", "mse/c² before", "mse/c² after"]]
+    rows += [
+        [
+            scale,
+            _fmt(before["max_abs_error"], ".3g"),
+            _fmt(results["after"][scale]["max_abs_error"], ".3g"),
+            _fmt(before["mse_over_c2"], ".3g"),
+            _fmt(results["after"][scale]["mse_over_c2"], ".3g"),
+        ]
+        for scale, before in results["before"].items()
+    ]
+    click.echo(_table(rows))
+    click.echo(
+        f"training loss {_fmt(results['loss_first'], '.3g')} -> "
+        f"{_fmt(results['loss_last'], '.3g')}; largest weight change "
+        f"{results['largest_weight_change']:.3g}"
+    )
+    verdict = "survived" if results["exact_after"] else "lost"
+    if not results["exact_before"]:
+        verdict = "not there to begin with"
+    click.echo(f"exactness (max error <= {results['tolerance']:g} * c at every scale): {verdict}")
+    if output is not None:
+        write_text(output, json.dumps(results, indent=2) + "\n")
+        click.echo(f"results: {output}")
+
+
+@click.command("plot")
+@click.argument("sources", nargs=-1, required=True, type=click.Path())
+@click.option(
+    "-o", "--output", required=True, type=click.Path(file_okay=False), help="Output directory."
+)
+def plot_command(sources: tuple[str, ...], output: str) -> None:
+    """Plot the results of SOURCES (grid TOML files, run directories, or directories of run
+    directories): accuracy per length bin for sequence tasks, MSE per value scale for
+    numeric tasks, each against the compiled program."""
+    from crasp_compiler.experiments.train.plots import (
+        load_results,
+        plot_length_bins,
+        plot_value_scales,
+    )
+
+    with warnings_on_stderr():  # e.g. a truncated results.json, skipped
+        results = load_results(sources)
+    if not results:
+        raise CraspError("no complete results.json here", filename=", ".join(sources))
+    paths = plot_length_bins(results, Path(output)) + plot_value_scales(results, Path(output))
+    for path in paths:
+        click.echo(str(path))
+
+
+COMMANDS = [tasks_command, train_command, sweep_command, finetune_command, plot_command]

@@ -1,0 +1,241 @@
+"""C-RASP as a registered :class:`~crasp_compiler.languages.registry.Language`.
+
+Inputs are token lists; positions are the empty prefix (``ε``) and each token, which
+are also the compiled model's positions (BOS is the empty prefix).
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from crasp_compiler.display import value_table
+from crasp_compiler.errors import CraspError
+from crasp_compiler.languages.crasp.compile import compile_program
+from crasp_compiler.languages.crasp.interpret import interpret, interpret_batch
+from crasp_compiler.languages.crasp.nodes import Program, Sort
+from crasp_compiler.languages.crasp.printer import format_expr
+from crasp_compiler.languages.crasp.program import PROGRAM_SUFFIXES, parse_program, tokenize
+from crasp_compiler.languages.registry import Item, Language, Option, Outputs, expect
+from crasp_compiler.model.model import Model
+
+# A stdin line holding only this token is the empty string (unless it is a symbol).
+EMPTY = "ε"
+MODES = ("heaviside", "layernorm", "relu")
+
+
+def input_lines(text: str | None) -> Iterator[tuple[int, str, list[str] | CraspError]]:
+    """The inputs to run: the argument (line 0), or one per stdin line, as (line number,
+    text, tokens); blank lines and ``//`` comment lines are skipped, and a line that is
+    not UTF-8 yields its error instead of tokens."""
+    if text is not None:
+        yield 0, text.strip(), tokenize(text)
+        return
+    if sys.stdin is None:  # started with stdin closed
+        raise CraspError("no input: give INPUT, or one input per line on stdin", filename="<stdin>")
+    # Read bytes and decode here: a strict text stdin would raise UnicodeDecodeError.
+    stream = getattr(sys.stdin, "buffer", sys.stdin)
+    for number, raw in enumerate(stream, start=1):
+        try:
+            line = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        except UnicodeDecodeError as err:
+            yield (
+                number,
+                raw.decode("utf-8", "replace").strip(),
+                CraspError(
+                    f"the input line is not valid UTF-8 (byte {raw[err.start]:#04x} at offset "
+                    f"{err.start})",
+                    filename=f"<stdin>:{number}",
+                ),
+            )
+            continue
+        stripped = line.strip()
+        if not stripped or stripped.startswith("//"):
+            continue
+        yield number, stripped, tokenize(stripped)
+
+
+def _typed(sort: Sort, values: np.ndarray) -> np.ndarray:
+    """Interpreter values as bool, int64 where the counts fit, else exact Python ints."""
+    if sort == Sort.BOOL:
+        return values.astype(bool)
+    if not values.size or max(abs(int(v)) for v in values.flat) < 1 << 62:
+        return values.astype(np.int64)
+    return values
+
+
+class Crasp(Language):
+    name = "crasp"
+    title = "C-RASP"
+    suffixes = PROGRAM_SUFFIXES
+    modes = MODES
+    input_help = (
+        'INPUT is a whitespace-separated token string, e.g. "( ( ) )"; without it, one input '
+        "per stdin line (blank and `//` lines skipped, a line holding only ε is the empty "
+        "string)."
+    )
+    options = (
+        Option(
+            "alphabet",
+            "Whitespace-separated symbols; overrides the program's alphabet.",
+            frozenset({"load"}),
+            metavar="SYMBOLS",
+        ),
+        Option(
+            "max_len",
+            "Longest input a relu model must be exact for.",
+            frozenset({"compile"}),
+            kind="int",
+            minimum=0,
+        ),
+    )
+
+    def parse(self, text: str, filename: str, **options: Any) -> Program:
+        alphabet = options.get("alphabet")
+        if isinstance(alphabet, str):
+            alphabet = alphabet.split()
+        return parse_program(text, filename, alphabet)
+
+    def owns(self, program: object) -> bool:
+        return isinstance(program, Program)
+
+    def warnings(self, program: Program) -> list[str]:
+        return [w.format(program.source, program.filename) for w in program.warnings]
+
+    def summary(self, program: Program, **options: Any) -> list[str]:
+        sorts = [d.sort for d in program.definitions]
+        width = max(len(d.name) for d in program.definitions)
+        return [
+            f"  class:       {program.relation_class}",
+            f"  alphabet:    {' '.join(program.alphabet)}",
+            f"  definitions: {len(sorts)} ({sorts.count(Sort.BOOL)} Boolean, "
+            f"{sorts.count(Sort.COUNT)} count)",
+            f"  accept:      {program.accept or '-'}",
+            f"  outputs:     {', '.join(program.outputs)}",
+            *(
+                f"  {d.name.ljust(width)}  {d.sort.value:<5}  {format_expr(d.expr)}"
+                for d in program.definitions
+            ),
+        ]
+
+    # ------------------------------------------------------------ inputs
+
+    def read_inputs(
+        self, argument: str | None, source: Program | Model, **options: Any
+    ) -> Iterator[Item]:
+        symbols = source.alphabet if isinstance(source, Program) else source.vocab[1:]
+        for number, text, tokens in input_lines(argument):
+            if tokens == [EMPTY] and EMPTY not in symbols:
+                tokens = []
+            yield Item(number, text or EMPTY, tokens, f"<stdin>:{number}" if number else "input")
+
+    def sample_inputs(
+        self, model: Model, rng: random.Random, length: int, count: int
+    ) -> list[list[str]]:
+        symbols = model.vocab[1:]
+        return [[rng.choice(symbols) for _ in range(length)] for _ in range(count)]
+
+    def format_input(self, item: Any) -> str:
+        return " ".join(item)
+
+    # ------------------------------------------------------------ stages
+
+    def interpret(self, program: Program, inputs: Sequence[Any], **options: Any) -> Outputs:
+        by_length: dict[int, list[int]] = {}
+        for row, tokens in enumerate(inputs):
+            by_length.setdefault(len(tokens), []).append(row)
+        longest = max(by_length, default=0)
+        values = {
+            name: np.zeros((len(inputs), longest + 1), dtype=object) for name in program.outputs
+        }
+        for length, rows in by_length.items():
+            batch = interpret_batch(program, [inputs[row] for row in rows])
+            for name in program.outputs:
+                values[name][rows, : length + 1] = batch[name]
+        typed = {name: _typed(program[name].sort, array) for name, array in values.items()}
+        return Outputs(typed, [[EMPTY, *tokens] for tokens in inputs])
+
+    def evaluate(self, program: Program, item: Any, **options: Any) -> Any:
+        return interpret(program, item)
+
+    def trace(self, program: Program, item: Any, **options: Any) -> list[str]:
+        result = interpret(program, item)
+        rows = [(name, result.values[name]) for name in program.names]
+        return [value_table(result.tokens, rows)]
+
+    def has_verdict(self, source: Program | Model) -> bool:
+        return source.accept is not None
+
+    def misuse(self, stage: str, options: dict[str, Any]) -> str | None:
+        if stage == "compile" and options.get("mode") == "relu" and options.get("max_len") is None:
+            return "--mode relu needs --max-len N"
+        return None
+
+    def verdict(self, source: Program | Model, outputs: Outputs, row: int) -> str | None:
+        if source.accept is None:
+            return None
+        return str(bool(outputs.values[source.accept][row, len(outputs.labels[row]) - 1]))
+
+    def compile(self, program: Program, **options: Any) -> Model:
+        mode = options.get("mode") or "heaviside"
+        if mode not in MODES:
+            raise CraspError(f"C-RASP modes are {', '.join(MODES)}, not {mode!r}")
+        max_len = options.get("max_len")
+        if mode == "relu" and max_len is None:
+            raise CraspError("mode relu needs max_len (--max-len N)")
+        return compile_program(
+            program,
+            mode=mode,
+            max_len=max_len if mode == "relu" else None,
+            max_parameters=options.get("max_parameters"),
+        )
+
+    def headline(self, model: Model) -> str:
+        bound = model.info.get("dependency_bound", "?")
+        return f"{len(model.layers)} layers (dependency bound {bound})"
+
+    def describe_model(self, model: Model) -> list[str]:
+        return [
+            f"source:      {model.info.get('class') or self.title}",
+            f"layers:      {len(model.layers)} (dependency bound "
+            f"{model.info.get('dependency_bound', '?')})",
+        ]
+
+    def model_program(self, model: Model) -> Program | None:
+        if not model.source:
+            return None
+        return parse_program(model.source, "<model source>", alphabet=model.vocab[1:])
+
+    def check_header(self, model: Model) -> None:
+        """A C-RASP compile mode, for ``relu`` the guarantee up to ``options.max_len``,
+        and a source that parses with the model's outputs."""
+        mode, max_len = model.options.get("mode"), model.options.get("max_len")
+        expect(
+            mode in MODES,
+            f"header field options 'mode' is {mode!r}, not a C-RASP mode ({', '.join(MODES)})",
+        )
+        expect(
+            max_len is None or (type(max_len) is int and max_len >= 0),
+            f"header field options 'max_len' is {max_len!r}, not a length",
+        )
+        expect(
+            mode != "relu" or (max_len is not None and model.guarantee.max_len == max_len),
+            f"the guarantee (max_len {model.guarantee.max_len!r}) is not that of a relu model "
+            f"compiled with options 'max_len' {max_len!r}: such a model is exact only up to it",
+        )
+        super().check_header(model)
+
+    def model_inputs(
+        self, model: Model, inputs: Sequence[Any]
+    ) -> tuple[list[list[str]], list[np.ndarray] | None]:
+        return [list(tokens) for tokens in inputs], None
+
+    def model_outputs(self, model: Model, inputs: Sequence[Any], decided: np.ndarray) -> np.ndarray:
+        return decided
+
+
+CRASP = Crasp()

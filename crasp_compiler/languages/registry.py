@@ -1,0 +1,309 @@
+"""The :class:`Language` interface and the registry of source languages.
+
+A source language is one folder under ``crasp_compiler/languages/`` (grammar, nodes,
+checker, interpreter, lowering, compile entry) plus one :class:`Language` object that
+tells the rest of the package how to use it: which files are its programs, which options
+its stages take, how to load, summarise, interpret and compile a program, and how its
+inputs and outputs map to the model family's token and numeric inputs. The CLI, ``crasp
+check`` (programs and models), the verifier and the public API (:mod:`crasp_compiler.api`)
+work only through this interface, so adding a language is one folder and one
+:func:`register` call in :mod:`crasp_compiler.languages`.
+
+Inputs in this interface are the language's own: a token list for C-RASP, an array of
+input vectors ``(slots, n)`` for PCOC. Every stage works on a *batch* of inputs; results
+are :class:`Outputs`, one array per named output with one column per *position* (a
+prefix for C-RASP, a machine for PCOC).
+"""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from crasp_compiler.display import value_table
+from crasp_compiler.errors import CraspError
+from crasp_compiler.model.io import HEADER_CHECKS, HeaderProblem
+from crasp_compiler.model.model import Model
+
+
+@dataclass(frozen=True)
+class Option:
+    """An option of a language's stages: a keyword of the API and a ``--flag`` of the CLI.
+
+    ``stages`` are the stages that take it (``load``: every stage; ``interpret``,
+    ``compile``, ``check``), ``required`` those that cannot go without it;
+    ``kind`` is ``str``, ``int``, ``float`` or ``choice`` (then ``choices`` lists them);
+    ``minimum`` bounds numbers from below (``open_minimum``: strictly)."""
+
+    name: str
+    help: str
+    stages: frozenset[str]
+    kind: str = "str"
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    open_minimum: bool = False
+    metavar: str | None = None
+    required: frozenset[str] = frozenset()
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+@dataclass
+class Outputs:
+    """Named outputs of a batch: ``values[name]`` has shape ``(batch, positions)``
+    (decided values: bool, int or float per the output's rule); ``labels[b]`` names the
+    positions of input ``b`` (tokens with ``ε`` for the empty prefix, or machine indices).
+    ``raw`` holds the models' raw outputs (same shapes) when a model computed them, and
+    ``residuals`` the residual stream after every sublayer when asked for."""
+
+    values: dict[str, np.ndarray]
+    labels: list[list[str]]
+    raw: dict[str, np.ndarray] = field(default_factory=dict)
+    residuals: list[tuple[str, np.ndarray]] | None = None
+
+
+@dataclass(frozen=True)
+class Item:
+    """One input read from text: its line (0: a command-line argument), its text, the
+    input itself or the error that reading it raised, and where it came from (for
+    messages: ``input``, ``<stdin>:3``, ``FILE:3``)."""
+
+    line: int
+    text: str
+    value: Any
+    where: str
+
+
+class Language(ABC):
+    """A source language, as the rest of the package sees it (see the module doc)."""
+
+    name: str  # short, lower case: the ``language=`` argument ("crasp", "pcoc")
+    title: str  # as people write it ("C-RASP", "PCOC"); also ``model.info["language"]``
+    suffixes: tuple[str, ...]  # program file suffixes
+    modes: tuple[str, ...]  # compile modes, the default first
+    options: tuple[Option, ...]
+    input_help: str  # what a CLI INPUT is for this language
+
+    # ------------------------------------------------------------ programs
+
+    @abstractmethod
+    def parse(self, text: str, filename: str, **options: Any) -> Any:
+        """Parse and check program text (CraspError with located diagnostics)."""
+
+    def load(self, path: str | Path, **options: Any) -> Any:
+        """Read a program file and :meth:`parse` it."""
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8-sig")  # a leading BOM is not program text
+        except (OSError, UnicodeDecodeError) as err:
+            raise CraspError(f"cannot read program: {err}", filename=str(path)) from None
+        return self.parse(text, str(path), **options)
+
+    @abstractmethod
+    def owns(self, program: object) -> bool:
+        """Whether ``program`` is a loaded program of this language."""
+
+    @abstractmethod
+    def summary(self, program: Any, **options: Any) -> list[str]:
+        """Lines describing a checked program (``crasp check PROGRAM``)."""
+
+    def warnings(self, program: Any) -> list[str]:
+        """Formatted warnings of a checked program."""
+        return []
+
+    # ------------------------------------------------------------ inputs and outputs
+
+    @abstractmethod
+    def read_inputs(self, argument: str | None, source: Any, **options: Any) -> Iterator[Item]:
+        """The inputs of a CLI run: from the INPUT argument or stdin. ``source`` is the
+        program or model they are for."""
+
+    @abstractmethod
+    def sample_inputs(self, model: Model, rng: random.Random, length: int, count: int) -> list[Any]:
+        """``count`` random inputs of ``length`` positions for ``model`` (``crasp check``)."""
+
+    @abstractmethod
+    def format_input(self, item: Any) -> str:
+        """One input as text (in messages)."""
+
+    def input_buckets(self, model: Model, max_len: int) -> list[tuple[int, int]]:
+        """The input-length ranges ``crasp check MODEL`` samples: ``0, 1–4, 5–16, …``."""
+        out = [(0, 0)]
+        low, high = 1, 4
+        while low <= max_len:
+            out.append((low, min(high, max_len)))
+            low, high = high + 1, high * 4
+        return out
+
+    def tolerance(self, model: Model, dtype: str) -> float:
+        """How far a raw ``value`` output of the model may be from the interpreter's."""
+        return 1e-9 if dtype == "float64" else 1e-4
+
+    # ------------------------------------------------------------ stages
+
+    def misuse(self, stage: str, options: dict[str, Any]) -> str | None:
+        """Why options given together make no sense at ``stage`` (None: they do)."""
+        return None
+
+    @abstractmethod
+    def evaluate(self, program: Any, item: Any, **options: Any) -> Any:
+        """The reference interpreter on one input: the language's own trace object."""
+
+    @abstractmethod
+    def interpret(self, program: Any, inputs: Sequence[Any], **options: Any) -> Outputs:
+        """The reference semantics on a batch of inputs."""
+
+    @abstractmethod
+    def trace(self, program: Any, item: Any, **options: Any) -> list[str]:
+        """Lines showing every definition of ``program`` on one input (``--trace``)."""
+
+    def has_verdict(self, program_or_model: Any) -> bool:
+        """Whether :meth:`verdict` has something to say without ``--outputs``."""
+        return True
+
+    def verdict(self, program_or_model: Any, outputs: Outputs, row: int) -> str | None:
+        """The line ``crasp interpret`` / ``crasp run`` prints for input ``row`` without
+        ``--outputs`` or ``--trace``, or None when there is nothing to say."""
+        return None
+
+    @abstractmethod
+    def compile(self, program: Any, **options: Any) -> Model:
+        """Exact transformer weights for ``program``."""
+
+    @abstractmethod
+    def headline(self, model: Model) -> str:
+        """A compiled model's layers, next to the bound the language proves (``compile``)."""
+
+    @abstractmethod
+    def describe_model(self, model: Model) -> list[str]:
+        """Lines on a compiled model's source and shape (``crasp info``)."""
+
+    def table(self, labels: Sequence[str], rows: Sequence[tuple[str, Sequence[Any]]]) -> str:
+        """Named values at every position as text (``labels[0]`` is the empty prefix)."""
+        return value_table(list(labels[1:]), rows)
+
+    @abstractmethod
+    def model_program(self, model: Model) -> Any | None:
+        """The program a model was compiled from (from its stored source), or None."""
+
+    def check_header(self, model: Model) -> None:
+        """HeaderProblem unless a loaded model's options and info are what this
+        language's compiler writes; by default, that its source parses in this language
+        with the model's outputs (registered as the file format's header check)."""
+        if not model.source:
+            return
+        try:
+            program = self.model_program(model)
+        except (CraspError, RecursionError) as err:
+            reason = err.diagnostics[0].message if isinstance(err, CraspError) else "too deep"
+            raise HeaderProblem(
+                f"header field 'source' does not parse as {self.title} ({reason})"
+            ) from None
+        want = {"outputs": [o.name for o in model.outputs]}
+        if model.inputs:
+            want = {"inputs": list(model.inputs), **want}
+        for key, names in want.items():
+            got = list(getattr(program, key))
+            if got != names:
+                raise HeaderProblem(
+                    f"header field 'source' is a {self.title} program whose {key} "
+                    f"({', '.join(got)}) are not the model's ({', '.join(names)})"
+                )
+
+    @abstractmethod
+    def model_inputs(
+        self, model: Model, inputs: Sequence[Any]
+    ) -> tuple[list[list[str]], list[np.ndarray] | None]:
+        """The model family's inputs for a batch: token lists (without BOS) and, for
+        models with numeric inputs, one ``(tokens, channels)`` array per input."""
+
+    @abstractmethod
+    def model_outputs(self, model: Model, inputs: Sequence[Any], decided: np.ndarray) -> np.ndarray:
+        """A ``(batch, T)`` array over the model's positions (BOS first) as the
+        language's positions ``(batch, positions)``."""
+
+    def position_labels(self, model: Model, item: Any) -> list[str]:
+        """Labels of the model's positions (BOS first) for one input (``run --trace``)."""
+        tokens, _ = self.model_inputs(model, [item])
+        return ["ε", *tokens[0]]
+
+
+_LANGUAGES: dict[str, Language] = {}
+
+
+def expect(condition: bool, message: str) -> None:
+    """HeaderProblem(message) unless ``condition`` (for :meth:`Language.check_header`)."""
+    if not condition:
+        raise HeaderProblem(message)
+
+
+def register(language: Language) -> None:
+    """Make ``language`` known to the CLI, the API, the verifier and the model file
+    format (its header check)."""
+    taken = {s for other in _LANGUAGES.values() for s in other.suffixes}
+    clash = taken.intersection(language.suffixes)
+    if language.name in _LANGUAGES or clash:
+        raise ValueError(f"language {language.name!r} clashes with a registered one")
+    _LANGUAGES[language.name] = language
+    HEADER_CHECKS[language.title] = language.check_header
+
+
+def languages() -> list[Language]:
+    """Every registered language, in registration order."""
+    return list(_LANGUAGES.values())
+
+
+def get_language(name: str) -> Language:
+    """The language called ``name`` (its ``name`` or ``title``, any case)."""
+    for language in _LANGUAGES.values():
+        if name.lower() in (language.name, language.title.lower()):
+            return language
+    known = ", ".join(language.name for language in _LANGUAGES.values())
+    raise CraspError(f"unknown language {name!r} (known: {known})")
+
+
+def language_for_path(path: str | Path) -> Language:
+    """The language whose suffix ``path`` has."""
+    suffix = Path(path).suffix
+    for language in _LANGUAGES.values():
+        if suffix in language.suffixes:
+            return language
+    known = ", ".join(s for language in _LANGUAGES.values() for s in language.suffixes)
+    raise CraspError(
+        f"unknown program suffix {suffix!r}: programs end in {known} (or name the language)",
+        filename=str(path),
+    )
+
+
+def language_of_model(model: Model) -> Language | None:
+    """The language a model was compiled from (None: built by hand)."""
+    title = model.info.get("language")
+    for language in _LANGUAGES.values():
+        if title == language.title:
+            return language
+    return None
+
+
+def language_of_program(program: object) -> Language:
+    """The language of a loaded program object."""
+    for language in _LANGUAGES.values():
+        if language.owns(program):
+            return language
+    raise TypeError(f"not a program of a registered language: {type(program).__name__}")
+
+
+def option_owners() -> dict[str, list[Language]]:
+    """Each option name, with the languages that take it."""
+    out: dict[str, list[Language]] = {}
+    for language in _LANGUAGES.values():
+        for option in language.options:
+            out.setdefault(option.name, []).append(language)
+    return out

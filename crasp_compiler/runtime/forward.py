@@ -1,0 +1,598 @@
+"""The forward pass of the model family (:mod:`crasp_compiler.model.model`), written once.
+
+Every runtime runs these functions over its array library through the shim of
+:mod:`crasp_compiler.runtime.backend`: the numpy executor (:mod:`.numpy_exec`) on numpy
+arrays and possibly-sparse weights, the torch module (:mod:`.torch_module`) on tensors,
+from each of its submodules' ``forward`` (so hooks on the submodules keep firing).
+
+Heads are evaluated on one of four paths (:func:`head_path`), chosen from the head's
+recorded kind (:class:`~crasp_compiler.model.model.HeadKind`), weighting, mask and bias,
+never from weight values:
+
+- ``prefix-sums``: a ``uniform`` causal softmax / average-hard head is the running mean
+  of its values, accumulated in float64 (a float32 running sum stops counting at 2^24);
+- ``fused``: causal softmax without bias, where the backend has a fused kernel (torch's
+  ``scaled_dot_product_attention``);
+- ``bos-keyed``: a ``bos-keyed`` causal softmax / average-hard head in O(T · |offsets|)
+  from prefix sums, in float64 (:func:`_bos_keyed`);
+- ``chunked``: anything, queries in chunks of at most :data:`SCORE_BUDGET` score entries
+  (batch × query rows × keys), so memory stays bounded at any length. While the pass is
+  traced (torch.compile, torch.export) the chunk is the whole length: the graph then
+  stays generic in the length, at O(B·T²) memory for such heads.
+
+The fast paths drop the gradients of what they do not compute: the caller says whether
+they may be taken (``uniform_ok``, ``keyed_ok``: the torch module refuses them while
+gradients flow to the scores).
+
+Observation points. An optional :class:`Observer` receives named intermediate values and
+may replace them (a hook returns a new array, or None to keep the value). Names follow
+TransformerLens where it has the point (layers count from 0, heads are per head since
+their sizes differ)::
+
+    hook_embed                          W_E[token]                      (B, T, d)
+    hook_pos_embed                      W_P pos(t)                      (T, d)
+    hook_numeric_embed                  W_X v (models with inputs)      (B, T, d)
+    blocks.{l}.hook_resid_pre           residual entering layer l       (B, T, d)
+    blocks.{l}.attn.heads.{h}.hook_q    W_Q x (not on prefix-sums)      (B, T, dk)
+    blocks.{l}.attn.heads.{h}.hook_k    W_K x (not on prefix-sums)      (B, T, dk)
+    blocks.{l}.attn.heads.{h}.hook_v    W_V x                           (B, T, dv)
+    blocks.{l}.attn.heads.{h}.hook_pattern  α (only Observer(patterns=True))  (B, T, T)
+    blocks.{l}.attn.heads.{h}.hook_z    Σ_s α_ts W_V x_s                (B, T, dv)
+    blocks.{l}.attn.heads.{h}.hook_result   W_O z                       (B, T, d)
+    blocks.{l}.hook_attn_out            Σ_h result (layers with heads)  (B, T, d)
+    blocks.{l}.hook_resid_mid           after attention (layers with heads)
+    blocks.{l}.mlp.hook_pre             W_1 x + b_1                     (B, T, h)
+    blocks.{l}.mlp.hook_normalized      N(·) (MLPs with norm groups)    (B, T, h)
+    blocks.{l}.mlp.hook_post            act(·)                          (B, T, h)
+    blocks.{l}.hook_mlp_out             W_2 act(·) + b_2 (layers with an MLP)
+    blocks.{l}.hook_resid_post          residual leaving layer l        (B, T, d)
+    hook_resid_final                    what the readout reads          (B, T, d)
+    hook_outputs                        raw outputs                     (B, T, K)
+
+With ``patterns=True`` every head takes the chunked path in a single chunk, so that its
+full attention pattern exists (O(B·T²) memory).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from enum import StrEnum
+from typing import Generic, Protocol, TypeVar
+
+from crasp_compiler.errors import CraspError
+from crasp_compiler.model.features import feature_table
+from crasp_compiler.model.model import (
+    Activation,
+    HeadKind,
+    Mask,
+    Rule,
+    Weighting,
+    hard_tolerance,
+)
+from crasp_compiler.runtime.backend import Array, Backend
+
+A = TypeVar("A", bound=Array)
+W = TypeVar("W")
+A_co = TypeVar("A_co", bound=Array, covariant=True)
+W_co = TypeVar("W_co", covariant=True)
+
+# Score entries materialised at once per head (batch × query rows × keys).
+SCORE_BUDGET = 1 << 23
+
+
+class Observer(Generic[A]):
+    """Receives the named points of the forward pass (module docstring). ``hook(name,
+    value)`` returns a replacement or None (keep the value); ``patterns=True`` asks for
+    every head's attention pattern."""
+
+    def __init__(
+        self,
+        hook: Callable[[str, A], A | None],
+        *,
+        patterns: bool = False,
+        prefix: str = "",
+    ) -> None:
+        self.hook = hook
+        self.patterns = patterns
+        self.prefix = prefix
+
+    def __call__(self, name: str, value: A) -> A:
+        out = self.hook(self.prefix + name, value)
+        return value if out is None else out
+
+    def scope(self, prefix: str) -> Observer[A]:
+        """This observer with ``prefix`` before every name."""
+        return Observer(self.hook, patterns=self.patterns, prefix=self.prefix + prefix)
+
+
+def see(observe: Observer[A] | None, name: str, value: A) -> A:
+    """``value`` after the observer (if any) saw it at point ``name``."""
+    return value if observe is None else observe(name, value)
+
+
+def scope(observe: Observer[A] | None, prefix: str) -> Observer[A] | None:
+    return None if observe is None else observe.scope(prefix)
+
+
+# ---------------------------------------------------------------- what the pass reads
+
+
+class HeadParams(Protocol[W_co]):
+    """One head: its weights and settings (a head of :class:`~crasp_compiler.model.model.
+    Model` with its kind resolved, or a torch submodule)."""
+
+    @property
+    def w_q(self) -> W_co: ...
+    @property
+    def w_k(self) -> W_co: ...
+    @property
+    def w_v(self) -> W_co: ...
+    @property
+    def w_o(self) -> W_co: ...
+    @property
+    def scale(self) -> float: ...
+    @property
+    def bias(self) -> Mapping[int, float]:
+        """Offset -> value, in increasing order of offsets (no sorting while traced)."""
+        ...
+
+    @property
+    def weighting(self) -> Weighting: ...
+    @property
+    def mask(self) -> Mask: ...
+    @property
+    def kind(self) -> HeadKind: ...
+
+
+class MLPParams(Protocol[A_co, W_co]):
+    """One MLP: weights, per-unit activations, layer-norm groups."""
+
+    @property
+    def w1(self) -> W_co: ...
+    @property
+    def b1(self) -> A_co: ...
+    @property
+    def w2(self) -> W_co: ...
+    @property
+    def b2(self) -> A_co: ...
+    @property
+    def activations(self) -> Sequence[Activation]: ...
+    @property
+    def norm_groups(self) -> Sequence[Sequence[int]]: ...
+
+    def unit_mask(self, activation: Activation) -> A_co:
+        """Boolean ``(h,)``: the hidden units with ``activation``."""
+        ...
+
+
+class Parts(Protocol[A]):
+    """The pieces of a network the pass runs through, each called once per pass (a torch
+    module's are its submodules, whose hooks fire)."""
+
+    @property
+    def numeric_names(self) -> Sequence[str]:
+        """The numeric input channels (empty: the model reads none)."""
+        ...
+
+    def tokens(self, ids: A) -> A:
+        """``W_E[ids]``, ``(B, T, d)``."""
+        ...
+
+    def positions(self, size: int, like: A) -> A:
+        """``W_P pos(t)`` for t < size, ``(T, d)``."""
+        ...
+
+    def numeric(self, values: A) -> A:
+        """``W_X v``, ``(B, T, d)``."""
+        ...
+
+    @property
+    def blocks(self) -> Sequence[Callable[[A, A, Observer[A] | None], A]]:
+        """Each layer: ``(x, lengths, observe) -> x`` (:func:`block_forward`)."""
+        ...
+
+    def readout(self, x: A) -> A:
+        """Raw outputs ``(B, T, K)``."""
+        ...
+
+    @property
+    def output_count(self) -> int: ...
+
+
+# ---------------------------------------------------------------- the whole pass
+
+
+def forward(
+    ops: Backend[A, W],
+    parts: Parts[A],
+    ids: A,
+    lengths: A,
+    values: A | None,
+    observe: Observer[A] | None = None,
+) -> A:
+    """Raw outputs ``(B, T, K)`` for BOS-prefixed, right-padded ids ``(B, T)``; ``lengths``
+    (B,) counts each sequence's tokens after BOS; ``values`` ``(B, T, m)`` are the numeric
+    inputs of a model that reads some (0 at BOS and padding)."""
+    batch, size = ids.shape[0], ids.shape[1]
+    tokens = see(observe, "hook_embed", parts.tokens(ids))
+    if batch == 0:
+        return ops.zeros((0, size, parts.output_count), like=tokens)
+    positions = ops.cast(parts.positions(size, tokens), like=tokens)
+    x = tokens + see(observe, "hook_pos_embed", positions)[None]
+    if parts.numeric_names:
+        if values is None:
+            raise CraspError(
+                f"this model reads numeric inputs ({', '.join(parts.numeric_names)}): give values"
+            )
+        x = x + see(observe, "hook_numeric_embed", ops.cast(parts.numeric(values), like=x))
+    for index, block in enumerate(parts.blocks):
+        x = block(x, lengths, scope(observe, f"blocks.{index}."))
+    x = see(observe, "hook_resid_final", x)
+    return see(observe, "hook_outputs", parts.readout(x))
+
+
+def block_forward(
+    attention: Callable[[A, A, Observer[A] | None], A] | None,
+    mlp: Callable[[A, Observer[A] | None], A] | None,
+    x: A,
+    lengths: A,
+    observe: Observer[A] | None,
+) -> A:
+    """One layer: ``x + attention(x)``, then ``+ mlp(·)``."""
+    x = see(observe, "hook_resid_pre", x)
+    if attention is not None:
+        update = see(observe, "hook_attn_out", attention(x, lengths, scope(observe, "attn.")))
+        x = see(observe, "hook_resid_mid", x + update)
+    if mlp is not None:
+        x = x + see(observe, "hook_mlp_out", mlp(x, scope(observe, "mlp.")))
+    return see(observe, "hook_resid_post", x)
+
+
+def attention_forward(
+    ops: Backend[A, W],
+    heads: Sequence[Callable[[A, A, Observer[A] | None], A]],
+    x: A,
+    lengths: A,
+    observe: Observer[A] | None,
+) -> A:
+    """The sum of the heads' contributions."""
+    update = ops.zeros(tuple(x.shape), like=x)
+    for number, head in enumerate(heads):
+        update = update + head(x, lengths, scope(observe, f"heads.{number}."))
+    return update
+
+
+# ---------------------------------------------------------------- embeddings and readout
+
+
+def token_embedding(ops: Backend[A, W], w_e: W, ids: A) -> A:
+    return ops.take_rows(w_e, ids)
+
+
+def positional_embedding(
+    ops: Backend[A, W], features: Sequence[str], w_p: W, size: int, like: A
+) -> A:
+    """``W_P pos(t)`` for t < size, ``(T, d)``: the features computed in float64 on
+    ``like``'s device, the product in ``W_P``'s dtype."""
+    table = feature_table(features, ops.arange(size, like=like), ops)
+    return ops.matmul_t(ops.cast_for(table, w_p), w_p)
+
+
+def numeric_embedding(ops: Backend[A, W], w_x: W, values: A) -> A:
+    """``W_X v`` in ``W_X``'s dtype."""
+    return ops.matmul_t(ops.cast_for(values, w_x), w_x)
+
+
+def readout(ops: Backend[A, W], w_out: W, x: A) -> A:
+    return ops.matmul_t(x, w_out)
+
+
+# ---------------------------------------------------------------- attention
+
+
+class Path(StrEnum):
+    """How a head is evaluated (module docstring)."""
+
+    PREFIX_SUMS = "prefix-sums"
+    FUSED = "fused"
+    BOS_KEYED = "bos-keyed"
+    CHUNKED = "chunked"
+
+
+_AVERAGING = (Weighting.SOFTMAX, Weighting.HARD)
+
+
+def head_path(
+    head: HeadParams[W],
+    *,
+    fused: bool,
+    uniform_ok: bool = True,
+    keyed_ok: bool = True,
+    patterns: bool = False,
+) -> Path:
+    """The path of ``head`` (module docstring): from its kind and settings; ``fused``:
+    the backend has fused attention; ``uniform_ok`` / ``keyed_ok``: the fast paths may be
+    taken; ``patterns``: the full attention pattern is wanted."""
+    if patterns:
+        return Path.CHUNKED
+    averaging = head.mask is Mask.CAUSAL and head.weighting in _AVERAGING
+    if averaging and uniform_ok and head.kind is HeadKind.UNIFORM:
+        return Path.PREFIX_SUMS
+    causal_softmax = head.weighting is Weighting.SOFTMAX and head.mask is Mask.CAUSAL
+    if fused and causal_softmax and not head.bias:
+        return Path.FUSED
+    if averaging and keyed_ok and head.kind in (HeadKind.UNIFORM, HeadKind.BOS_KEYED):
+        return Path.BOS_KEYED
+    return Path.CHUNKED
+
+
+def head_forward(
+    ops: Backend[A, W],
+    head: HeadParams[W],
+    x: A,
+    lengths: A,
+    observe: Observer[A] | None = None,
+    *,
+    uniform_ok: bool = True,
+    keyed_ok: bool = True,
+) -> A:
+    """The head's contribution ``W_O Σ_s α_ts W_V x_s`` to the residual, ``(B, T, d)``."""
+    patterns = observe is not None and observe.patterns
+    path = head_path(
+        head,
+        fused=ops.fused_attention,
+        uniform_ok=uniform_ok,
+        keyed_ok=keyed_ok,
+        patterns=patterns,
+    )
+    v = see(observe, "hook_v", ops.matmul_t(x, head.w_v))
+    if path is Path.PREFIX_SUMS:
+        mixed = _prefix_mean(ops, v, x)
+    else:
+        q = see(observe, "hook_q", ops.matmul_t(x, head.w_q))
+        k = see(observe, "hook_k", ops.matmul_t(x, head.w_k))
+        tolerance = hard_tolerance(ops.dtype_name(x))
+        if path is Path.FUSED:
+            mixed = ops.causal_softmax(q, k, v, head.scale)
+        elif path is Path.BOS_KEYED:
+            mixed = ops.cast(_bos_keyed(ops, head, q, k, v, tolerance), like=x)
+        else:
+            mixed = _chunked(ops, head, q, k, v, lengths, tolerance, observe)
+    z = see(observe, "hook_z", mixed)
+    return see(observe, "hook_result", ops.matmul_t(z, head.w_o))
+
+
+def _prefix_mean(ops: Backend[A, W], v: A, like: A) -> A:
+    """The running mean of ``v`` over positions, accumulated in float64."""
+    sums = ops.cumsum(ops.to_float64(v), axis=1)
+    steps = ops.to_float64(ops.arange(v.shape[1], like=v) + 1)
+    return ops.cast(sums / steps[None, :, None], like=like)
+
+
+def _allowed(ops: Backend[A, W], mask: Mask, rows: A, cols: A, lengths: A) -> A:
+    """Allowed (query, key) pairs, ``(B, rows, cols)``: the mask, and keys within each
+    sequence's length."""
+    t, s = rows[:, None], cols[None, :]
+    if mask is Mask.CAUSAL:
+        allowed = s <= t
+    elif mask is Mask.STRICT:
+        allowed = s < t
+    elif mask is Mask.PAST:
+        allowed = s >= t
+    elif mask is Mask.STRICT_PAST:
+        allowed = s > t
+    else:
+        allowed = (s >= 0) & (t >= 0)
+    return allowed[None] & (cols[None, None, :] <= lengths[:, None, None])
+
+
+def _chunked(
+    ops: Backend[A, W],
+    head: HeadParams[W],
+    q: A,
+    k: A,
+    v: A,
+    lengths: A,
+    tolerance: float,
+    observe: Observer[A] | None,
+) -> A:
+    """``Σ_s α_ts v_s`` for every query ``(B, T, dv)``, queries in chunks."""
+    batch, size = q.shape[0], q.shape[1]
+    cols = ops.arange(size, like=q)
+    keys = ops.swap_last(k)
+    whole = ops.tracing() or (observe is not None and observe.patterns)
+    if whole:
+        return _rows(ops, head, q, keys, v, cols, cols, lengths, tolerance, observe)
+    chunk = max(1, SCORE_BUDGET // max(1, batch * size))
+    parts = [
+        _rows(
+            ops,
+            head,
+            q[:, start : start + chunk],
+            keys,
+            v,
+            cols[start : start + chunk],
+            cols,
+            lengths,
+            tolerance,
+            None,
+        )
+        for start in range(0, size, chunk)
+    ]
+    return parts[0] if len(parts) == 1 else ops.concat(parts, axis=1)
+
+
+def _rows(
+    ops: Backend[A, W],
+    head: HeadParams[W],
+    q: A,
+    keys: A,
+    v: A,
+    rows: A,
+    cols: A,
+    lengths: A,
+    tolerance: float,
+    observe: Observer[A] | None,
+) -> A:
+    """The chunked path for the queries at positions ``rows``."""
+    scores = ops.matmul(q, keys) * ops.scalar(head.scale, like=q)
+    if head.bias:
+        offsets = rows[:, None] - cols[None, :]
+        for offset, value in head.bias.items():
+            bias = ops.cast(ops.equal(offsets, offset), like=scores)[None]
+            scores = scores + bias * ops.scalar(value, like=scores)
+    allowed = _allowed(ops, head.mask, rows, cols, lengths)
+    scores = ops.where(allowed, scores, -math.inf)
+    top = ops.where(ops.any(allowed, axis=-1), ops.amax(scores, axis=-1), 0.0)
+    if head.weighting is Weighting.SOFTMAX:
+        weights = ops.where(allowed, ops.exp(scores - top), 0.0)
+    else:
+        maximal = scores >= top - ops.scalar(tolerance, like=top)
+        weights = ops.cast(allowed & maximal, like=scores)
+        if head.weighting is Weighting.HARD_LEFT:
+            weights = weights * ops.cast(ops.equal(ops.cumsum(weights, axis=-1), 1), like=weights)
+        elif head.weighting is Weighting.HARD_RIGHT:
+            from_right = ops.flip(ops.cumsum(ops.flip(weights, axis=-1), axis=-1), axis=-1)
+            weights = weights * ops.cast(ops.equal(from_right, 1), like=weights)
+    total = ops.sum(weights, axis=-1)
+    weights = weights / ops.where(ops.equal(total, 0), 1.0, total)
+    weights = see(observe, "hook_pattern", weights)
+    return ops.matmul(weights, v)
+
+
+def _bos_keyed(ops: Backend[A, W], head: HeadParams[W], q: A, k: A, v: A, tolerance: float) -> A:
+    """A causal softmax / average-hard head whose keys vanish at tokens, in
+    O(T · |offsets|) and float64.
+
+    Query t scores BOS with ``b_t = scale·q_t·k_0 + bias(t)``, the key ``t − c`` with
+    ``bias(c)`` for each offset c (when ``t − c ≥ 1``), and the other ``n_t`` keys with 0.
+    With prefix sums ``P_t = Σ_{s≤t} v_s``, the 0-scored keys sum to
+    ``P_t − v_0 − Σ_c v_{t−c}``, so the weights need no T × T matrix.
+    """
+    t = ops.arange(v.shape[1], like=v)
+    v = ops.to_float64(v)
+    v0 = v[:, :1]
+    bos = ops.sum(ops.to_float64(q) * ops.to_float64(k[:, :1]), axis=-1)[..., 0]
+    bos = bos * ops.scalar(head.scale, like=bos)
+    offsets = [(c, value) for c, value in head.bias.items() if c >= 0]  # in increasing order
+    for c, value in offsets:
+        bos = bos + ops.to_float64(ops.equal(t, c))[None] * ops.scalar(value, like=bos)
+    keyed = []  # (valid (T,), score, values (B, T, dv)) per offset
+    for c, value in offsets:
+        valid = t - c >= 1
+        keyed.append((valid, value, ops.where(valid[None, :, None], ops.shift(v, c), 0.0)))
+    plain = t
+    plain_sum = ops.cumsum(v, axis=1) - v0
+    for valid, _, values in keyed:
+        plain = plain - ops.to_int64(valid)
+        plain_sum = plain_sum - values
+    top = ops.maximum(bos, ops.select(plain > 0, 0.0, -math.inf, like=bos)[None])
+    for valid, value, _ in keyed:
+        top = ops.maximum(top, ops.select(valid, value, -math.inf, like=bos)[None])
+    if head.weighting is Weighting.SOFTMAX:
+        w_bos = ops.exp(bos - top)
+        w_keyed = [
+            ops.where(valid, ops.exp(ops.scalar(value, like=top) - top), 0.0)
+            for valid, value, _ in keyed
+        ]
+        w_plain = ops.exp(-top)
+    else:
+        floor = top - ops.scalar(tolerance, like=top)
+        w_bos = ops.to_float64(bos >= floor)
+        w_keyed = [
+            ops.to_float64(valid & (floor <= ops.scalar(value, like=top)))
+            for valid, value, _ in keyed
+        ]
+        w_plain = ops.to_float64(floor <= 0.0)
+    total = w_bos + w_plain * ops.to_float64(plain)[None]
+    mixed = w_bos[..., None] * v0 + w_plain[..., None] * plain_sum
+    for weight, (_, _, values) in zip(w_keyed, keyed, strict=True):
+        total = total + weight
+        mixed = mixed + weight[..., None] * values
+    return mixed / total[..., None]
+
+
+# ---------------------------------------------------------------- MLP
+
+
+def mlp_forward(
+    ops: Backend[A, W], mlp: MLPParams[A, W], x: A, observe: Observer[A] | None = None
+) -> A:
+    """``W_2 act(N(W_1 x + b_1)) + b_2``."""
+    z = see(observe, "hook_pre", ops.matmul_t(x, mlp.w1) + mlp.b1)
+    if mlp.norm_groups:
+        z = see(observe, "hook_normalized", _normalize(ops, z, mlp.norm_groups))
+    hidden = see(observe, "hook_post", _activate(ops, z, mlp))
+    return ops.matmul_t(hidden, mlp.w2) + mlp.b2
+
+
+def _gelu(ops: Backend[A, W], z: A) -> A:
+    """GELU, tanh form."""
+    cubic = ops.scalar(0.044715, like=z)
+    slope = ops.scalar(math.sqrt(2.0 / math.pi), like=z)
+    return z * 0.5 * (ops.tanh((z + z * z * z * cubic) * slope) + 1.0)
+
+
+def _activation(ops: Backend[A, W], kind: Activation, z: A) -> A:
+    if kind is Activation.RELU:
+        return ops.relu(z)
+    if kind is Activation.HEAVISIDE:
+        return ops.cast(z >= 0, like=z)
+    return _gelu(ops, z)
+
+
+_ACTIVATIONS = tuple(Activation)  # (iterating the enum class inside a traced pass breaks
+# the graph on older torch versions)
+
+
+def _activate(ops: Backend[A, W], z: A, mlp: MLPParams[A, W]) -> A:
+    kinds = [kind for kind in _ACTIVATIONS if kind in mlp.activations]
+    if len(kinds) == 1:
+        return _activation(ops, kinds[0], z)
+    hidden = z
+    for kind in kinds:
+        hidden = ops.where(mlp.unit_mask(kind), _activation(ops, kind, z), hidden)
+    return hidden
+
+
+def _normalize(ops: Backend[A, W], z: A, groups: Sequence[Sequence[int]]) -> A:
+    """Selective layer norm (ε = 0) over each group of hidden units; 0 where std is 0."""
+    parts, order = [], []
+    for group in groups:
+        part = ops.take_last(z, group)
+        centred = part - ops.mean(part, axis=-1)
+        std = ops.sqrt(ops.mean(centred * centred, axis=-1))
+        spread = std > 0
+        parts.append(ops.where(spread, centred / ops.where(spread, std, 1.0), 0.0))
+        order += list(group)
+    grouped = set(order)
+    rest = [unit for unit in range(z.shape[-1]) if unit not in grouped]
+    if rest:
+        parts.append(ops.take_last(z, rest))
+        order += rest
+    inverse = [0] * len(order)
+    for position, unit in enumerate(order):
+        inverse[unit] = position
+    return ops.take_last(ops.concat(parts, axis=-1), inverse)
+
+
+# ---------------------------------------------------------------- decision rules
+
+
+def decide(ops: Backend[A, W], rule: Rule, raw: A, steps: A, padding: A | None = None) -> A:
+    """Apply a decision rule (see :mod:`crasp_compiler.model.model`) to raw outputs
+    ``(B, T)``; ``steps`` is t + 1 in float64 ``(1, T)``. Positions marked in ``padding``
+    (beyond a sequence's end) read False, 0 or NaN."""
+    if rule is Rule.BOOL:
+        decided = raw > 0.5
+    elif rule is Rule.COUNT:
+        decided = ops.to_int64(ops.rint(ops.to_float64(raw) * steps))
+    elif rule is Rule.INT:
+        decided = ops.to_int64(ops.rint(raw))
+    else:
+        decided = raw
+    if padding is None:
+        return decided
+    fill = math.nan if rule is Rule.VALUE else 0.0
+    return ops.where(padding, ops.select(padding, fill, fill, like=decided), decided)
