@@ -17,8 +17,8 @@ Families (one function each, ``fuzz_<family>``):
 
 - ``crasp``  C-RASP program text: mutated examples, hostile templates (huge integers,
   10**9 nesting, deep nesting, long definition chains, windows, ``"<bos>"``, unicode
-  operators) and random well-formed programs (``tests/strategies.py``). Valid programs
-  are interpreted (and checked against the naive evaluator of ``tests/naive.py`` on short
+  operators) and random well-formed programs (``tests/support/strategies.py``). Valid programs
+  are interpreted (and checked against the naive evaluator of ``tests/support/naive.py`` on short
   inputs), printed and re-parsed, compiled (heaviside; relu with a small ``max_len`` and
   layernorm on subsets) and run by the numpy executor (float64, float32) and, on a
   subset, the torch module; every output at every position must equal the interpreter's
@@ -638,7 +638,7 @@ HOSTILE_CRASP = [
 
 
 def _random_wellformed(rng: random.Random) -> str | None:
-    """Text of a random well-typed program from tests/strategies.py (None without it)."""
+    """Text of a random well-typed program from tests/support/strategies.py (None without it)."""
     try:
         from tests.strategies import random_program
     except ImportError:
@@ -902,7 +902,7 @@ def fuzz_crasp(case: Case, rng: random.Random) -> None:
 
 
 def _check_naive(case: Case, program, words, traces) -> None:
-    """The interpreter against the naive evaluator of tests/naive.py on short inputs."""
+    """The interpreter against the naive evaluator of tests/support/naive.py on short inputs."""
     if not _naive_viable(program):
         return
     try:

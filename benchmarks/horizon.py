@@ -9,7 +9,7 @@ The search for a (mode, dtype) pair stops at the first disagreement, at ``--max-
 when the next length is not expected to finish inside the per-run time limit.
 
 Samples of length L: half come from the example's generator of positive strings
-(``tests/recognizers.py``); where the generator cannot make length L (e.g. ``a^n b^n c^n``
+(``tests/support/recognizers.py``); where the generator cannot make length L (e.g. ``a^n b^n c^n``
 when 3 does not divide L) its nearest string is padded to L with random symbols at random
 places, so these are near-misses instead of positives. The other half are uniformly
 random strings over the program's alphabet. Up to ``--all-positions-up-to``, every
@@ -347,7 +347,7 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"unknown mode {mode!r} (choose from {', '.join(MODES)})")
     for name in names:
         if name not in REGISTRY:
-            parser.error(f"no generator for {name!r} in tests/recognizers.py")
+            parser.error(f"no generator for {name!r} in tests/support/recognizers.py")
 
     config = {
         key: getattr(args, key)

@@ -1,1 +1,1 @@
-"""Test suite of crasp_compiler; a package so that helpers import as ``tests.strategies``."""
+"""Test suite of crasp_compiler; a package so that helpers import as ``tests.support.strategies``."""

@@ -11,14 +11,14 @@ from hypothesis import settings
 # install (`pip install -e ".[dev]"`) has no torch: they are not collected, and the header
 # of the test report says so.
 TORCH_MODULES = [
-    "test_cli_check.py",
-    "test_export.py",
-    "test_finetune.py",
-    "test_numeric_inputs.py",
-    "test_torch.py",
-    "test_train.py",
-    "test_train_cli.py",
-    "test_worked_examples.py",
+    "cli/test_cli_check.py",
+    "export/test_export.py",
+    "experiments/test_finetune.py",
+    "runtime/test_numeric_inputs.py",
+    "runtime/test_torch.py",
+    "experiments/test_train.py",
+    "experiments/test_train_cli.py",
+    "runtime/test_worked_examples.py",
 ]
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 collect_ignore = [] if HAS_TORCH else TORCH_MODULES

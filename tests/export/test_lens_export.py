@@ -1,0 +1,452 @@
+"""The TransformerLens-convention export: an independent forward pass written from
+TransformerLens' HookedTransformer equations (no normalization, standard positional
+embedding, causal softmax attention) must reproduce the numpy executor's raw outputs."""
+
+from __future__ import annotations
+
+import errno
+import functools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from crasp_compiler import CraspError, load_program, parse_program
+from crasp_compiler.export.lens import MAX_N_CTX, export_lens, lens_state_dict
+from crasp_compiler.languages.crasp.compile import compile_program
+from crasp_compiler.model.model import (
+    MLP,
+    TORCH_DENSE_LIMIT,
+    Guarantee,
+    Head,
+    Layer,
+    Model,
+    Output,
+)
+from crasp_compiler.runtime.numpy_exec import run
+
+EXAMPLES = sorted(
+    p
+    for p in (Path(__file__).resolve().parents[2] / "examples" / "crasp").iterdir()
+    if p.suffix in (".cr", ".crasp")
+)
+MAX_LEN = 64
+TOL = 1e-9
+
+
+@functools.cache
+def compiled(path: Path, mode: str = "relu") -> Model:
+    return compile_program(load_program(path), mode=mode, max_len=MAX_LEN)
+
+
+def has_relative_bias(model: Model) -> bool:
+    return any(any(v != 0 for v in h.bias.values()) for layer in model.layers for h in layer.heads)
+
+
+# --- an independent forward pass, following TransformerLens' documented equations ----------
+
+
+def gelu_new(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * np.power(x, 3.0))))
+
+
+ACT_FN = {"relu": lambda x: np.maximum(x, 0.0), "gelu_new": gelu_new}
+
+
+def lens_forward(state: dict[str, np.ndarray], cfg: dict, tokens: np.ndarray) -> np.ndarray:
+    """logits [batch, pos, d_vocab_out] of a HookedTransformer with this state and cfg."""
+    assert cfg["normalization_type"] is None
+    assert cfg["positional_embedding_type"] == "standard"
+    assert not cfg["attn_only"]
+    _, pos = tokens.shape
+    assert pos <= cfg["n_ctx"]
+    resid = state["embed.W_E"][tokens] + state["pos_embed.W_pos"][:pos][None]
+    attn_scale = np.sqrt(cfg["d_head"]) if cfg["use_attn_scale"] else 1.0
+    future = np.triu(np.ones((pos, pos), dtype=bool), k=1)  # key after query
+    for layer in range(cfg["n_layers"]):
+        a = f"blocks.{layer}.attn."
+        q = np.einsum("bpm,hmd->bphd", resid, state[a + "W_Q"]) + state[a + "b_Q"]
+        k = np.einsum("bpm,hmd->bphd", resid, state[a + "W_K"]) + state[a + "b_K"]
+        v = np.einsum("bpm,hmd->bphd", resid, state[a + "W_V"]) + state[a + "b_V"]
+        scores = np.einsum("bqhd,bkhd->bhqk", q, k) / attn_scale
+        scores = np.where(future, -np.inf, scores)
+        pattern = np.exp(scores - scores.max(-1, keepdims=True))
+        pattern = pattern / pattern.sum(-1, keepdims=True)
+        z = np.einsum("bkhd,bhqk->bqhd", v, pattern)
+        resid = resid + np.einsum("bqhd,hdm->bqm", z, state[a + "W_O"]) + state[a + "b_O"]
+        m = f"blocks.{layer}.mlp."
+        pre = np.einsum("bpm,mn->bpn", resid, state[m + "W_in"]) + state[m + "b_in"]
+        post = ACT_FN[cfg["act_fn"]](pre)
+        resid = resid + np.einsum("bpn,nm->bpm", post, state[m + "W_out"]) + state[m + "b_out"]
+    return resid @ state["unembed.W_U"] + state["unembed.b_U"]
+
+
+def decide(rule: str, out: np.ndarray) -> np.ndarray:
+    if rule == "bool":
+        return out > 0.5
+    return np.rint(out * np.arange(1, len(out) + 1)).astype(np.int64)
+
+
+def check_against_executor(model: Model, inputs: list[list[str]], n_ctx=None) -> None:
+    state, config = lens_state_dict(model, n_ctx)
+    cfg, outputs = config["cfg"], config["crasp"]["outputs"]
+    result = run(model, inputs)
+    for b, words in enumerate(inputs):
+        ids = np.array([[0, *model.token_ids(words)]])
+        logits = lens_forward(state, cfg, ids)[0]
+        size = len(words) + 1
+        for spec in outputs:
+            want = result.outputs[spec["name"]][b, :size]
+            got = logits[:, spec["column"]]
+            np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL, err_msg=spec["name"])
+            np.testing.assert_array_equal(
+                decide(spec["rule"], got), result.values[spec["name"]][b, :size]
+            )
+
+
+def random_inputs(rng: np.random.Generator, alphabet, count: int, max_len: int) -> list:
+    lengths = [0, 1, max_len, *rng.integers(0, max_len + 1, size=count - 3)]
+    return [list(rng.choice(list(alphabet), size=int(n))) for n in lengths]
+
+
+# --- hand-built models ----------------------------------------------------------------------
+
+
+def hand_model(
+    rng: np.random.Generator,
+    spec: list[tuple[list[tuple[int, int]], int | None]],
+    activation: str = "relu",
+    d: int = 6,
+) -> Model:
+    """Layers from ``spec``: (head dims [(dk, dv), ...], MLP width or None)."""
+    layers = []
+    for head_dims, width in spec:
+        heads = [
+            Head(
+                w_q=rng.normal(size=(dk, d)),
+                w_k=rng.normal(size=(dk, d)),
+                w_v=rng.normal(size=(dv, d)),
+                w_o=rng.normal(size=(d, dv)) * 0.5,
+                scale=0.7,
+            )
+            for dk, dv in head_dims
+        ]
+        mlp = None
+        if width is not None:
+            mlp = MLP(
+                w1=rng.normal(size=(width, d)),
+                b1=rng.normal(size=width),
+                w2=rng.normal(size=(d, width)) * 0.5,
+                b2=rng.normal(size=d),
+                activations=[activation] * width,
+            )
+        layers.append(Layer(heads, mlp))
+    return Model(
+        vocab=["<bos>", "x", "y"],
+        w_e=rng.normal(size=(3, d)),
+        features=["periodic:3:1"],
+        w_p=rng.normal(size=(d, 1)),
+        layers=layers,
+        outputs=[Output("o", rng.normal(size=d), "bool"), Output("c", rng.normal(size=d), "count")],
+        residual=[f"r{i}" for i in range(d)],
+        guarantee=Guarantee(None, "test model"),
+    )
+
+
+PADDED = [([(2, 3), (1, 1)], 3), ([], 5), ([(1, 2)], None)]
+
+
+# --- tests ----------------------------------------------------------------------------------
+
+
+def test_fitting_examples_are_those_without_relative_bias():
+    fits, refused = [], []
+    for path in EXAMPLES:
+        model = compiled(path)
+        try:
+            lens_state_dict(model)
+            fits.append(path.name)
+        except CraspError:
+            refused.append(path.name)
+        assert (path.name in fits) == (not has_relative_bias(model)), path.name
+    assert len(fits) >= 10
+    assert "tomita7_local.cr" in refused
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_examples_match_executor(path):
+    model = compiled(path)
+    if has_relative_bias(model):
+        with pytest.raises(CraspError, match="relative position bias"):
+            lens_state_dict(model)
+        return
+    rng = np.random.default_rng(len(path.name))
+    check_against_executor(model, random_inputs(rng, model.vocab[1:], 10, MAX_LEN))
+
+
+def test_count_outputs_match_executor():
+    program = parse_program('alphabet "a", "b"\nC = # "a"\nD = C >= # "b"\noutput C, D')
+    model = compile_program(program, mode="relu", max_len=MAX_LEN)
+    assert [o.rule for o in model.outputs] == ["count", "bool"]
+    inputs = random_inputs(np.random.default_rng(1), "ab", 10, MAX_LEN)
+    check_against_executor(model, inputs)
+    _, config = lens_state_dict(model)
+    assert config["crasp"]["outputs"][0]["decision"].startswith("round(out * (t + 1))")
+    assert config["crasp"]["outputs"][1]["decision"] == "out > 0.5"
+
+
+def test_padding_heads_and_mlps():
+    rng = np.random.default_rng(2)
+    model = hand_model(rng, PADDED)
+    check_against_executor(model, random_inputs(rng, "xy", 10, 11), n_ctx=12)
+    state, config = lens_state_dict(model, 12)
+    cfg = config["cfg"]
+    assert (cfg["n_heads"], cfg["d_head"], cfg["d_mlp"], cfg["act_fn"]) == (2, 3, 5, "relu")
+    # the missing head of layer 1 and 2, and the missing MLP of layer 2, are all zero
+    assert not state["blocks.1.attn.W_V"].any() and not state["blocks.1.attn.W_O"].any()
+    assert not state["blocks.2.attn.W_O"][1].any()
+    for name in ("W_in", "b_in", "W_out", "b_out"):
+        assert not state[f"blocks.2.mlp.{name}"].any()
+    # the head scale is folded into W_Q; padding columns are zero
+    head = model.layers[0].heads[1]
+    np.testing.assert_array_equal(state["blocks.0.attn.W_Q"][1][:, 0], 0.7 * head.w_q[0])
+    assert not state["blocks.0.attn.W_Q"][1][:, 1:].any()
+
+
+def test_gelu_model_exports_as_gelu_new():
+    rng = np.random.default_rng(3)
+    model = hand_model(rng, PADDED, activation="gelu")
+    check_against_executor(model, random_inputs(rng, "xy", 8, 11), n_ctx=12)
+    assert lens_state_dict(model, 12)[1]["cfg"]["act_fn"] == "gelu_new"
+
+
+def test_zero_layer_model():
+    rng = np.random.default_rng(4)
+    model = hand_model(rng, [])
+    check_against_executor(model, random_inputs(rng, "xy", 6, 9), n_ctx=10)
+    state, config = lens_state_dict(model, 10)
+    cfg = config["cfg"]
+    assert (cfg["n_layers"], cfg["n_heads"], cfg["d_head"], cfg["d_mlp"]) == (0, 1, 1, 1)
+    assert set(state) == {"embed.W_E", "pos_embed.W_pos", "unembed.W_U", "unembed.b_U"}
+
+
+def expected_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
+    d, n, h, m = cfg["d_model"], cfg["n_heads"], cfg["d_head"], cfg["d_mlp"]
+    shapes = {
+        "embed.W_E": (cfg["d_vocab"], d),
+        "pos_embed.W_pos": (cfg["n_ctx"], d),
+        "unembed.W_U": (d, cfg["d_vocab_out"]),
+        "unembed.b_U": (cfg["d_vocab_out"],),
+    }
+    for layer in range(cfg["n_layers"]):
+        a, p = f"blocks.{layer}.attn.", f"blocks.{layer}.mlp."
+        shapes.update({a + w: (n, d, h) for w in ("W_Q", "W_K", "W_V")})
+        shapes.update({a + b: (n, h) for b in ("b_Q", "b_K", "b_V")})
+        shapes.update({a + "W_O": (n, h, d), a + "b_O": (d,)})
+        shapes.update(
+            {p + "W_in": (d, m), p + "b_in": (m,), p + "W_out": (m, d), p + "b_out": (d,)}
+        )
+    return shapes
+
+
+@pytest.mark.parametrize("name", ["abcde.crasp", "anbncn.crasp", "tomita7.crasp", "hand"])
+def test_shapes(name):
+    if name == "hand":
+        model, n_ctx = hand_model(np.random.default_rng(5), PADDED), 7
+    else:
+        model, n_ctx = compiled(EXAMPLES[0].parent / name), None
+    state, config = lens_state_dict(model, n_ctx)
+    cfg = config["cfg"]
+    assert cfg["n_layers"] == len(model.layers)
+    assert cfg["d_model"] == model.width
+    assert cfg["d_vocab"] == len(model.vocab)
+    assert cfg["d_vocab_out"] == len(model.outputs)
+    assert cfg["n_heads"] == max([1, *(len(layer.heads) for layer in model.layers)])
+    assert cfg["d_mlp"] == max(1, model.mlp_width)
+    dims = [h.w_q.shape[0] for layer in model.layers for h in layer.heads]
+    dims += [h.w_v.shape[0] for layer in model.layers for h in layer.heads]
+    assert cfg["d_head"] == max([1, *dims])
+    assert {k: v.shape for k, v in state.items()} == expected_shapes(cfg)
+    assert all(v.dtype == np.float64 for v in state.values())
+    assert not any(
+        state[k].any() for k in state if k.split(".")[-1] in ("b_Q", "b_K", "b_V", "b_O")
+    )
+    assert not state["unembed.b_U"].any()
+    assert cfg["normalization_type"] is None and cfg["use_attn_scale"] is False
+    assert cfg["positional_embedding_type"] == "standard" and cfg["attn_only"] is False
+    assert cfg["default_prepend_bos"] is True
+
+
+def test_refusals_name_every_obstacle():
+    def message(model: Model, **kw) -> CraspError:
+        with pytest.raises(CraspError) as info:
+            lens_state_dict(model, **kw)
+        return info.value
+
+    majority = EXAMPLES[0].parent / "majority.crasp"
+    local = EXAMPLES[0].parent / "tomita7_local.cr"
+    model = compiled(majority, "heaviside")
+    units = model.layers[0].mlp.activations.count("heaviside")
+    assert units >= 1
+    err = message(model, n_ctx=10)
+    assert f"layer 1 MLP (blocks.0.mlp) has {units} heaviside unit(s)" in str(err)
+    err = message(compiled(majority, "layernorm"))
+    assert "layer 1 MLP (blocks.0.mlp) uses selective layer norm" in str(err)
+    assert "n_ctx is required" in str(err)  # exact at every length: no default n_ctx
+    err = message(compiled(local, "relu"))
+    head = "layer 1 head 2 (blocks.0.attn head 1)"
+    assert f"{head} has a relative position bias (offsets 1)" in str(err)
+    assert len(err.diagnostics) == 1
+    err = message(compiled(local, "heaviside"), n_ctx=10)
+    text = str(err)
+    assert "layer 1 head 2 (blocks.0.attn head 1) uses average-hard attention" in text
+    assert "layer 1 head 2 (blocks.0.attn head 1) has a relative position bias" in text
+    assert "layer 2 MLP (blocks.1.mlp) has" in text and "layer 4 MLP (blocks.3.mlp) has" in text
+    assert "heaviside" in text and "layer 0" not in text
+    assert "mode='relu'" in text  # the hint
+
+    rng = np.random.default_rng(6)
+    model = hand_model(rng, [([(1, 1), (1, 1)], 2), ([(1, 1)], 3)])
+    model.layers[0].heads[0].mask = "strict"
+    model.layers[0].heads[1].weighting = "hard-left"
+    model.layers[1].heads[0].mask = "none"
+    model.layers[1].mlp.activations = ["gelu"] * 3
+    text = str(message(model, n_ctx=0))
+    for part in (
+        "layer 1 head 1 (blocks.0.attn head 0) has mask 'strict'",
+        "layer 1 head 2 (blocks.0.attn head 1) uses unique-hard (leftmost) attention",
+        "layer 2 head 1 (blocks.1.attn head 0) has mask 'none'",
+        "mix 2 relu and 3 gelu",
+        "n_ctx must be a positive integer",
+    ):
+        assert part in text
+
+
+def test_n_ctx_handling():
+    path = EXAMPLES[0].parent / "abab_star.cr"
+    model = compiled(path)
+    assert model.features  # periodic features make W_pos non-trivial
+    state, config = lens_state_dict(model)
+    assert config["cfg"]["n_ctx"] == MAX_LEN + 1
+    assert state["pos_embed.W_pos"].shape == (MAX_LEN + 1, model.width)
+    state, config = lens_state_dict(model, 10)
+    assert config["cfg"]["n_ctx"] == 10
+    for t in range(10):
+        pos = [
+            float((t - 1) % int(m) == int(r))  # BOS is token position -1
+            for m, r in (f.split(":")[1:] for f in model.features)
+        ]
+        np.testing.assert_allclose(state["pos_embed.W_pos"][t], model.w_p @ pos)
+    np.testing.assert_array_equal(
+        lens_state_dict(model, 10)[0]["pos_embed.W_pos"],
+        lens_state_dict(model)[0]["pos_embed.W_pos"][:10],
+    )
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(CraspError, match="n_ctx must be a positive integer"):
+            lens_state_dict(model, bad)
+    unbounded = hand_model(np.random.default_rng(7), PADDED)
+    with pytest.raises(CraspError, match="n_ctx is required"):
+        lens_state_dict(unbounded)
+    assert lens_state_dict(unbounded, 3)[1]["cfg"]["n_ctx"] == 3
+
+
+def test_n_ctx_limit():
+    """A huge n_ctx would allocate a huge positional table: refused up front."""
+    model = compiled(EXAMPLES[0].parent / "abab_star.cr")
+    for n_ctx in (10**12, 10**30, MAX_N_CTX + 1):
+        with pytest.raises(CraspError, match="n_ctx") as err:
+            lens_state_dict(model, n_ctx)
+        assert f"at most {MAX_N_CTX:,}" in str(err.value)
+    wide = hand_model(np.random.default_rng(3), [([(1, 1)], None)], d=1024)
+    n_ctx = TORCH_DENSE_LIMIT // 1024 + 1  # within the limit, but the table is too big
+    assert n_ctx <= MAX_N_CTX
+    with pytest.raises(CraspError, match=r"pos_embed\.W_pos"):
+        lens_state_dict(wide, n_ctx)
+    # the default n_ctx (the guarantee + 1) is checked the same way
+    model.guarantee.max_len = 10**12
+    try:
+        with pytest.raises(CraspError, match="n_ctx"):
+            lens_state_dict(model)
+    finally:
+        model.guarantee.max_len = MAX_LEN
+
+
+def test_disk_full_during_a_lens_export(tmp_path, monkeypatch):
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    path = EXAMPLES[0].parent / "dyck1.cr"
+    target = tmp_path / "lens"
+    export_lens(compiled(path), target, model_name="old")
+    before = {p.name: p.read_bytes() for p in target.iterdir()}
+
+    def full(state, filename, metadata=None):
+        Path(filename).write_bytes(b"\0" * 10)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(safetensors_numpy, "save_file", full)
+    with pytest.raises(CraspError, match="cannot write export") as err:
+        export_lens(compiled(path), target, model_name="new")
+    assert "No space left on device" in str(err.value)
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lens"]
+
+
+def test_lens_export_replaces_a_torch_export(tmp_path):
+    pytest.importorskip("torch")
+    from crasp_compiler.export.torch_files import export_model
+
+    model = compiled(EXAMPLES[0].parent / "dyck1.cr")
+    export_model(model, tmp_path / "out", "torch")
+    export_lens(model, tmp_path / "out")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "config.json",
+        "model.safetensors",
+    ]
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["format"] == (
+        "crasp-lens-export"
+    )
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "data.csv").write_text("1,2")
+    with pytest.raises(CraspError, match="not empty"):
+        export_lens(model, tmp_path / "mine")
+    assert (tmp_path / "mine" / "data.csv").read_text() == "1,2"
+
+
+def test_round_trip_through_files(tmp_path):
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    path = EXAMPLES[0].parent / "dyck1.cr"
+    model = compiled(path)
+    out = export_lens(model, tmp_path / "lens", model_name="dyck1")
+    assert out == tmp_path / "lens"
+    loaded = safetensors_numpy.load_file(str(out / "model.safetensors"))
+    config = json.loads((out / "config.json").read_text())
+    state, want = lens_state_dict(model, model_name="dyck1")
+    assert config == want
+    assert set(loaded) == set(state)
+    for name, array in state.items():
+        assert loaded[name].dtype == np.float64
+        np.testing.assert_array_equal(loaded[name], array)
+    crasp = config["crasp"]
+    assert crasp["vocab"] == model.vocab and crasp["vocab"][0] == "<bos>"
+    assert crasp["outputs"] == [{"name": "D", "column": 0, "rule": "bool", "decision": "out > 0.5"}]
+    assert crasp["accept"] == model.accept
+    assert crasp["guarantee"] == {"max_len": MAX_LEN, "text": model.guarantee.text}
+    assert (
+        crasp["residual"] == model.residual and len(crasp["residual"]) == config["cfg"]["d_model"]
+    )
+    assert crasp["source"] == model.source and crasp["source"]
+    assert "token id 0" in crasp["note"].lower()
+    assert config["cfg"]["model_name"] == "dyck1"
+    words = list("(()())") + list("()" * 20)
+    ids = np.array([[0, *model.token_ids(words)]])
+    got = lens_forward(loaded, config["cfg"], ids)[0, :, 0]
+    np.testing.assert_allclose(got, run(model, [words]).outputs["D"][0], rtol=TOL, atol=TOL)
+    assert got[-1] > 0.5  # a balanced string is accepted
+
+
+def test_export_refuses_without_writing(tmp_path):
+    pytest.importorskip("safetensors")
+    model = compiled(EXAMPLES[0].parent / "tomita7_local.cr")
+    with pytest.raises(CraspError, match="relative position bias"):
+        export_lens(model, tmp_path / "lens")
+    assert not (tmp_path / "lens").exists()

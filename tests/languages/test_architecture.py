@@ -1,0 +1,81 @@
+"""The package's shape: the language registry drives everything, there are no import
+cycles, and the compiler core runs without the experiment stack."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from crasp_compiler.errors import CraspError
+from crasp_compiler.languages import (
+    get_language,
+    language_for_path,
+    language_of_model,
+    languages,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_core_runs_without_the_experiment_stack():
+    code = (
+        "import sys\n"
+        "import crasp_compiler, crasp_compiler.cli\n"
+        "from crasp_compiler import load, compile, run, interpret\n"
+        "p = load('examples/crasp/dyck1.cr')\n"
+        "assert run(compile(p), [['(', ')']]).values['D'][0, -1]\n"
+        "q = load('examples/pcoc/cumsum.pcoc')\n"
+        "assert list(run(compile(q, n=4), [[[1, 2, 3, 4]]]).values['x'][0]) == [1, 3, 6, 10]\n"
+        "assert list(interpret(q, [1, 2, 3, 4]).outputs['x']) == [1, 3, 6, 10]\n"
+        "heavy = [m for m in ('torch', 'tqdm', 'matplotlib', 'ray') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.skipif(shutil.which("lint-imports") is None, reason="import-linter not installed")
+def test_no_import_cycles_and_no_experiment_stack_in_the_core():
+    proc = subprocess.run(
+        ["lint-imports", "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 kept, 0 broken" in proc.stdout
+
+
+def test_registry_lookups():
+    assert [language.name for language in languages()] == ["crasp", "pcoc"]
+    assert language_for_path("x.cr").name == language_for_path("x.crasp").name == "crasp"
+    assert language_for_path("x.pcoc").name == "pcoc"
+    assert get_language("C-RASP").name == "crasp" and get_language("PCOC").name == "pcoc"
+    with pytest.raises(CraspError, match=r"unknown program suffix '\.txt'"):
+        language_for_path("x.txt")
+    with pytest.raises(CraspError, match="unknown language 'lisp'"):
+        get_language("lisp")
+
+
+def test_one_api_for_both_languages(tmp_path):
+    from crasp_compiler import api
+
+    crasp = api.load("examples/crasp/dyck1.cr")
+    pcoc = api.load((ROOT / "examples/pcoc/cumsum.pcoc").read_text(), language="pcoc")
+    assert api.check(crasp)[0].startswith("  class:")
+    assert any("rounds:      2 for n = 4" in line for line in api.check(pcoc, n=4))
+    model = api.compile(pcoc, n=4)
+    assert language_of_model(model).name == "pcoc"
+    assert api.interpret(crasp, ["(", ")"]).accepted
+    with pytest.raises(CraspError, match="takes no option"):
+        api.compile(crasp, n=4)
+    with pytest.raises(CraspError, match="needs language="):
+        api.load("x = # a\n")
+    path = tmp_path / "m.npz"
+    from crasp_compiler.model import save_model
+
+    save_model(model, path)
+    assert api.load_model(path).info["n"] == 4
