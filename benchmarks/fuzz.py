@@ -79,7 +79,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # tests.naive / tests.strategies
+if str(ROOT) not in sys.path:  # tests.support.naive / tests.support.strategies
     sys.path.insert(0, str(ROOT))
 
 FAMILIES = ("crasp", "pcoc", "inputs", "models", "grids")
@@ -640,7 +640,7 @@ HOSTILE_CRASP = [
 def _random_wellformed(rng: random.Random) -> str | None:
     """Text of a random well-typed program from tests/support/strategies.py (None without it)."""
     try:
-        from tests.strategies import random_program
+        from tests.support.strategies import random_program
     except ImportError:
         return None
     from crasp_compiler import format_program
@@ -906,7 +906,7 @@ def _check_naive(case: Case, program, words, traces) -> None:
     if not _naive_viable(program):
         return
     try:
-        from tests.naive import naive_values
+        from tests.support.naive import naive_values
     except ImportError:
         return
     for tokens, trace in zip(words, traces, strict=True):

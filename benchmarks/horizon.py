@@ -53,12 +53,12 @@ from _common import (  # noqa: E402
     revision,
 )
 
-sys.path.insert(0, str(ROOT))  # for tests.recognizers
+sys.path.insert(0, str(ROOT))  # for tests.support.recognizers
 
 from crasp_compiler import interpret_batch, load_program  # noqa: E402
 from crasp_compiler.languages.crasp.compile import compile_program  # noqa: E402
 from crasp_compiler.runtime import run  # noqa: E402
-from tests.recognizers import REGISTRY  # noqa: E402
+from tests.support.recognizers import REGISTRY  # noqa: E402
 
 DTYPES = {"float64": np.float64, "float32": np.float32}
 MODES = ("heaviside", "layernorm", "relu")

@@ -113,10 +113,13 @@ def run(
         on_overlength=on_beyond,
         values=values,
     )
-    labels = [lang.position_labels(model, item) for item in inputs]
+    labels = [  # the model's position labels, mapped to the language's positions
+        lang.model_outputs(model, [item], np.array([lang.position_labels(model, item)]))[0]
+        for item in inputs
+    ]
     return Outputs(
         {name: lang.model_outputs(model, inputs, v) for name, v in result.values.items()},
-        [labels[row] if lang.name == "crasp" else labels[row][1:] for row in range(len(inputs))],
+        [[str(label) for label in row] for row in labels],
         {name: lang.model_outputs(model, inputs, v) for name, v in result.outputs.items()},
         result.residuals,
     )

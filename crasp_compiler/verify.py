@@ -154,7 +154,7 @@ def check_model(
             tallies[(out.name, span)] = Tally()
     tol = language.tolerance(model, dtype)
     worst, skipped = 0.0, 0
-    options = {"n": model.info["n"]} if language.name == "pcoc" else {}
+    options = language.model_options(model)
     for n, count in sorted(by_length.items()):
         span = next(r for r in ranges if r[0] <= n <= r[1])
         inputs = language.sample_inputs(model, rng, n, count)

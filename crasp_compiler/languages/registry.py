@@ -194,6 +194,10 @@ class Language(ABC):
     def model_program(self, model: Model) -> Any | None:
         """The program a model was compiled from (from its stored source), or None."""
 
+    def model_options(self, model: Model) -> dict[str, Any]:
+        """The interpreter options that reproduce what a compiled model computes."""
+        return {}
+
     def check_header(self, model: Model) -> None:
         """HeaderProblem unless a loaded model's options and info are what this
         language's compiler writes; by default, that its source parses in this language

@@ -285,6 +285,9 @@ class Pcoc(Language):
     def model_program(self, model: Model) -> Program | None:
         return parse_pcoc(model.source, "<model source>") if model.source else None
 
+    def model_options(self, model: Model) -> dict[str, Any]:
+        return {"n": machines(model)}
+
     def check_header(self, model: Model) -> None:
         """What ``machines``, ``run_pcoc`` and ``crasp info`` read from a PCOC model, and
         a source that parses with the model's inputs and outputs."""
