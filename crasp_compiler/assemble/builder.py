@@ -30,7 +30,7 @@ import numpy as np
 from crasp_compiler.assemble.assemble import assemble_layers, schedule, stored_entries
 from crasp_compiler.cookbook.blocks import Block, Exactness, FFNBlock, Form, HeadBlock, Unit, var
 from crasp_compiler.errors import CraspError
-from crasp_compiler.model.features import check_feature
+from crasp_compiler.model.features import check_feature, feature_matrix
 from crasp_compiler.model.model import (
     BOS,
     BUDGET_VARIABLE,
@@ -45,6 +45,7 @@ from crasp_compiler.model.model import (
     densified,
     matrix,
     parameter_budget,
+    token_ids,
     with_kinds,
 )
 
@@ -143,6 +144,20 @@ class Builder:
         self.numeric_inputs.append(name)
         self._inputs.add(name)
         return var(name)
+
+    def input_values(self, tokens: Sequence[str]) -> dict[str, FloatArray]:
+        """Every embedding and positional-feature variable at each position of
+        ``tokens`` (BOS first, shape ``(len(tokens) + 1,)``): what the blocks read, to
+        evaluate them without assembling a model
+        (:func:`~crasp_compiler.cookbook.blocks.evaluate_blocks`). Numeric inputs are the
+        caller's; a token outside the vocabulary raises ValueError."""
+        ids = [0, *token_ids(self.vocab, list(tokens))]
+        out = {
+            name: np.asarray(row, dtype=np.float64)[ids] for name, row in self._embeddings.items()
+        }
+        table = feature_matrix(self.features, len(ids))
+        out.update({name: table[:, k] for k, name in enumerate(self.features)})
+        return out
 
     def fresh(self, stem: str) -> str:
         """A variable name not used yet: ``stem#k``."""
