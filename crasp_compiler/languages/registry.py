@@ -86,7 +86,7 @@ class Language(ABC):
     """A source language, as the rest of the package sees it (see the module doc)."""
 
     name: str  # short, lower case: the ``language=`` argument ("crasp", "pcoc")
-    title: str  # as people write it ("C-RASP", "PCOC"); also ``model.info["language"]``
+    title: str  # as people write it ("C-RASP", "PCOC"); also ``Model.provenance.language``
     suffixes: tuple[str, ...]  # program file suffixes
     modes: tuple[str, ...]  # compile modes, the default first
     options: tuple[Option, ...]
@@ -289,9 +289,9 @@ def language_for_path(path: str | Path) -> Language:
 
 def language_of_model(model: Model) -> Language | None:
     """The language a model was compiled from (None: built by hand)."""
-    title = model.info.get("language")
+    provenance = model.provenance
     for language in _LANGUAGES.values():
-        if title == language.title:
+        if provenance is not None and provenance.language == language.title:
             return language
     return None
 

@@ -9,6 +9,7 @@ from crasp_compiler.model.model import (
     Layer,
     Model,
     Output,
+    Provenance,
 )
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "Layer",
     "Model",
     "Output",
+    "Provenance",
     "load_model",
     "save_model",
 ]

@@ -404,8 +404,24 @@ class Guarantee:
         )
 
 
+@dataclass(frozen=True)
+class Provenance:
+    """Where a compiled model came from, typed: the source language (the title its
+    :class:`~crasp_compiler.languages.registry.Language` registers, e.g. ``"C-RASP"``),
+    the compile mode, and, for languages compiled for a fixed size (PCOC), that size.
+    Code branches on this, never on ``info`` keys; the file stores it in the header's
+    ``info``/``options`` (as every version did), checked by the language on load."""
+
+    language: str
+    mode: str | None = None
+    size: int | None = None
+
+
 @dataclass
 class Model:
+    """A model of the family (module docstring). ``info`` holds descriptive facts for
+    people (classes, bounds, theorem counts); :attr:`provenance` is the typed origin."""
+
     vocab: list[str]  # vocab[0] is BOS
     w_e: FloatArray  # (V, d)
     features: list[str]  # positional feature names
@@ -420,6 +436,19 @@ class Model:
     info: dict[str, Any] = field(default_factory=dict)
     inputs: list[str] = field(default_factory=list)  # numeric input channels
     w_x: FloatArray | None = None  # (d, len(inputs)); None when there are none
+
+    @property
+    def provenance(self) -> Provenance | None:
+        """The typed origin of a compiled model; None for a model built by hand."""
+        language = self.info.get("language")
+        if not isinstance(language, str):
+            return None
+        mode, size = self.options.get("mode"), self.info.get("n")
+        return Provenance(
+            language,
+            mode if isinstance(mode, str) else None,
+            size if type(size) is int else None,
+        )
 
     @property
     def numeric_weights(self) -> FloatArray:

@@ -17,6 +17,7 @@ from crasp_compiler.languages import (
     language_of_model,
     languages,
 )
+from crasp_compiler.model import Provenance
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -78,4 +79,8 @@ def test_one_api_for_both_languages(tmp_path):
     from crasp_compiler.model import save_model
 
     save_model(model, path)
-    assert api.load_model(path).info["n"] == 4
+    assert api.load_model(path).provenance == Provenance("PCOC", "hard", 4)
+    assert api.compile(crasp).provenance == Provenance("C-RASP", "heaviside", None)
+    from crasp_compiler import Builder
+
+    assert Builder(["a"]).build({}).provenance is None  # built by hand

@@ -279,14 +279,17 @@ def _margin_error(program: Program, comparison: Comparison, dtype: str) -> Crasp
 
 def is_pcoc(model: Model) -> bool:
     """Whether ``model`` was compiled from a PCOC program."""
-    return model.info.get("language") == LANGUAGE
+    return model.provenance is not None and model.provenance.language == LANGUAGE
 
 
 def machines(model: Model) -> int:
     """The number of machines a compiled PCOC model is for."""
     if not is_pcoc(model):
         raise CraspError("this model was not compiled from a PCOC program")
-    return int(model.info["n"])
+    size = model.provenance.size if model.provenance is not None else None
+    if size is None:
+        raise CraspError("this PCOC model does not record its number of machines (info 'n')")
+    return size
 
 
 def input_matrix(model: Model, inputs: Inputs, where: str = "input") -> np.ndarray:
