@@ -75,10 +75,14 @@ def compile(program: Any, **options: Any) -> Model:
 
 def load_model(path: str | Path) -> Model:
     """A compiled model from a ``.npz`` file or an export directory (``crasp export``;
-    export directories need torch)."""
+    torch export directories need torch, TransformerLens ones safetensors)."""
     path = Path(path)
     if not (path.is_dir() or path.name == "config.json"):
         return load_model_file(path)
+    from crasp_compiler.export.lens import load_lens_export, read_lens_config
+
+    if read_lens_config(path) is not None:  # a TransformerLens export: safetensors, no torch
+        return load_lens_export(path)
     try:
         import torch  # noqa: F401
     except ImportError:

@@ -419,27 +419,159 @@ def run_command(
 
 @main.command("info")
 @click.argument("model_file", metavar="MODEL", type=click.Path(exists=True))
-def info_command(model_file: str) -> None:
-    """Describe a compiled MODEL: layers, heads, widths, parameters, guarantee, layout."""
+@click.option(
+    "--layout", is_flag=True, help="Print the full residual layout, one line a dimension."
+)
+def info_command(model_file: str, layout: bool) -> None:
+    """Describe a compiled MODEL: layers, heads, widths, parameters, guarantee, and which
+    definitions live where (a summary of a few dozen lines at any width; --layout lists
+    every residual dimension)."""
+    from crasp_compiler.show.data import definitions, layout_groups, sites
+
     model = api.load_model(model_file)
     click.echo(f"{model_file}")
     for line in api.model_language(model).describe_model(model):
         click.echo(f"  {line}")
-    click.echo(f"  heads:       {[len(layer.heads) for layer in model.layers]} per layer")
+    click.echo(f"  heads:       {_bounded([len(layer.heads) for layer in model.layers])} per layer")
     click.echo(f"  width:       {model.width:,}")
     click.echo(f"  mlp width:   {model.mlp_width:,}")
     click.echo(f"  parameters:  {model.parameter_count():,}")
     if model.is_sparse():
         click.echo(f"  nonzero:     {model.nonzero_count():,} (large matrices stored sparse)")
-    click.echo(f"  vocabulary:  {' '.join(model.vocab)}")
-    click.echo(f"  positional:  {', '.join(model.features) or '(none)'}")
-    click.echo(f"  outputs:     {', '.join(f'{o.name} ({o.rule})' for o in model.outputs)}")
+    click.echo(f"  vocabulary:  {_few(model.vocab, 40, ' ')}")
+    click.echo(f"  positional:  {_few(model.features, 20) or '(none)'}")
+    outputs = [f"{o.name} ({o.rule})" for o in model.outputs]
+    click.echo(f"  outputs:     {_few(outputs, 20)}")
     click.echo(f"  accept:      {model.accept or '-'}")
     click.echo(f"  guarantee:   {model.guarantee.text}")
     click.echo(f"  options:     {model.options}")
-    click.echo("  residual layout:")
-    for k, label in enumerate(model.residual):
-        click.echo(f"    {k:>4}  {label}")
+    if layout:
+        where = sites(model)
+        click.echo("  residual layout:")
+        for k, label in enumerate(model.residual):
+            click.echo(f"    {k:>4}  {label}  [{where[k]}]")
+        return
+    shown = 24
+    defs = definitions(model)
+    if defs:
+        click.echo("  definitions (name = residual form, computed at):")
+        for name, form, site in defs[:shown]:
+            click.echo(f"    {name} = {_clip(form, 60)}  [{site}]")
+        if len(defs) > shown:
+            click.echo(f"    ... {len(defs) - shown} more")
+    groups = layout_groups(model)
+    click.echo(f"  residual layout: {model.width:,} dimensions by kind (--layout lists each)")
+    for name, count, first, last in groups[:shown]:
+        span = f"{first}" if count == 1 else f"{first}-{last}"
+        click.echo(f"    {span:>15}  {name}" + (f"* ({count:,} dimensions)" if count > 1 else ""))
+    if len(groups) > shown:
+        rest = sum(count for _, count, _, _ in groups[shown:])
+        click.echo(f"    ... {len(groups) - shown} more labels ({rest:,} dimensions)")
+
+
+def _few(items: Iterable[str], limit: int, sep: str = ", ") -> str:
+    """At most ``limit`` items joined, then how many more."""
+    items = list(items)
+    text = sep.join(items[:limit])
+    return text + (f"{sep}... ({len(items) - limit:,} more)" if len(items) > limit else "")
+
+
+def _bounded(counts: list[int], limit: int = 32) -> str:
+    """``[1, 2, 1]``, or its first ``limit`` entries and how many more."""
+    if len(counts) <= limit:
+        return str(counts)
+    return f"{str(counts[:limit])[:-1]}, ... ({len(counts) - limit:,} more)]"
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@main.command("show")
+@click.argument("model_file", metavar="MODEL", type=click.Path(exists=True))
+@click.argument("input", required=False)
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Picture file: .png or .svg (matplotlib), or .html (one self-contained page).",
+)
+@click.option(
+    "--picture",
+    type=click.Choice(["all", "residual", "attention", "outputs", "program"]),
+    default="all",
+    show_default=True,
+    help="PNG/SVG: which picture (program: each definition in the sublayer computing it, "
+    "C-RASP); all writes OUTPUT (residual) and, beside it, OUTPUT's name with .attention, "
+    ".outputs and .program before the suffix (those the model has).",
+)
+@click.option(
+    "--line",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="PCOC: which input line of the vector file to show.",
+)
+@click.option("--dpi", type=click.IntRange(min=10), default=100, show_default=True)
+@_beyond_option("What to do with an input the model's guarantee does not cover.")
+def show_command(
+    model_file: str,
+    input: str | None,
+    output: str,
+    picture: str,
+    line: int,
+    dpi: int,
+    beyond_guarantee: str,
+) -> None:
+    """Picture a compiled MODEL on one INPUT (as `crasp run` reads it: a token string
+    for C-RASP, a vector file for PCOC): the residual stream after every sublayer (rows
+    a sublayer changed framed), every head's attention pattern, each output's decision
+    per position, and (C-RASP) the program graph: each definition in the sublayer that
+    computes it. .html writes one self-contained page (no network access) where
+    you pick a view and hover a cell for its row, position and value. PNG and SVG need
+    matplotlib (pip install 'crasp-compiler[train]')."""
+    from crasp_compiler.show import data as show_trace
+
+    suffix = Path(output).suffix.lower()
+    if suffix not in (".png", ".svg", ".html", ".htm"):
+        raise click.UsageError(f"-o {output}: the suffix must be .png, .svg or .html")
+    model = api.load_model(model_file)
+    item = show_trace.read_input(model, input, line)
+    with warnings_on_stderr():
+        run = show_trace.trace(model, item, on_beyond=beyond_guarantee)
+    if suffix in (".html", ".htm"):
+        from crasp_compiler.show.html import page
+
+        Path(output).write_text(page(model, run, f"{Path(model_file).name} on {input or ''}"))
+        click.echo(output)
+        return
+    from crasp_compiler.show import figures as show_figures
+
+    drawers = {
+        "residual": show_figures.residual_figure,
+        "attention": show_figures.attention_figure,
+        "outputs": show_figures.outputs_figure,
+        "program": lambda model, _: show_figures.program_figure(model),
+    }
+    if picture != "all":
+        wanted = [(picture, output)]
+    else:
+        stem = Path(output)
+        wanted = [("residual", output)]
+        if run.patterns:
+            wanted.append(("attention", str(stem.with_suffix(f".attention{suffix}"))))
+        if run.outputs:
+            wanted.append(("outputs", str(stem.with_suffix(f".outputs{suffix}"))))
+        if show_trace.definitions(model):
+            wanted.append(("program", str(stem.with_suffix(f".program{suffix}"))))
+    for name, path in wanted:
+        figure = drawers[name](model, run)  # CraspError when matplotlib is missing
+        import matplotlib.pyplot as plt
+
+        figure.savefig(path, dpi=dpi)
+        plt.close(figure)
+        click.echo(path)
 
 
 @main.command("export")

@@ -1,6 +1,6 @@
-"""Export a compiled model under TransformerLens' ``HookedTransformer`` names and shapes.
+"""Export a compiled model under TransformerLens' (``HookedTransformer``) names and shapes.
 
-No TransformerLens import: the state dict and the config only follow its conventions
+No TransformerLens import here: the state dict and the config only follow its conventions
 (``normalization_type=None``, standard positional embedding, causal attention)::
 
     embed.W_E            [d_vocab, d_model]          row 0 is BOS
@@ -16,13 +16,15 @@ No TransformerLens import: the state dict and the config only follow its convent
 TransformerLens computes, per block (``x`` the residual stream, ``h`` a head)::
 
     q = x @ W_Q[h] + b_Q[h]   (k, v likewise)
-    pattern = softmax_s(q_t · k_s / attn_scale, with −inf for s > t)
+    pattern = softmax_s(q_t · k_s / √d_head, with −inf for s > t)
     x += Σ_h (Σ_s pattern_ts v_s) @ W_O[h] + b_O
     x += act(x @ W_in + b_in) @ W_out + b_out
     logits = x @ W_U + b_U
 
-With ``use_attn_scale=False`` (``attn_scale = 1``) and the head's ``scale`` folded into
-``W_Q``, ``q_t · k_s = scale · (w_q x_t)·(w_k x_s)``, our score. Heads are zero-padded to
+The config says ``use_attn_scale=True`` (divide by ``√d_head``, what every TransformerLens
+version does; 4.x divides by it even under ``use_attn_scale=False``), and ``W_Q`` holds
+``scale · √d_head · w_q``, so ``q_t · k_s / √d_head = scale · (w_q x_t)·(w_k x_s)``, our
+score. Heads are zero-padded to
 ``d_head = max(dk, dv)`` over all heads; a layer with fewer heads gets all-zero heads (their
 ``W_V = W_O = 0``, so they add 0), a layer without an MLP an all-zero MLP (``act(0) = 0``
 for relu and gelu_new), and ``d_mlp`` is the widest MLP (at least 1).
@@ -39,19 +41,16 @@ relations (relative position bias) do not: :func:`lens_state_dict` raises
 table ``n_ctx × d_model`` at most ``TORCH_DENSE_LIMIT`` entries.
 
 Weights stay float64: relu-mode models use large softmax scales and steep ramps that are
-exact in real arithmetic and checked in float64; cast to float32 only knowingly. Load with::
+exact in real arithmetic and checked in float64; cast to float32 only knowingly. Load
+into TransformerLens with :func:`crasp_compiler.export.lens_loader.to_transformer_lens`
+(docs/transformer-lens.md: versions, the manual recipe, the traps: never centre the
+unembed).
 
-    import json, torch
-    from safetensors.torch import load_file
-    from transformer_lens import HookedTransformer, HookedTransformerConfig
-
-    config = json.load(open(out_dir / "config.json"))
-    model = HookedTransformer(HookedTransformerConfig(**config["cfg"], dtype=torch.float64))
-    model.load_state_dict(load_file(out_dir / "model.safetensors"), strict=False)
-    logits = model(torch.tensor([[0, *token_ids]]))      # prepend BOS = id 0 yourself
-
-(``strict=False``: only buffers such as the causal mask are absent. Do not use
-``load_and_process_state_dict`` with its defaults: ``center_unembed`` changes the outputs.)
+The config's ``crasp`` section also holds the model's header (``model``, as in a ``.npz``
+file, without the arrays) and each head's ``(dk, dv)`` (``head_dims``):
+:func:`load_lens_export` rebuilds a crasp :class:`Model` from the directory (the
+positional table becomes ``onehot:t`` features, ``t < n_ctx``, and the guarantee is capped
+at ``n_ctx − 1`` tokens), so ``crasp check`` and ``crasp run`` read lens exports.
 """
 
 from __future__ import annotations
@@ -64,11 +63,12 @@ import numpy as np
 
 from crasp_compiler.errors import CraspError, Diagnostic
 from crasp_compiler.export.directory import CONFIG_FILE, write_export
-from crasp_compiler.model.features import feature_matrix
+from crasp_compiler.model.features import feature_matrix, onehot
+from crasp_compiler.model.io import MAX_HEADER_CHARS, byte_budget, model_from_parts, model_parts
 from crasp_compiler.model.model import BOS, TORCH_DENSE_LIMIT, Model, densified, require_dense
 
 FORMAT = "crasp-lens-export"
-VERSION = 1
+VERSION = 2
 WEIGHTS_FILE = "model.safetensors"
 MAX_N_CTX = 1 << 20
 
@@ -191,7 +191,7 @@ def lens_state_dict(
         w_o = np.zeros((n_heads, d_head, d_model))
         for h_index, head in enumerate(layer.heads):
             dk, dv = head.w_q.shape[0], head.w_v.shape[0]
-            w_q[h_index, :, :dk] = (head.scale * head.w_q).T
+            w_q[h_index, :, :dk] = (head.scale * np.sqrt(d_head) * head.w_q).T
             w_k[h_index, :, :dk] = head.w_k.T
             w_v[h_index, :, :dv] = head.w_v.T
             w_o[h_index, :dv, :] = head.w_o.T
@@ -236,7 +236,7 @@ def lens_state_dict(
         "normalization_type": None,
         "attn_only": False,
         "positional_embedding_type": "standard",
-        "use_attn_scale": False,
+        "use_attn_scale": True,
         "default_prepend_bos": True,
     }
     crasp = {
@@ -246,8 +246,8 @@ def lens_state_dict(
             f"Token id 0 ({BOS}) must be prepended to every input: position 0 is BOS and "
             "tokens sit at positions 1..n. Output column k of the logits is outputs[k]; "
             "apply its decision rule. Weights are float64: build the model with "
-            "HookedTransformerConfig(**cfg, dtype=torch.float64) and load the state dict "
-            "with strict=False (without centering the unembed)."
+            "a float64 model from cfg, and never centre the unembed (no weight processing); "
+            "see crasp_compiler.export.lens_loader.to_transformer_lens."
         ),
         "dtype": "float64",
         "outputs": [
@@ -260,6 +260,10 @@ def lens_state_dict(
         "residual": list(model.residual),
         "mode": model.options.get("mode"),
         "source": model.source,
+        "head_dims": [
+            [[h.w_q.shape[0], h.w_v.shape[0]] for h in layer.heads] for layer in model.layers
+        ],
+        "model": model_parts(model, dense_only=True)[0],
     }
     return state, {"format": FORMAT, "version": VERSION, "cfg": cfg, "crasp": crasp}
 
@@ -286,3 +290,156 @@ def export_lens(
         (directory / CONFIG_FILE).write_text(json.dumps(config, indent=1), encoding="utf-8")
 
     return write_export(out_dir, write)
+
+
+def read_lens_config(path: str | Path) -> dict[str, Any] | None:
+    """The config of the lens export at ``path`` (a directory or its ``config.json``), or
+    None when it is not a lens export; an unreadable config raises :class:`CraspError`."""
+    path = Path(path)
+    config_path = path if path.name == CONFIG_FILE else path / CONFIG_FILE
+    try:
+        size = config_path.stat().st_size
+        if size > MAX_HEADER_CHARS:
+            raise ValueError(f"{size:,} bytes (at most {MAX_HEADER_CHARS:,})")
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as err:
+        raise CraspError(f"cannot read export config: {err}", filename=str(config_path)) from None
+    if not isinstance(config, dict) or config.get("format") != FORMAT:
+        return None
+    if config.get("version") != VERSION:
+        raise CraspError(
+            f"unsupported lens export version {config.get('version')!r} (this version reads "
+            f"{VERSION}; export the model again)",
+            filename=str(config_path),
+        )
+    return config
+
+
+def load_lens_export(path: str | Path) -> Model:
+    """A crasp :class:`Model` rebuilt from a lens export directory (or its ``config.json``):
+    the weights are the directory's, unpadded, with the positional table as ``onehot:t``
+    features for ``t < n_ctx`` and the guarantee capped at ``n_ctx − 1`` tokens. Padding
+    that is not zero, nonzero biases or shapes that disagree with the config raise
+    :class:`CraspError` (such weights are no longer a crasp model)."""
+    path = Path(path)
+    directory = path.parent if path.name == CONFIG_FILE else path
+    config = read_lens_config(directory)
+    if config is None:
+        raise CraspError("not a crasp lens export", filename=str(directory / CONFIG_FILE))
+    weights = directory / WEIGHTS_FILE
+    try:
+        from safetensors.numpy import load_file
+
+        size = weights.stat().st_size
+        budget = byte_budget(filename=str(directory))
+        if size > budget:
+            raise ValueError(f"{size:,} bytes, above the budget of {budget:,} (see load_model)")
+        state = load_file(str(weights))
+    except ImportError:
+        raise CraspError(
+            "reading a lens export needs the safetensors package (pip install safetensors)"
+        ) from None
+    except Exception as err:  # corrupt files raise many kinds of errors
+        raise CraspError(f"cannot read export weights: {err}", filename=str(weights)) from None
+    try:
+        header, arrays = _model_arrays(config, state)
+    except (KeyError, TypeError, ValueError, IndexError) as err:
+        raise CraspError(f"invalid lens export: {err}", filename=str(directory)) from None
+    return model_from_parts(header, arrays, filename=str(directory))
+
+
+def _model_arrays(
+    config: dict[str, Any], state: dict[str, np.ndarray]
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The ``.npz`` header and arrays of the model a lens state dict holds."""
+    cfg, crasp = config["cfg"], config["crasp"]
+    header = dict(crasp["model"])
+    n_ctx, d_head = int(cfg["n_ctx"]), int(cfg["d_head"])
+    state = {k: np.asarray(v, dtype=np.float64) for k, v in state.items()}
+    want = _shapes(cfg)
+    if {k: v.shape for k, v in state.items()} != want:
+        raise ValueError("the weights' names or shapes do not match the config")
+    if not cfg.get("use_attn_scale", False) or cfg.get("attn_scale", -1.0) not in (-1, -1.0):
+        raise ValueError("the config must divide attention scores by √d_head")
+    zero = [k for k in state if k.rsplit(".", 1)[-1] in ("b_Q", "b_K", "b_V", "b_O", "b_U")]
+    if any(state[k].any() for k in zero):
+        raise ValueError("attention and unembed biases must be zero")
+
+    def take(array: np.ndarray, keep: tuple[slice, ...], what: str) -> np.ndarray:
+        rest = array.copy()
+        rest[keep] = 0
+        if rest.any():
+            raise ValueError(f"{what} has nonzero padding")
+        return array[keep]
+
+    arrays: dict[str, np.ndarray] = {"w_e": state["embed.W_E"], "w_p": state["pos_embed.W_pos"].T}
+    header["features"] = [onehot(t) for t in range(n_ctx)]
+    guarantee = dict(header["guarantee"])
+    if guarantee.get("max_len") is None or guarantee["max_len"] > n_ctx - 1:
+        guarantee["max_len"] = n_ctx - 1
+        guarantee["text"] = f"{guarantee['text']} (lens export: at most {n_ctx - 1} tokens)"
+    header["guarantee"] = guarantee
+    dims = crasp["head_dims"]
+    if len(header["layers"]) != cfg["n_layers"] or len(dims) != cfg["n_layers"]:
+        raise ValueError("the model header and the config disagree on the number of layers")
+    for l_index, layer in enumerate(header["layers"]):
+        prefix = f"blocks.{l_index}"
+        if len(dims[l_index]) != len(layer["heads"]):
+            raise ValueError(f"{prefix}: head_dims and the model header disagree")
+        for h_index, head in enumerate(layer["heads"]):
+            dk, dv = (int(n) for n in dims[l_index][h_index])
+            factor = float(head["scale"]) * np.sqrt(d_head)
+            name = f"layer{l_index}.head{h_index}"
+            w_q = state[f"{prefix}.attn.W_Q"][h_index][:, :dk].T
+            arrays[f"{name}.w_q"] = w_q / factor if factor else w_q
+            arrays[f"{name}.w_k"] = state[f"{prefix}.attn.W_K"][h_index][:, :dk].T
+            arrays[f"{name}.w_v"] = state[f"{prefix}.attn.W_V"][h_index][:, :dv].T
+            arrays[f"{name}.w_o"] = state[f"{prefix}.attn.W_O"][h_index][:dv, :].T
+        n_heads = len(layer["heads"])
+        for key in ("W_Q", "W_K", "W_V"):
+            keep = np.zeros_like(state[f"{prefix}.attn.{key}"], dtype=bool)
+            for h_index in range(n_heads):
+                dk, dv = (int(n) for n in dims[l_index][h_index])
+                keep[h_index, :, : (dv if key == "W_V" else dk)] = True
+            if state[f"{prefix}.attn.{key}"][~keep].any():
+                raise ValueError(f"{prefix}.attn.{key} has nonzero padding")
+        keep = np.zeros_like(state[f"{prefix}.attn.W_O"], dtype=bool)
+        for h_index in range(n_heads):
+            keep[h_index, : int(dims[l_index][h_index][1]), :] = True
+        if state[f"{prefix}.attn.W_O"][~keep].any():
+            raise ValueError(f"{prefix}.attn.W_O has nonzero padding")
+        mlp = f"{prefix}.mlp"
+        width = len(layer["mlp"]["activations"]) if layer["mlp"] is not None else 0
+        w_in = take(state[f"{mlp}.W_in"], (slice(None), slice(0, width)), f"{mlp}.W_in")
+        b_in = take(state[f"{mlp}.b_in"], (slice(0, width),), f"{mlp}.b_in")
+        w_out = take(state[f"{mlp}.W_out"], (slice(0, width), slice(None)), f"{mlp}.W_out")
+        if layer["mlp"] is None:
+            if state[f"{mlp}.b_out"].any():
+                raise ValueError(f"{mlp}.b_out is nonzero in a layer without an MLP")
+            continue
+        name = f"layer{l_index}.mlp"
+        arrays.update({f"{name}.w1": w_in.T, f"{name}.b1": b_in, f"{name}.w2": w_out.T})
+        arrays[f"{name}.b2"] = state[f"{mlp}.b_out"]
+    for k in range(len(header["outputs"])):
+        arrays[f"output{k}.weights"] = state["unembed.W_U"][:, k]
+    return header, arrays
+
+
+def _shapes(cfg: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """The state dict's names and shapes for ``cfg``."""
+    d, n, h, m = (int(cfg[k]) for k in ("d_model", "n_heads", "d_head", "d_mlp"))
+    shapes: dict[str, tuple[int, ...]] = {
+        "embed.W_E": (int(cfg["d_vocab"]), d),
+        "pos_embed.W_pos": (int(cfg["n_ctx"]), d),
+        "unembed.W_U": (d, int(cfg["d_vocab_out"])),
+        "unembed.b_U": (int(cfg["d_vocab_out"]),),
+    }
+    for layer in range(int(cfg["n_layers"])):
+        a, p = f"blocks.{layer}.attn.", f"blocks.{layer}.mlp."
+        shapes.update({a + w: (n, d, h) for w in ("W_Q", "W_K", "W_V")})
+        shapes.update({a + b: (n, h) for b in ("b_Q", "b_K", "b_V")})
+        shapes.update({a + "W_O": (n, h, d), a + "b_O": (d,)})
+        shapes.update(
+            {p + "W_in": (d, m), p + "b_in": (m,), p + "W_out": (m, d), p + "b_out": (d,)}
+        )
+    return shapes

@@ -49,8 +49,9 @@ their sizes differ)::
     hook_resid_final                    what the readout reads          (B, T, d)
     hook_outputs                        raw outputs                     (B, T, K)
 
-With ``patterns=True`` every head takes the chunked path in a single chunk, so that its
-full attention pattern exists (O(B·T²) memory).
+With ``patterns=True`` every head (with a predicate, every head whose pattern point it
+accepts) takes the chunked path in a single chunk, so that its full attention pattern
+exists (O(B·T²) memory).
 """
 
 from __future__ import annotations
@@ -84,13 +85,14 @@ SCORE_BUDGET = 1 << 23
 class Observer(Generic[A]):
     """Receives the named points of the forward pass (module docstring). ``hook(name,
     value)`` returns a replacement or None (keep the value); ``patterns=True`` asks for
-    every head's attention pattern."""
+    every head's attention pattern, a predicate for those of the heads whose full
+    ``…hook_pattern`` name it accepts."""
 
     def __init__(
         self,
         hook: Callable[[str, A], A | None],
         *,
-        patterns: bool = False,
+        patterns: bool | Callable[[str], bool] = False,
         prefix: str = "",
     ) -> None:
         self.hook = hook
@@ -100,6 +102,12 @@ class Observer(Generic[A]):
     def __call__(self, name: str, value: A) -> A:
         out = self.hook(self.prefix + name, value)
         return value if out is None else out
+
+    def wants(self, name: str) -> bool:
+        """Whether the pattern point ``name`` (under this scope) is asked for."""
+        if isinstance(self.patterns, bool):
+            return self.patterns
+        return self.patterns(self.prefix + name)
 
     def scope(self, prefix: str) -> Observer[A]:
         """This observer with ``prefix`` before every name."""
@@ -338,7 +346,7 @@ def head_forward(
     keyed_ok: bool = True,
 ) -> A:
     """The head's contribution ``W_O Σ_s α_ts W_V x_s`` to the residual, ``(B, T, d)``."""
-    patterns = observe is not None and observe.patterns
+    patterns = observe is not None and observe.wants("hook_pattern")
     path = head_path(
         head,
         fused=ops.fused_attention,
@@ -401,7 +409,7 @@ def _chunked(
     batch, size = q.shape[0], q.shape[1]
     cols = ops.arange(size, like=q)
     keys = ops.swap_last(k)
-    whole = ops.tracing() or (observe is not None and observe.patterns)
+    whole = ops.tracing() or (observe is not None and observe.wants("hook_pattern"))
     if whole:
         return _rows(ops, head, q, keys, v, cols, cols, lengths, tolerance, observe)
     chunk = max(1, SCORE_BUDGET // max(1, batch * size))

@@ -19,6 +19,14 @@ generic in the length. Padding never reaches a real position: keys beyond a sequ
 length are masked. ``forward(..., observe=Observer(hook))`` reports the named points of
 the pass (listed in :mod:`crasp_compiler.runtime.forward`).
 
+Hook points. Each of those points is also an identity submodule
+(:class:`~crasp_compiler.runtime.hooks.HookPoint`) at the module path of its name
+(``hook_embed``, ``blocks.{l}.hook_resid_pre``, ``blocks.{l}.attn.heads.{h}.hook_z``,
+``blocks.{l}.mlp.hook_post``, ...; ``hook_dict`` maps names to them), so forward hooks and
+nnsight reach them; every block has an ``attn`` module, without heads in a layer that has
+none. ``run_with_cache`` and ``run_with_hooks`` work as in TransformerLens (patching
+included), and the cache labels its entries (:mod:`crasp_compiler.runtime.hooks`).
+
 Head kinds. Each head holds its kind (``blocks[i].attn.heads[h].kind``, a
 :class:`~crasp_compiler.model.model.HeadKind`): the one the model records (or, for heads
 built without one, the structural check of :func:`~crasp_compiler.model.model.derive_kinds`),
@@ -80,6 +88,12 @@ from crasp_compiler.model.model import (
 )
 from crasp_compiler.runtime import forward as fw
 from crasp_compiler.runtime.forward import Observer
+from crasp_compiler.runtime.hooks import (
+    ActivationCache,
+    HookFn,
+    HookPoint,
+    name_points,
+)
 from crasp_compiler.runtime.numpy_exec import beyond_guarantee, numeric_matrix
 
 Tensor = torch.Tensor
@@ -296,6 +310,8 @@ class AttentionHead(nn.Module):
         self.mask: Mask = head.mask
         self.label = head.label
         self.kind: HeadKind = kind
+        self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
+        self.hook_pattern, self.hook_z, self.hook_result = HookPoint(), HookPoint(), HookPoint()
 
     def forward(
         self, x: Tensor, lengths: Tensor, observe: Observer[Tensor] | None = None
@@ -348,6 +364,7 @@ class FeedForward(nn.Module):
         units = np.array([str(a) for a in self.activations])
         for kind in Activation:
             self.register_buffer(f"is_{kind}", torch.tensor(units == kind.value), persistent=False)
+        self.hook_pre, self.hook_normalized, self.hook_post = HookPoint(), HookPoint(), HookPoint()
 
     def unit_mask(self, activation: Activation) -> Tensor:
         masks = {
@@ -362,15 +379,22 @@ class FeedForward(nn.Module):
 
 
 class Block(nn.Module):
+    """One layer: its attention (without heads in a layer that has none) and its MLP (None
+    in a layer without one)."""
+
     def __init__(self, layer: Layer, kinds: list[HeadKind]) -> None:
         super().__init__()
-        self.attn = Attention(layer.heads, kinds) if layer.heads else None
+        self.attn = Attention(layer.heads, kinds)
         self.mlp = FeedForward(layer.mlp) if layer.mlp is not None else None
+        self.hook_resid_pre, self.hook_attn_out = HookPoint(), HookPoint()
+        self.hook_resid_mid, self.hook_mlp_out = HookPoint(), HookPoint()
+        self.hook_resid_post = HookPoint()
 
     def forward(
         self, x: Tensor, lengths: Tensor, observe: Observer[Tensor] | None = None
     ) -> Tensor:
-        return fw.block_forward(self.attn, self.mlp, x, lengths, observe)
+        attention = self.attn if len(self.attn.heads) else None
+        return fw.block_forward(attention, self.mlp, x, lengths, observe)
 
 
 class _Parts:
@@ -434,6 +458,14 @@ class TorchTransformer(nn.Module):
         self.guarantee = model.guarantee
         self.accept = model.accept
         self.options, self.source, self.info = dict(model.options), model.source, dict(model.info)
+        self.hook_embed, self.hook_pos_embed, self.hook_numeric_embed = (
+            HookPoint(),
+            HookPoint(),
+            HookPoint(),
+        )
+        self.hook_resid_final, self.hook_outputs = HookPoint(), HookPoint()
+        self.patterns = False  # materialise every head's pattern (for hook_pattern)
+        self.hook_dict: dict[str, HookPoint] = name_points(self)
         self._versions = self._parameter_versions()
         self.register_load_state_dict_post_hook(_refresh_after_load)  # type: ignore[no-untyped-call]
 
@@ -445,7 +477,7 @@ class TorchTransformer(nn.Module):
 
     def head_rows(self) -> list[list[AttentionHead]]:
         """The heads of each layer."""
-        return [block.attn.head_list() if block.attn is not None else [] for block in self.layers()]
+        return [block.attn.head_list() for block in self.layers()]
 
     def _parameter_versions(self) -> tuple[int, ...]:
         return tuple(int(p._version) for p in self.parameters())
@@ -513,11 +545,89 @@ class TorchTransformer(nn.Module):
         """Raw outputs ``(B, T, K)`` for BOS-prefixed ids ``(B, T)``; ``lengths`` (B,)
         counts the tokens after BOS (default: no padding); ``values`` ``(B, T, m)`` are the
         numeric inputs of a model that has them (0 at BOS and padding; see ``encode``);
-        ``observe`` receives the named points of the pass."""
+        ``observe`` receives the named points of the pass, after their hook points
+        (:mod:`crasp_compiler.runtime.hooks`: the pass goes through them while one is
+        active, not while compiling or exporting)."""
         self._check_kinds()
         if lengths is None:
             lengths = torch.full((ids.shape[0],), ids.shape[1] - 1, device=ids.device)
+        if not torch.compiler.is_compiling() and (observe is not None or self._hooks_active()):
+            observe = self._observer(observe)
         return fw.forward(TORCH, _Parts(self), ids, lengths, values, observe)
+
+    def _hooks_active(self) -> bool:
+        if torch.nn.modules.module._global_forward_hooks or self.patterns:
+            return True
+        return any(point.active() for point in self.hook_dict.values())
+
+    def _observer(self, outer: Observer[Tensor] | None) -> Observer[Tensor]:
+        """Routes every point through its :class:`HookPoint`, then to ``outer``; asks for
+        the patterns of heads whose pattern point is hooked (or wanted by ``outer``)."""
+        points = self.hook_dict
+
+        def hook(name: str, value: Tensor) -> Tensor | None:
+            point = points.get(name)
+            if point is not None:
+                value = point(value)
+            return value if outer is None else outer(name, value)
+
+        def patterns(name: str) -> bool:
+            if self.patterns or (outer is not None and outer.wants(name)):
+                return True
+            point = points.get(name)
+            return point is not None and point.hooked()
+
+        return Observer(hook, patterns=patterns)
+
+    def run_with_cache(
+        self,
+        ids: Tensor,
+        lengths: Tensor | None = None,
+        values: Tensor | None = None,
+        names_filter: str | Sequence[str] | Callable[[str], bool] | None = None,
+    ) -> tuple[Tensor, ActivationCache]:
+        """Raw outputs and the activations at the hook points ``names_filter`` accepts (a
+        name, names, a predicate; None: all, attention patterns included), detached, with
+        labels (:class:`~crasp_compiler.runtime.hooks.ActivationCache`)."""
+        if names_filter is None:
+            keep: Callable[[str], bool] = lambda name: True  # noqa: E731
+        elif isinstance(names_filter, str):
+            keep = names_filter.__eq__
+        elif callable(names_filter):
+            keep = names_filter
+        else:
+            keep = set(names_filter).__contains__
+        store: dict[str, Tensor] = {}
+
+        def record(name: str, value: Tensor) -> None:
+            if keep(name):
+                store[name] = value.detach()
+
+        raw = self(ids, lengths, values, Observer(record, patterns=keep))
+        return raw, ActivationCache(store, self)
+
+    def run_with_hooks(
+        self,
+        ids: Tensor,
+        lengths: Tensor | None = None,
+        values: Tensor | None = None,
+        fwd_hooks: Sequence[tuple[str | Callable[[str], bool], HookFn]] = (),
+    ) -> Tensor:
+        """Raw outputs with ``fwd_hooks`` on for this pass: ``(name or predicate, fn)``,
+        ``fn(activation, hook)`` returning a replacement (patching) or None."""
+        handles = []
+        try:
+            for which, fn in fwd_hooks:
+                names = [which] if isinstance(which, str) else list(filter(which, self.hook_dict))
+                for name in names:
+                    if name not in self.hook_dict:
+                        raise CraspError(f"no hook point {name!r}")
+                    handles.append(self.hook_dict[name].add_hook(fn))
+            out: Tensor = self(ids, lengths, values)
+            return out
+        finally:
+            for handle in handles:
+                handle.remove()
 
     def encode(
         self, inputs: Sequence[Sequence[str]], device: torch.device | str | None = None

@@ -307,10 +307,16 @@ def test_info(tmp_path):
     assert fields["accept"] == "L"
     assert fields["outputs"] == "L (bool)"
     assert "C-RASP[local]" in fields["source"]
-    layout = output.split("residual layout:\n", 1)[1].splitlines()
-    assert [line.split(None, 1) for line in layout] == [
+    # a summary by kind of label; --layout lists every dimension
+    assert f"residual layout: {model.width} dimensions by kind (--layout lists each)" in output
+    for name in model.info["definitions"]:
+        assert re.search(rf"^    {name} = .*  \[(embed|L\d+ (head \d+|mlp))\]$", output, re.M)
+    full = ok("info", "--layout", path).output
+    layout = full.split("residual layout:\n", 1)[1].splitlines()
+    assert [line.split()[:2] for line in layout] == [
         [str(k), label] for k, label in enumerate(model.residual)
     ]
+    assert all(re.search(r"\[(embed|L\d+ (head \d+|mlp))\]$", line) for line in layout)
 
 
 def test_info_positional_features(tmp_path):

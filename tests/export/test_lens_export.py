@@ -208,9 +208,11 @@ def test_padding_heads_and_mlps():
     assert not state["blocks.2.attn.W_O"][1].any()
     for name in ("W_in", "b_in", "W_out", "b_out"):
         assert not state[f"blocks.2.mlp.{name}"].any()
-    # the head scale is folded into W_Q; padding columns are zero
+    # the head scale and √d_head are folded into W_Q; padding columns are zero
     head = model.layers[0].heads[1]
-    np.testing.assert_array_equal(state["blocks.0.attn.W_Q"][1][:, 0], 0.7 * head.w_q[0])
+    np.testing.assert_array_equal(
+        state["blocks.0.attn.W_Q"][1][:, 0], 0.7 * np.sqrt(3) * head.w_q[0]
+    )
     assert not state["blocks.0.attn.W_Q"][1][:, 1:].any()
 
 
@@ -273,7 +275,7 @@ def test_shapes(name):
         state[k].any() for k in state if k.split(".")[-1] in ("b_Q", "b_K", "b_V", "b_O")
     )
     assert not state["unembed.b_U"].any()
-    assert cfg["normalization_type"] is None and cfg["use_attn_scale"] is False
+    assert cfg["normalization_type"] is None and cfg["use_attn_scale"] is True
     assert cfg["positional_embedding_type"] == "standard" and cfg["attn_only"] is False
     assert cfg["default_prepend_bos"] is True
 
@@ -450,3 +452,46 @@ def test_export_refuses_without_writing(tmp_path):
     with pytest.raises(CraspError, match="relative position bias"):
         export_lens(model, tmp_path / "lens")
     assert not (tmp_path / "lens").exists()
+
+
+def test_load_lens_export_rebuilds_the_model(tmp_path):
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    from crasp_compiler.api import load_model
+
+    rng = np.random.default_rng(8)
+    model = hand_model(rng, PADDED)
+    out = export_lens(model, tmp_path / "lens", n_ctx=12)
+    rebuilt = load_model(out)
+    assert rebuilt.guarantee.max_len == 11  # unbounded model: capped at n_ctx - 1
+    assert [len(layer.heads) for layer in rebuilt.layers] == [2, 0, 1]  # no padding heads
+    assert rebuilt.layers[1].mlp is not None and rebuilt.layers[2].mlp is None
+    inputs = random_inputs(rng, "xy", 10, 11)
+    a, b = run(model, inputs), run(rebuilt, inputs)
+    for name in ("o", "c"):
+        np.testing.assert_allclose(b.outputs[name], a.outputs[name], rtol=TOL, atol=TOL)
+    assert load_model(out / "config.json").residual == model.residual
+    # weights that are no longer a crasp model are refused, naming the tensor
+    state = safetensors_numpy.load_file(str(out / "model.safetensors"))
+    state["blocks.2.attn.W_O"][1, 0, 0] = 1.0
+    safetensors_numpy.save_file(state, str(out / "model.safetensors"))
+    with pytest.raises(CraspError, match=r"blocks\.2\.attn\.W_O has nonzero padding"):
+        load_model(out)
+    config = json.loads((out / "config.json").read_text())
+    config["version"] = 1
+    (out / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CraspError, match="unsupported lens export version 1"):
+        load_model(out)
+
+
+def test_crasp_check_reads_a_lens_export(tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("safetensors")
+    from click.testing import CliRunner
+
+    from crasp_compiler.cli import main
+
+    out = export_lens(compiled(EXAMPLES[0].parent / "dyck1.cr"), tmp_path / "lens")
+    args = ["check", str(out), "--samples", "40", "--max-len", "20"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "all runtimes agree" in result.output

@@ -249,7 +249,7 @@ class _Lowerer:
             return {NONBOS: 1} if column else {}
         out = self.fresh("bool")
 
-        block = ffn.boolean_function(forms, table, out, nonbos=NONBOS, label=f"formula -> {out}")
+        block = ffn.boolean_function(forms, table, out, nonbos=NONBOS, label=format_expr(node))
         self.add(block, {out: 1})
         self.track("table", out, forms, node)
         return {out: 1}
@@ -303,18 +303,17 @@ class _Lowerer:
         if self.mode == "layernorm":
             # the BOS guard −M·bos (M = bound + 1) makes z ≤ −1 at BOS, so BOS reads 0
             guarded = form_add((1, z), (-(bound + 1), {BOS: 1.0}))
-            block = layernorm.positive(guarded, out, label=f"sign -> {out}")
+            block = layernorm.positive(guarded, out, label=format_expr(node))
         else:
             # heaviside: one Heaviside unit; relu: GEZero_δ with δ = 1/(4(N+1)), exact
             # since |z| ≥ ONE/2 ≥ 2δ for t ≤ N — with a slack of δ, so that rounding
             # errors below it change nothing. The BOS guard −M·bos (M = bound + 1 + δ)
             # puts z ≤ −1 − δ at BOS, so BOS reads 0.
-            kind = "threshold"
             if self.mode == "relu":
                 assert self.max_len is not None
-                tolerance, kind = 1 / (4 * (self.max_len + 1)), "ramp"
+                tolerance = 1 / (4 * (self.max_len + 1))
             guarded = form_add((1, z), (-(bound + 1 + tolerance), {BOS: 1.0}))
-            block = ffn.ge_zero(guarded, out, tolerance=tolerance, label=f"{kind} -> {out}")
+            block = ffn.ge_zero(guarded, out, tolerance=tolerance, label=format_expr(node))
         self.add(block, {out: 1})
         what = f"the comparison `{format_expr(node)}`"
         self.track("threshold", out, z, self.mode, node, what, ramp_width=tolerance)
@@ -349,7 +348,7 @@ class _Lowerer:
                 # one unit and a linear read (g: the gcd of the coefficients)
                 g = _gcd(form_add((sign, x), (-sign, y)))
                 make = ffn.minimum_one_unit if sign < 0 else ffn.maximum_one_unit
-                label = f"{type(node).__name__.lower()} -> {out}"
+                label = format_expr(node)
                 block, form = make(y, x, out, factor=g, label=label)
                 (unit,) = block.units
                 z = Form(unit.form)
@@ -367,7 +366,7 @@ class _Lowerer:
                 out = self.fresh("cond")
                 bound = min(self.bound(diff), value.stored_max())
                 gate = ffn.conditional_bigm(
-                    bit, diff, Form(), out, bound=bound, label=f"conditional -> {out}"
+                    bit, diff, Form(), out, bound=bound, label=format_expr(node)
                 )
                 self.add(gate, {out: bound})
                 self.track("gate", out, bit, diff, bound, value)
@@ -416,12 +415,15 @@ class _Lowerer:
             self.bounds[node] = value
         return self.bounds[node]
 
-    def prefix_count(self, arg: Form, node: Node | None = None) -> Form:
-        """``# P``: the causal average of the Boolean form ``arg`` (0 at BOS)."""
+    def prefix_count(self, arg: Form, node: Node | None = None, label: str | None = None) -> Form:
+        """``# P``: the causal average of the Boolean form ``arg`` (0 at BOS); the head is
+        labelled ``label``, else with the source expression ``node``."""
         key = (frozenset(arg.items()), 0)
         if key not in self.shifted:
             out = self.fresh("count")
-            self.add(attention.causal_average(arg, out, label=f"# -> {out}"), {out: 1})
+            if label is None:
+                label = format_expr(node) if node is not None else f"# -> {out}"
+            self.add(attention.causal_average(arg, out, label=label), {out: 1})
             self.track("average", out, arg, node)
             self.shifted[key] = Form({out: 1})
         return self.shifted[key]
@@ -434,7 +436,7 @@ class _Lowerer:
             return self.prefix_count(arg, node) if shift == 0 else self.shifted[key]
         constant = {BOS: 1.0, NONBOS: 1.0}  # 1 at every position
         bit = self.fresh(f"prev{shift}")
-        label = f"P(i-{shift}) -> {bit}"
+        label = f"P(i-{shift}) in {format_expr(node)}"
         if self.mode == "relu":
             assert self.max_len is not None
             soft = self.fresh(f"soft{shift}")
@@ -445,13 +447,13 @@ class _Lowerer:
                 {soft: 1},
             )
             self.track("lookup", soft, arg, soft=True)
-            clean = ffn.clean_bit({soft: 1}, bit, label=f"clean -> {bit}")
+            clean = ffn.clean_bit({soft: 1}, bit, label=f"{label} (clean)")
             self.add(clean, {bit: 1})
             self.track("clean", bit, {soft: 1}, node)
         else:
             self.add(attention.offset_lookup(arg, shift, bit, constant, BOS, label), {bit: 1})
             self.track("lookup", bit, arg, soft=False)
-        form = self.prefix_count(Form({bit: 1}), node)
+        form = self.prefix_count(Form({bit: 1}), node, label=f"# {label}")
         self.shifted[key] = form
         return form
 
@@ -475,8 +477,8 @@ class _Lowerer:
             for offset in range(start, stop + 1):
                 bit = self.fresh(f"prev{offset}")
                 out = self.fresh("local")
-                lookup_label = f"P(i-{offset}) -> {bit}"
-                gate_label = f"ONE·P(i-{offset}) -> {out}"
+                lookup_label = f"P(i-{offset}) in {format_expr(node)}"
+                gate_label = f"ONE·P(i-{offset}) in {format_expr(node)}"
                 if self.mode == "relu":
                     assert self.max_len is not None
                     lookup = attention.soft_offset_lookup(

@@ -404,7 +404,7 @@ class _Lowerer:
                 make = ffn.relu
                 lo, hi = max(x.lo, 0.0), max(x.hi, 0.0)
             out = self.fresh(fn)
-            block = make(x.form, out, label=f"{fn} -> {out}")
+            block = make(x.form, out, label=self.site(fn))
             return self.nonlinear(block, [(1.0, x)], lo, hi, x.magnitude, x.unbounded)
         if fn == "clamp":
             if len(args) != 3 or args[1].const is None or args[2].const is None:
@@ -422,7 +422,7 @@ class _Lowerer:
             if low == high:
                 return self.constant([low] * self.n)
             try:  # flat pieces of width max(1, |bound|): a unit step vanishes next to 1e300
-                block = ffn.clamp(x.form, low, high, out, label=f"clamp -> {out}")
+                block = ffn.clamp(x.form, low, high, out, label=self.site("clamp"))
             except ValueError:
                 raise self.error(
                     f"clamp(x, {low:g}, {high:g}): the bounds overflow float64"
@@ -449,7 +449,7 @@ class _Lowerer:
             shift = self.constant([z.magnitude if o else 0.0 for o in outside])
             shifted = self.combine((1, z), (-1, shift))
             out = self.fresh(f"{fn}-in-branch")
-            block = ffn.relu(shifted.form, out, label=f"{fn} in a branch -> {out}")
+            block = ffn.relu(shifted.form, out, label=self.site(f"{fn} in a branch"))
             relu = self.nonlinear(block, [(1.0, shifted)], 0.0, max(z.hi, 0.0), shifted.magnitude)
             result = self.combine((1, x), (-1 if fn == "min" else 1, relu))
             if fn == "min":
@@ -459,7 +459,7 @@ class _Lowerer:
             return replace(self.hull(result, [x, y]), lo=lo, hi=hi, same=(x, outside))
         out = self.fresh(fn)
         make = ffn.minimum if fn == "min" else ffn.maximum
-        block = make(x.form, y.form, out, label=f"{fn} -> {out}")
+        block = make(x.form, y.form, out, label=self.site(fn))
         if fn == "min":
             lo, hi = min(x.lo, y.lo), min(x.hi, y.hi)
         else:
@@ -537,7 +537,7 @@ class _Lowerer:
         else:
             make = {"gt": ffn.gt_zero, "ge": ffn.ge_zero, "eq": ffn.eq_zero}[kind]
             out = self.fresh(f"cmp{node.op}")
-            block = make(d.form, out, tolerance=margin, label=f"{label} -> {out}")
+            block = make(d.form, out, tolerance=margin, label=self.site(label))
             # the ramp clamp(d/m, 0, 1) is (1/m)-Lipschitz; a Heaviside step (m = 0) is not
             lipschitz = 1 / margin if margin > 0 else INF
             p = self.nonlinear(
@@ -559,9 +559,7 @@ class _Lowerer:
 
         def unit(make, z: Value) -> Value:
             out = self.fresh("cmp")
-            return Value(
-                self.mlp(make(z.form, out, tolerance=0.0, label=f"{label} -> {out}")), 0, 1
-            )
+            return Value(self.mlp(make(z.form, out, tolerance=0.0, label=self.site(label))), 0, 1)
 
         if kind == "gt":
             return unit(ffn.gt_zero, self.combine((1, d), (-1, half)))
@@ -611,7 +609,7 @@ class _Lowerer:
         bound = self.require(z.magnitude, z, "this conditional (big-M gating)")
         out = self.fresh("select")
         block = ffn.conditional_bigm(
-            p.form, z.form, Form(), out, bound=bound, label=f"select -> {out}"
+            p.form, z.form, Form(), out, bound=bound, label=self.site("select")
         )
         # g(p, z) moves by ≤ Δz + M·Δp for p ≤ 1; the output is y + g
         gate = self.nonlinear(
@@ -683,12 +681,28 @@ class _Lowerer:
                 Form(),
                 out,
                 bound=bound,
-                label=f"per-machine select -> {out}",
+                label=self.site("per-machine select"),
             )
             lo, hi = min(z.lo, 0.0), max(z.hi, 0.0)
             terms.append((1.0, self.nonlinear(gate, [(1.0, z)], lo, hi, 2 * bound)))
         result = self.hull(self.combine(*terms), [value for value, _ in options])
         return replace(result, choices=tuple(options))
+
+    def site(self, what: str) -> str:
+        """A label for a block computing ``what`` in the current statement: ``what`` and
+        the statement's source text (cut to one line)."""
+        span, source = self.span, self.program.source
+        if span is None or not source:
+            return what
+        lines = source.splitlines()
+        if not 0 < span.line <= len(lines):
+            return what
+        line = lines[span.line - 1]
+        end = span.end_column - 1 if span.end_line == span.line else len(line)
+        text = " ".join(line[span.column - 1 : end].split())
+        if len(text) > 60:
+            text = text[:59] + "…"
+        return f"{what} in `{text}`" if text else what
 
     # -------------------------------------------------------------- statements
 

@@ -1,0 +1,155 @@
+"""Load a compiled model into the real TransformerLens (the ``lens`` extra).
+
+:func:`to_transformer_lens` builds a ready TransformerLens 4.x model
+(``TransformerBridge.boot_native``, float64) from a :class:`Model` or a lens export
+directory, avoiding the two traps that change the outputs:
+
+- attention scale: 4.x divides scores by ``√d_head`` even under ``use_attn_scale=False``;
+  the export says ``use_attn_scale=True`` and folds ``√d_head`` into ``W_Q``;
+- unembed centring: the bridge is returned without weight processing; never call
+  ``enable_compatibility_mode()`` with its defaults (``center_unembed`` zeroes a model with
+  one output column): pass ``no_processing=True``.
+
+TransformerLens 3.x (``HookedTransformer``) is not handled here (not tested: the two
+cannot be installed side by side); docs/transformer-lens.md gives its manual recipe.
+TransformerLens has one head count for every layer, so a layer with fewer heads shows
+all-zero padding heads: :attr:`LensModel.head_labels` marks them ``None``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from crasp_compiler.errors import CraspError
+from crasp_compiler.export.lens import lens_state_dict, read_lens_config
+from crasp_compiler.model.model import Model
+
+
+class WordTokenizer:
+    """Word-level tokenizer over a model's vocabulary: id 0 is BOS, prepended by
+    :meth:`encode`; unknown tokens are refused."""
+
+    def __init__(self, vocab: Sequence[str]) -> None:
+        self.vocab = list(vocab)
+        self.bos_token = self.vocab[0]
+        self.bos_token_id = 0
+        self._ids = {word: i for i, word in enumerate(self.vocab) if i > 0}
+
+    def encode(self, words: str | Sequence[str]) -> list[int]:
+        """``[0, id(w1), id(w2), …]``; a string is split on whitespace."""
+        if isinstance(words, str):
+            words = words.split()
+        unknown = sorted({w for w in words if w not in self._ids})
+        if unknown:
+            known = ", ".join(repr(w) for w in self.vocab[1:])
+            raise CraspError(
+                f"unknown token(s) {', '.join(repr(w) for w in unknown)} (vocabulary: {known})"
+            )
+        return [0, *(self._ids[w] for w in words)]
+
+    def decode(self, ids: Sequence[int]) -> list[str]:
+        """The words of ``ids`` (a leading BOS dropped)."""
+        ids = [int(i) for i in ids]
+        if ids and ids[0] == 0:
+            ids = ids[1:]
+        bad = [i for i in ids if not 0 < i < len(self.vocab)]
+        if bad:
+            raise CraspError(f"token id(s) {bad} are not words of this vocabulary")
+        return [self.vocab[i] for i in ids]
+
+
+@dataclass
+class LensModel:
+    """A TransformerLens model of a compiled model, with what reading it needs.
+
+    ``model``: the ``TransformerBridge`` (float64; ``model(tokens)`` gives logits
+    ``[batch, pos, len(outputs)]``). ``residual``: the label of each residual dimension.
+    ``head_labels[layer][head]``: the head's label, ``None`` for an all-zero padding head.
+    ``outputs``: per logit column, its name, decision rule and rule text.
+    """
+
+    model: Any
+    tokenizer: WordTokenizer
+    residual: list[str]
+    head_labels: list[list[str | None]]
+    outputs: list[dict[str, Any]]
+    config: dict[str, Any]
+    version: str
+
+    def logits(self, words: str | Sequence[str]) -> Any:
+        """Logits ``[pos, len(outputs)]`` for one input (BOS prepended)."""
+        import torch
+
+        tokens = torch.tensor([self.tokenizer.encode(words)])
+        with torch.no_grad():
+            return self.model(tokens)[0]
+
+
+def transformer_lens_version() -> str | None:
+    """The installed TransformerLens version, or None."""
+    try:
+        return metadata.version("transformer-lens")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def to_transformer_lens(
+    source: Model | str | Path, n_ctx: int | None = None, device: str = "cpu"
+) -> LensModel:
+    """A ready TransformerLens 4.x model of ``source`` (a compiled model, or a lens export
+    directory), float64 and exact. ``n_ctx`` as in :func:`lens_state_dict` (models only)."""
+    version = transformer_lens_version()
+    if version is None:
+        raise CraspError("TransformerLens is not installed: pip install 'crasp-compiler[lens]'")
+    if int(version.split(".")[0]) < 4:
+        raise CraspError(
+            f"to_transformer_lens needs TransformerLens 4.x (found {version}); for 3.x load "
+            "the export with HookedTransformer as docs/transformer-lens.md describes"
+        )
+    import numpy as np
+    import torch
+    from transformer_lens import TransformerBridge, TransformerBridgeConfig
+    from transformer_lens.utilities.tl_checkpoint_conversion import convert_tl_checkpoint
+
+    if isinstance(source, Model):
+        state, config = lens_state_dict(source, n_ctx)
+    else:
+        if n_ctx is not None:
+            raise CraspError("n_ctx applies to models, not export directories")
+        directory = Path(source)
+        directory = directory.parent if directory.name == "config.json" else directory
+        found = read_lens_config(directory)
+        if found is None:
+            raise CraspError("not a crasp lens export", filename=str(directory))
+        config = found
+        from safetensors.numpy import load_file
+
+        state = load_file(str(directory / "model.safetensors"))
+    cfg = TransformerBridgeConfig(**config["cfg"], dtype=torch.float64, device=device)
+    bridge = TransformerBridge.boot_native(cfg, dtype=torch.float64, device=device)
+    tensors = {k: torch.from_numpy(np.asarray(v, dtype=np.float64)) for k, v in state.items()}
+    result = bridge.load_state_dict(convert_tl_checkpoint(tensors, cfg), strict=True)
+    if result.missing_keys or result.unexpected_keys:  # strict raises first; kept as a check
+        raise CraspError(f"TransformerLens did not take every weight: {result}")
+    bridge.eval()
+    crasp = config["crasp"]
+    n_heads = config["cfg"]["n_heads"]
+    head_labels: list[list[str | None]] = []
+    for layer in crasp["model"]["layers"]:
+        labels: list[str | None] = [
+            str(head.get("label") or f"head {i + 1}") for i, head in enumerate(layer["heads"])
+        ]
+        head_labels.append(labels + [None] * (n_heads - len(labels)))
+    return LensModel(
+        model=bridge,
+        tokenizer=WordTokenizer(crasp["vocab"]),
+        residual=list(crasp["residual"]),
+        head_labels=head_labels,
+        outputs=list(crasp["outputs"]),
+        config=config,
+        version=version,
+    )
