@@ -111,7 +111,7 @@ def trace(model: Model, item: Any, *, on_beyond: str = "error") -> Trace:
             points.append((f"layer {index + 1} mlp", f"blocks.{index}.hook_resid_post"))
         for h, head in enumerate(layer.heads):
             weights = seen[f"blocks.{index}.attn.heads.{h}.hook_pattern"][0]
-            patterns.append(Pattern(index, h, head.label or f"head {h}", np.asarray(weights)))
+            patterns.append(Pattern(index, h, head.label or f"head {h + 1}", np.asarray(weights)))
     kept: list[Stage] = []
     previous: np.ndarray | None = None
     for label, name in points:
@@ -142,7 +142,7 @@ def sites(model: Model) -> list[str]:
         for h, head in enumerate(layer.heads):
             rows = _nonzero_rows(head.w_o)
             for k in np.flatnonzero(rows & ~written):
-                out[k] = f"L{index + 1} head {h}"
+                out[k] = f"L{index + 1} head {h + 1}"
             written |= rows
         if layer.mlp is not None:
             rows = _nonzero_rows(layer.mlp.w2) | (np.asarray(layer.mlp.b2) != 0)
@@ -185,7 +185,7 @@ def site_order(model: Model) -> list[str]:
     """Every sublayer's site name (as :func:`sites` writes them) in the order they run."""
     order = ["embed"]
     for index, layer in enumerate(model.layers):
-        order += [f"L{index + 1} head {h}" for h in range(len(layer.heads))]
+        order += [f"L{index + 1} head {h + 1}" for h in range(len(layer.heads))]
         order.append(f"L{index + 1} mlp")
     return order
 

@@ -48,7 +48,7 @@ def _views(run: Trace) -> list[dict[str, Any]]:
     for pattern in run.patterns:
         views.append(
             {
-                "title": f"attention L{pattern.layer + 1} head {pattern.head}: {pattern.label}",
+                "title": f"attention L{pattern.layer + 1} head {pattern.head + 1}: {pattern.label}",
                 "rows": [f"query {p}" for p in run.positions],
                 "columns": run.positions,
                 "changed": [False] * len(run.positions),

@@ -102,7 +102,7 @@ def test_definitions_and_sites():
     model = dyck()
     where = sites(model)
     assert len(where) == model.width
-    assert where[model.residual.index("C_open")] == "L1 head 0"
+    assert where[model.residual.index("C_open")] == "L1 head 1"
     assert where[model.residual.index("D")].endswith("mlp")
     found = {name: site for name, _, site in definitions(model)}
     assert set(found) == set(model.info["definitions"])
@@ -136,7 +136,7 @@ def test_figures_from_python():
 
 def test_program_graph():
     nodes, edges = program_graph(dyck())
-    assert dict(nodes)["C_open"] == "L1 head 0" and dict(nodes)["D"] == "L3 mlp"
+    assert dict(nodes)["C_open"] == "L1 head 1" and dict(nodes)["D"] == "L3 mlp"
     assert ("B", "D") in edges and ("M", "D") in edges and ("C_open", "V") in edges
     with pytest.raises(CraspError, match="records no definitions"):
         program_figure(cumsum())
