@@ -297,7 +297,7 @@ def _check_model(
 ) -> None:
     model = api.load_model(path)  # a broken model file is reported as such, torch or not
     need_torch()
-    from crasp_compiler.verify import buckets, check_model, span_text
+    from crasp_compiler.verify import check_model, span_text
 
     report = check_model(model, samples, max_len, device, "float32" if float32 else "float64", seed)
     click.echo(
@@ -314,7 +314,7 @@ def _check_model(
                 break
         raise CraspError(f"{report.disagreements} disagreeing positions", filename=path)
     if report.unsampled:
-        count = len(buckets(max_len))
+        count = len(report.buckets)
         raise CraspError(
             f"not sampled: lengths {', '.join(map(span_text, report.unsampled))} (--samples "
             f"{samples} reaches {samples} of the {count} length buckets up to --max-len "

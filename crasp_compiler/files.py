@@ -18,6 +18,15 @@ from pathlib import Path
 from crasp_compiler.errors import CraspError
 
 
+def read_program_text(path: str | Path) -> str:
+    """A program file's text (a leading BOM is not program text); CraspError naming the
+    file when it cannot be read or is not UTF-8."""
+    try:
+        return Path(path).read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as err:
+        raise CraspError(f"cannot read program: {err}", filename=str(path)) from None
+
+
 @contextmanager
 def replacing(path: str | Path, what: str = "") -> Iterator[Path]:
     """A temporary path next to ``path``: write it in the ``with`` block; when the block

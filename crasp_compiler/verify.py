@@ -21,22 +21,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from crasp_compiler.errors import CraspError
-from crasp_compiler.languages import get_language, language_of_model
+from crasp_compiler.languages import Language, get_language, language_of_model
 from crasp_compiler.model.model import Model
 from crasp_compiler.runtime.numpy_exec import run
 
 RUNTIMES = ("interpreter", "numpy", "torch")
-
-
-def buckets(max_len: int) -> list[tuple[int, int]]:
-    """Length ranges ``[0, 0], [1, 4], [5, 16], …`` (powers of 4), the last one ending at
-    ``max_len``."""
-    out = [(0, 0)]
-    low, high = 1, 4
-    while low <= max_len:
-        out.append((low, min(high, max_len)))
-        low, high = high + 1, high * 4
-    return out
 
 
 @dataclass
@@ -58,6 +47,11 @@ class CheckReport:
     tallies: dict[tuple[str, tuple[int, int]], Tally]
     max_raw_difference: float
     skipped: int = 0  # sampled inputs the interpreter refused
+
+    @property
+    def buckets(self) -> list[tuple[int, int]]:
+        """The length buckets sampled for."""
+        return list(dict.fromkeys(span for _, span in self.tallies))
 
     @property
     def longest(self) -> int:
@@ -110,6 +104,16 @@ def _differ(rule: str, a: np.ndarray, b: np.ndarray, tol: float) -> np.ndarray:
     return ~np.isclose(a, b, rtol=tol, atol=tol)
 
 
+def _accepted(language: Language, program: object, item: object, options: dict) -> bool:
+    """Whether the interpreter runs ``program`` on ``item`` (sampled inputs may be outside
+    the program's domain, e.g. two PCOC machines sending to one)."""
+    try:
+        language.interpret(program, [item], **options)
+    except CraspError:
+        return False
+    return True
+
+
 def check_model(
     model: Model,
     samples: int = 200,
@@ -160,17 +164,15 @@ def check_model(
         inputs = language.sample_inputs(model, rng, n, count)
         expected = None
         if program is not None:
-            kept = []
-            for item in inputs:
-                try:
-                    language.interpret(program, [item], **options)
-                    kept.append(item)
-                except CraspError:
-                    skipped += 1
-            inputs = kept
-            if not inputs:
-                continue
-            expected = language.interpret(program, inputs, **options).values
+            try:
+                expected = language.interpret(program, inputs, **options).values
+            except CraspError:  # some input is refused: keep the others
+                kept = [item for item in inputs if _accepted(language, program, item, options)]
+                skipped += len(inputs) - len(kept)
+                inputs = kept
+                if not inputs:
+                    continue
+                expected = language.interpret(program, inputs, **options).values
         tokens, numeric = language.model_inputs(model, inputs)
         if numeric is None and model.inputs:  # a hand-built model: standard normal values
             numeric = [np_rng.normal(size=(len(t), len(model.inputs))) for t in tokens]

@@ -28,6 +28,7 @@ import numpy as np
 
 from crasp_compiler.display import value_table
 from crasp_compiler.errors import CraspError
+from crasp_compiler.files import read_program_text
 from crasp_compiler.model.io import HEADER_CHECKS, HeaderProblem
 from crasp_compiler.model.model import Model
 
@@ -100,12 +101,7 @@ class Language(ABC):
 
     def load(self, path: str | Path, **options: Any) -> Any:
         """Read a program file and :meth:`parse` it."""
-        path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8-sig")  # a leading BOM is not program text
-        except (OSError, UnicodeDecodeError) as err:
-            raise CraspError(f"cannot read program: {err}", filename=str(path)) from None
-        return self.parse(text, str(path), **options)
+        return self.parse(read_program_text(path), str(path), **options)
 
     @abstractmethod
     def owns(self, program: object) -> bool:
@@ -135,13 +131,8 @@ class Language(ABC):
         """One input as text (in messages)."""
 
     def input_buckets(self, model: Model, max_len: int) -> list[tuple[int, int]]:
-        """The input-length ranges ``crasp check MODEL`` samples: ``0, 1–4, 5–16, …``."""
-        out = [(0, 0)]
-        low, high = 1, 4
-        while low <= max_len:
-            out.append((low, min(high, max_len)))
-            low, high = high + 1, high * 4
-        return out
+        """The input-length ranges ``crasp check MODEL`` samples (:func:`length_buckets`)."""
+        return length_buckets(max_len)
 
     def tolerance(self, model: Model, dtype: str) -> float:
         """How far a raw ``value`` output of the model may be from the interpreter's."""
@@ -238,6 +229,17 @@ class Language(ABC):
         """Labels of the model's positions (BOS first) for one input (``run --trace``)."""
         tokens, _ = self.model_inputs(model, [item])
         return ["ε", *tokens[0]]
+
+
+def length_buckets(max_len: int) -> list[tuple[int, int]]:
+    """Length ranges ``[0, 0], [1, 4], [5, 16], …`` (powers of 4), the last one ending at
+    ``max_len``."""
+    out = [(0, 0)]
+    low, high = 1, 4
+    while low <= max_len:
+        out.append((low, min(high, max_len)))
+        low, high = high + 1, high * 4
+    return out
 
 
 _LANGUAGES: dict[str, Language] = {}

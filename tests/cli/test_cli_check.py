@@ -22,10 +22,10 @@ from click.testing import CliRunner, Result
 from crasp_compiler import interpret_batch
 from crasp_compiler.cli import main
 from crasp_compiler.export.torch_files import export_model
+from crasp_compiler.languages.registry import length_buckets as buckets
 from crasp_compiler.model import load_model, save_model
 from crasp_compiler.model.model import Model
 from crasp_compiler.runtime.numpy_exec import run
-from crasp_compiler.verify import buckets
 from tests.languages.test_compiler import EXAMPLES, model, program
 
 DYCK = EXAMPLES / "dyck1.cr"

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from crasp_compiler.errors import CraspError
+from crasp_compiler.files import read_program_text
 from crasp_compiler.languages.crasp import build_program
 from crasp_compiler.languages.crasp.nodes import Program, TokenIs, walk
 from crasp_compiler.languages.crasp.syntax import parse_tree
@@ -26,12 +27,7 @@ def parse_program(
 
 def load_program(path: str | Path, alphabet: Iterable[str] | None = None) -> Program:
     """Read a ``.crasp`` or ``.cr`` file and check it."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")  # a leading BOM is not program text
-    except (OSError, UnicodeDecodeError) as err:
-        raise CraspError(f"cannot read program: {err}", filename=str(path)) from None
-    return parse_program(text, str(path), alphabet)
+    return parse_program(read_program_text(path), str(path), alphabet)
 
 
 def with_alphabet(program: Program, alphabet: Iterable[str]) -> Program:

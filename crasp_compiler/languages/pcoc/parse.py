@@ -27,6 +27,7 @@ from pathlib import Path
 from lark import Token, Tree
 
 from crasp_compiler.errors import CraspError, Diagnostic, Span
+from crasp_compiler.files import read_program_text
 from crasp_compiler.languages.pcoc.nodes import (
     STATIC_TYPES,
     Add,
@@ -1013,9 +1014,4 @@ def parse_pcoc(text: str, filename: str = "<program>") -> Program:
 
 def load_pcoc(path: str | Path) -> Program:
     """Read a ``.pcoc`` file and check it."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")  # a leading BOM is not program text
-    except (OSError, UnicodeDecodeError) as err:
-        raise CraspError(f"cannot read program: {err}", filename=str(path)) from None
-    return parse_pcoc(text, str(path))
+    return parse_pcoc(read_program_text(path), str(path))
