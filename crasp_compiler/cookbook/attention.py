@@ -9,7 +9,8 @@
   :func:`layernorm_hash_gap`;
 - predecessor (§5.4): :func:`predecessor_alternating` (two rightmost-hard heads and a
   conditional) and :func:`predecessor_strict` (strict future mask); the compiler's
-  :func:`offset_lookup` and :func:`soft_offset_lookup` read ``t − c`` with a bias;
+  :func:`offset_lookup` reads ``t − c`` with a bias, :func:`soft_offset_lookup` with
+  softmax on the absolute positions of :func:`lookup_quadratic`;
 - :func:`multi_head` (§5.5) and :func:`head_sum`;
 - :func:`tie_break` (§5.6): average-hard attention acting as leftmost/rightmost
   unique-hard attention;
@@ -543,24 +544,52 @@ def offset_lookup(
     )
 
 
-def soft_offset_lookup(
-    value: Form, offset: int, out: str, one: Form, bos: str, max_len: int, label: str = ""
-) -> HeadBlock:
-    """``offset_lookup`` with softmax: its scores multiplied by ``λ = log(4(N + 1))``.
+# The softmax offset lookup multiplies its scores by this integer (see below).
+SOFT_LOOKUP_SCALE = 3
 
-    This is :func:`sharpen` with gap 1 and ``‖α − hardmax‖₁ ≤ 2N/e^λ = N/(2(N + 1)) <
-    1/2`` (N non-maximal keys at most), so the winning key (``t − offset``, or BOS when
-    ``t < offset``) carries weight > 3/4, and for a {0,1} value that is 0 at BOS the
-    output is > 3/4 when the looked-up value is 1 and < 1/4 when it is 0. Follow with
-    :func:`crasp_compiler.cookbook.ffn.soft_gate`. Exact (after the gate) for lengths ≤ N.
+
+def soft_offset_lookup(
+    value: Form,
+    offset: int,
+    out: str,
+    one: Form,
+    *,
+    index: Form | None = None,
+    index_sq: Form | None = None,
+    label: str = "",
+) -> HeadBlock:
+    """Read a {0,1} ``value`` at position ``t − offset`` with softmax attention on
+    absolute positions: :func:`lookup_quadratic` with the query ``q_t = t − c``
+    (``index − c·one``) and every score multiplied by λ = :data:`SOFT_LOOKUP_SCALE` = 3,
+    folded into the query, so that the head has no relative bias and fits any
+    architecture with absolute positional embeddings (TransformerLens).
+
+    Key j scores ``3(2 q_t j − j²) = 3(q_t² − (q_t − j)²)``: the winner is
+    ``j* = t − c`` (BOS, j = 0, when t ≤ c: the scores fall as j grows), and a key at
+    distance d ≥ 1 from it scores ``≥ 3d²`` less, at most two keys at each distance. So
+    ``Σ_{j≠j*} α_j ≤ Σ_{j≠j*} e^{s_j − s_{j*}} ≤ 2 Σ_{d≥1} e^{−3d²} < 1/10`` and, for a
+    value in {0, 1} that is 0 at BOS, the output is within 1/10 of ``value_{t−c}``
+    (0 when t ≤ c) **at every length** in real arithmetic. Follow with
+    :func:`crasp_compiler.cookbook.ffn.soft_gate` or :func:`crasp_compiler.cookbook.ffn.clean_bit`.
+
+    In floating point with a p-bit significand the scores are computed exactly: every
+    query, key, product and partial sum is an integer of magnitude at most
+    ``9t² + 6ct < 2^p`` (t ≤ 1365 for c = 0 in float32, 3·10^7 in float64); beyond that
+    the model is not exact. Features ``index``, ``index^2``; width 2; 1 head.
     """
-    scale = math.log(4 * (max_len + 1))
+    one = as_form(one)
+    index = var("index") if index is None else as_form(index)
+    query = form_add((SOFT_LOOKUP_SCALE, index), (-SOFT_LOOKUP_SCALE * offset, one))
+    head = lookup_quadratic(
+        query, value, out, s=one * SOFT_LOOKUP_SCALE, index=index, index_sq=index_sq, label=label
+    )
     return replace(
-        _scaled(offset_lookup(value, offset, out, one, bos, label), scale),
+        head,
+        weighting="softmax",
         exact=Exactness(
-            f"output within 1/4 of the {{0,1}} value for lengths <= {max_len} (softmax)",
-            max_len=max_len,
-            error=0.25,
+            "output within 1/10 of the {0,1} value at every length (softmax on integer "
+            "scores, exact in floating point while 9t^2 + 6ct < 2^p)",
+            error=0.1,
         ),
     )
 

@@ -31,10 +31,10 @@ for relu and gelu_new), and ``d_mlp`` is the widest MLP (at least 1).
 
 What fits: softmax heads with causal masks, no relative position bias, MLPs whose units
 are all ReLU (``act_fn="relu"``) or all tanh-GELU (``"gelu_new"``), and no selective layer
-norm. Among compiled models, ``mode="relu"`` models of programs without local relations
-fit. ``heaviside`` models (Heaviside units, average-hard attention for local relations),
-``layernorm`` models (selective layer norm) and ``relu`` models of programs with local
-relations (relative position bias) do not: :func:`lens_state_dict` raises
+norm. Among compiled models, every ``mode="relu"`` C-RASP model fits (its local
+relations are softmax lookups on absolute positions). ``heaviside`` models (Heaviside
+units, average-hard attention with a relative position bias for local relations) and
+``layernorm`` models (selective layer norm) do not: :func:`lens_state_dict` raises
 :class:`CraspError` naming every obstacle, with layers and heads numbered from 1 as in
 ``crasp info`` and ``crasp run --trace``, and the TransformerLens name in parentheses
 (layer 1 is ``blocks.0``). ``n_ctx`` is at most :data:`MAX_N_CTX`, and the positional
@@ -85,8 +85,7 @@ _RULE_TEXT = {
 }
 _HINT = (
     "TransformerLens models need causal softmax heads without relative bias and one MLP "
-    "activation (relu or gelu_new) without layer norm: compile with mode='relu' a program "
-    "without local relations"
+    "activation (relu or gelu_new) without layer norm: compile with mode='relu'"
 )
 
 

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,8 @@ from crasp_compiler.runtime import numpy_exec
 from crasp_compiler.runtime.backend import NUMPY
 from crasp_compiler.runtime.forward import Observer, forward
 
+# A kind of residual label: a leading name up to ``:`` or ``#`` (token:a, onehot:3, recv:x#1).
+_KIND = re.compile(r"[A-Za-z_][\w^]*[:#]")
 # A residual entry counts as changed by a sublayer when it moves by more than this.
 CHANGED = 1e-9
 
@@ -192,12 +195,13 @@ def site_order(model: Model) -> list[str]:
 
 def layout_groups(model: Model) -> list[tuple[str, int, int, int]]:
     """The residual layout compressed: ``(kind, count, first, last)`` per kind of label,
-    the part before ``:`` or ``#`` (``onehot:0`` … ``onehot:63`` are 64 ``onehot:``),
-    in order of first appearance; other labels (definitions, slots) are their own kind."""
+    a leading name up to ``:`` or ``#`` (``onehot:0`` … ``onehot:63`` are 64
+    ``onehot:``), in order of first appearance; other labels (definitions, slots, source
+    expressions) are their own kind."""
     groups: dict[str, list[int]] = {}
     for k, label in enumerate(model.residual):
-        cut = min((label.index(c) for c in ":#" if c in label), default=-1)
-        key = label[: cut + 1] if cut > 0 else label
+        match = _KIND.match(label)
+        key = match.group(0) if match else label
         entry = groups.setdefault(key, [0, k, k])
         entry[0] += 1
         entry[2] = k

@@ -300,7 +300,7 @@ def test_info(tmp_path):
     assert fields["width"] == str(model.width)
     assert fields["mlp width"] == str(model.mlp_width)
     assert fields["parameters"] == f"{model.parameter_count():,}"
-    assert fields["positional"] == "(none)"
+    assert fields["positional"] == "index, index^2"  # the softmax lookups' keys
     assert fields["guarantee"] == model.guarantee.text
     assert fields["guarantee"].startswith("exact for inputs of length <= 16 (in float64")
     assert fields["source"] == "C-RASP[local]"
@@ -313,10 +313,11 @@ def test_info(tmp_path):
         assert re.search(rf"^    {name} = .*  \[(embed|L\d+ (head \d+|mlp))\]$", output, re.M)
     full = ok("info", "--layout", path).output
     layout = full.split("residual layout:\n", 1)[1].splitlines()
-    assert [line.split()[:2] for line in layout] == [
-        [str(k), label] for k, label in enumerate(model.residual)
-    ]
-    assert all(re.search(r"\[(embed|L\d+ (head \d+|mlp))\]$", line) for line in layout)
+    rows = [re.fullmatch(r"\s*(\d+)  (.*)  \[(embed|L\d+ (head \d+|mlp))\]", x) for x in layout]
+    assert [(int(m[1]), m[2]) for m in rows] == list(enumerate(model.residual))
+    # compiled dimensions are named by the source expression that writes them
+    assert 'P(i-1) in #[j <= i, j == i - 1] "1"' in model.residual
+    assert not any("#" in label and label.split("#")[-1].isdigit() for label in model.residual)
 
 
 def test_info_positional_features(tmp_path):

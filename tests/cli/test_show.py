@@ -6,6 +6,7 @@ SVG and one self-contained HTML page (loaded in headless Chromium when one exist
 from __future__ import annotations
 
 import functools
+import html
 import re
 import shutil
 import subprocess
@@ -259,6 +260,7 @@ def test_html_in_headless_chromium(files, tmp_path):
     views = stages + sum(len(layer.heads) for layer in model.layers) + 1  # + the outputs
     assert f'data-ready="{views}"' in dump.stdout
     rows = re.findall(r'<text[^>]*class="row[^"]*">([^<]*)</text>', dump.stdout)
+    rows = [html.unescape(row) for row in rows]
     assert rows == list(model.residual)
     assert {"C_open", "C_close", "D"} <= set(rows)
     # hovering a cell (a synthetic mousemove) shows its row, position and value

@@ -560,26 +560,56 @@ def test_offset_lookups_keep_their_weights_and_behaviour():
         "hard",
         1.0,
     )
-    soft = A.soft_offset_lookup(var("v"), 2, "o", one, bos, 50, "L")
-    lam = math.log(4 * 51)
-    assert soft.scale == lam and soft.bias == {2: 2 * lam} and soft.weighting == "softmax"
-    assert soft.exact == Exactness(
-        "output within 1/4 of the {0,1} value for lengths <= 50 (softmax)",
-        max_len=50,
-        error=0.25,
-    )
+    soft = A.soft_offset_lookup(var("v"), 2, "o", one, label="L")
+    assert soft.query == [{"index": 3.0, "BOS": -6.0, "nonbos": -6.0}, {"BOS": 3.0, "nonbos": 3.0}]
+    assert soft.key == [{"index": 2.0}, {"index^2": -1.0}]
+    assert (soft.scale, soft.bias, soft.weighting, soft.exact.max_len) == (1.0, {}, "softmax", None)
+    assert soft.exact.error == 0.1
     bits = [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0]
 
     def construct(b, x):
+        declare(b, soft)
         return {
             "h": b.add(A.offset_lookup(x["b"], 2, "h", b.one, "BOS")),
-            "s": b.add(A.soft_offset_lookup(x["b"], 2, "s", b.one, "BOS", len(bits))),
+            "s": b.add(A.soft_offset_lookup(x["b"], 2, "s", b.one)),
         }
 
     got = evaluate({"b": bits}, construct)
     want = np.array([0, 0, 0, *bits[:-2]])
     np.testing.assert_allclose(got["h"], want, atol=TOL)
-    assert np.all(np.abs(got["s"] - want) < 1 / 4)
+    assert np.all(np.abs(got["s"] - want) < 0.1)
+
+
+def test_soft_offset_lookup_bound_holds_at_every_length():
+    """``Σ_{j≠j*} α_j ≤ 2 Σ_d e^{−3d²} < 1/10`` whatever the length: a lone 1 at the winner
+    among 0s is read above 0.9, a lone 0 among 1s below 0.1 (the worst cases), at every
+    row of a 3000-token input and for offsets beyond the row (BOS wins)."""
+    assert 2 * sum(math.exp(-3 * d * d) for d in range(1, 10)) < 0.0996
+    size, c = 3000, 5
+    t = np.arange(size + 1, dtype=np.float64)
+    head = A.soft_offset_lookup(var("v"), c, "o", var("one"))
+    for lone in (0.0, 1.0):
+        for row in (1, 4, 5, 6, 7, 1500, size):
+            v = np.full(size + 1, 1.0 - lone)
+            v[0] = 0.0
+            winner = max(row - c, 0)
+            v[winner] = lone if winner else 0.0
+            columns = {"v": v, "one": np.ones(size + 1), "index": t, "index^2": t * t}
+            got = head.evaluate(columns)["o"][row]
+            assert abs(got - v[winner]) < 0.1, (lone, row)
+
+
+def test_soft_offset_lookup_scores_are_exact_integers_in_float32():
+    """Up to 9t² + 6ct < 2^24 every float32 score is the exact integer (the rounding
+    analysis's check), so the float32 head equals the float64 one to float32 rounding."""
+    c = 3
+    size = 1364  # 9·1364² + 6·3·1364 < 2^24
+    assert 9 * size**2 + 6 * c * size < 2**24
+    t = np.arange(size + 1)
+    q = np.stack([3 * (t - c), 3 * np.ones_like(t)], axis=1).astype(np.float32)
+    k = np.stack([2 * t, -(t**2)], axis=1).astype(np.float32)
+    exact = 3 * (2 * (t[:, None] - c) * t[None, :] - t[None, :] ** 2)
+    np.testing.assert_array_equal((q @ k.T).astype(np.int64), exact)
 
 
 # ---------------------------------------------------------------------------- §5.5

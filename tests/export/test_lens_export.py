@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import functools
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -160,27 +161,21 @@ PADDED = [([(2, 3), (1, 1)], 3), ([], 5), ([(1, 2)], None)]
 # --- tests ----------------------------------------------------------------------------------
 
 
-def test_fitting_examples_are_those_without_relative_bias():
-    fits, refused = [], []
+def test_every_example_exports_in_relu_mode():
+    """Local relations lower to softmax lookups on absolute positions in relu mode (no
+    relative bias), so every example fits TransformerLens."""
     for path in EXAMPLES:
         model = compiled(path)
-        try:
-            lens_state_dict(model)
-            fits.append(path.name)
-        except CraspError:
-            refused.append(path.name)
-        assert (path.name in fits) == (not has_relative_bias(model)), path.name
-    assert len(fits) >= 10
-    assert "tomita7_local.cr" in refused
+        assert not has_relative_bias(model), path.name
+        lens_state_dict(model)
+    local = compiled(EXAMPLES[0].parent / "tomita7_local.cr")
+    assert {"index", "index^2"} <= set(local.features)
+    assert has_relative_bias(compiled(EXAMPLES[0].parent / "tomita7_local.cr", "heaviside"))
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_examples_match_executor(path):
     model = compiled(path)
-    if has_relative_bias(model):
-        with pytest.raises(CraspError, match="relative position bias"):
-            lens_state_dict(model)
-        return
     rng = np.random.default_rng(len(path.name))
     check_against_executor(model, random_inputs(rng, model.vocab[1:], 10, MAX_LEN))
 
@@ -296,9 +291,15 @@ def test_refusals_name_every_obstacle():
     err = message(compiled(majority, "layernorm"))
     assert "layer 1 MLP (blocks.0.mlp) uses selective layer norm" in str(err)
     assert "n_ctx is required" in str(err)  # exact at every length: no default n_ctx
-    err = message(compiled(local, "relu"))
-    head = "layer 1 head 2 (blocks.0.attn head 1)"
-    assert f"{head} has a relative position bias (offsets 1)" in str(err)
+    biased = compiled(majority)
+    head = biased.layers[0].heads[0]
+    biased = replace(
+        biased, layers=[replace(biased.layers[0], heads=[replace(head, bias={1: 2.0})])]
+    )
+    err = message(biased)
+    assert "layer 1 head 1 (blocks.0.attn head 0) has a relative position bias (offsets 1)" in str(
+        err
+    )
     assert len(err.diagnostics) == 1
     err = message(compiled(local, "heaviside"), n_ctx=10)
     text = str(err)
@@ -448,9 +449,9 @@ def test_round_trip_through_files(tmp_path):
 
 def test_export_refuses_without_writing(tmp_path):
     pytest.importorskip("safetensors")
-    model = compiled(EXAMPLES[0].parent / "tomita7_local.cr")
+    model = compiled(EXAMPLES[0].parent / "tomita7_local.cr", "heaviside")
     with pytest.raises(CraspError, match="relative position bias"):
-        export_lens(model, tmp_path / "lens")
+        export_lens(model, tmp_path / "lens", n_ctx=10)
     assert not (tmp_path / "lens").exists()
 
 

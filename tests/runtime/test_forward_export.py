@@ -4,8 +4,9 @@
 Each model is exported with a dynamic sequence length from an input of 9 tokens and the
 exported program is run at 10 001 tokens (or the longest input the model's guarantee
 covers, if shorter): Dyck-1 (uniform heads, prefix sums), c_near_a and tomita7_local
-(offset lookups on the O(T) BOS-keyed path) and a PCOC model (general heads, evaluated
-in one chunk while traced). Outputs equal the eager module's (exactly for torch.export,
+(offset lookups on the O(T) BOS-keyed path), a PCOC model (general heads, evaluated
+in one chunk while traced) and tomita7_local in relu mode (softmax lookups on absolute
+positions, fused attention; run at its max_len, 300). Outputs equal the eager module's (exactly for torch.export,
 within 1e-12 for onnxruntime) and decide like the numpy executor.
 """
 
@@ -34,12 +35,18 @@ TRACED_LEN = 9
 LONG = 10_001
 CRASP = ["dyck1.cr", "c_near_a.cr", "tomita7_local.cr"]
 PCOC = ("cumsum.pcoc", 16)
+# relu mode: local relations as softmax lookups on absolute positions (fused attention),
+# exact up to the max_len it is compiled for
+RELU = ("tomita7_local.cr@relu", 300)
 
 
 @functools.cache
 def model_of(name: str) -> Model:
     if name.endswith(".pcoc"):
         return api.compile(api.load(ROOT / "examples" / "pcoc" / name), n=PCOC[1])
+    if name == RELU[0]:
+        path = ROOT / "examples" / "crasp" / name.removesuffix("@relu")
+        return compile_program(load_program(path), mode="relu", max_len=RELU[1])
     return compile_program(load_program(ROOT / "examples" / "crasp" / name))
 
 
@@ -101,9 +108,12 @@ def test_models_cover_the_paths():
     assert kinds["dyck1.cr"] == {HeadKind.UNIFORM}
     assert HeadKind.BOS_KEYED in kinds["c_near_a.cr"] & kinds["tomita7_local.cr"]
     assert HeadKind.GENERAL in {k for row in derive_kinds(model_of(PCOC[0])) for k in row}
+    relu = model_of(RELU[0])
+    assert not any(h.bias for layer in relu.layers for h in layer.heads)
+    assert HeadKind.GENERAL in {k for row in derive_kinds(relu) for k in row}
 
 
-@pytest.mark.parametrize("name", [*CRASP, PCOC[0]])
+@pytest.mark.parametrize("name", [*CRASP, PCOC[0], RELU[0]])
 def test_torch_export_is_length_generic(name):
     model = model_of(name)
     module = TorchTransformer(model).eval()
@@ -119,7 +129,7 @@ def test_torch_export_is_length_generic(name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [*CRASP, PCOC[0]])
+@pytest.mark.parametrize("name", [*CRASP, PCOC[0], RELU[0]])
 def test_onnx_export_is_length_generic(name, tmp_path):
     pytest.importorskip("onnx")
     pytest.importorskip("onnxscript")

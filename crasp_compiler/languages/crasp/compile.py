@@ -4,7 +4,9 @@ after the definitions."""
 
 from __future__ import annotations
 
-from crasp_compiler.assemble.builder import BOS_VAR
+from collections import Counter
+
+from crasp_compiler.assemble.builder import BOS_VAR, Builder
 from crasp_compiler.cookbook.blocks import BosValues, Form, form_add
 from crasp_compiler.errors import CraspError, Diagnostic
 from crasp_compiler.languages.crasp.interpret import interpret
@@ -111,8 +113,9 @@ def compile_program(
     ``mode="heaviside"`` thresholds comparisons with Heaviside units and ``"layernorm"``
     with ReLU units after a layer-normalised pair (the sign): both exact at every length
     in real arithmetic, with average-hard attention for local relations. ``mode="relu"``
-    uses ReLU ramps and softmax lookups: a plain softmax/ReLU model, exact for inputs of
-    length ≤ ``max_len``.
+    uses ReLU ramps and softmax lookups on absolute positions: a plain softmax/ReLU model
+    with no relative bias (it loads in TransformerLens), exact for inputs of length
+    ≤ ``max_len``.
 
     The model records, per float type, the longest input the rounding analysis of
     :mod:`crasp_compiler.languages.crasp.rounding` proves it exact for; a program whose float64
@@ -142,7 +145,7 @@ def compile_program(
         },
     )
     residual_vars = builder.variables
-    model.residual = _labels(program, forms, residual_vars)
+    model.residual = _labels(program, forms, builder)
     model.info["definitions"] = {
         name: _label_form(form, residual_vars, model.residual) for name, form in forms.items()
     }
@@ -198,8 +201,11 @@ def _precision_hint(max_len: int | None) -> str:
     )
 
 
-def _labels(program: Program, forms: dict, residual_vars: list[str]) -> list[str]:
-    """Residual labels: a variable that *is* a definition takes the definition's name."""
+def _labels(program: Program, forms: dict, builder: Builder) -> list[str]:
+    """Residual labels: a variable that *is* a definition takes the definition's name,
+    any other compiled variable (an internal id such as ``cmp#5``) the source expression
+    of the block that writes it, numbered ``[2]``, ``[3]`` … where several share one;
+    inputs and features keep their names."""
     names = {}
     for definition in program.definitions:
         form = forms.get(definition.name, {})
@@ -207,7 +213,17 @@ def _labels(program: Program, forms: dict, residual_vars: list[str]) -> list[str
             ((var, coef),) = form.items()
             if coef == 1.0 and var not in names and "#" in var:
                 names[var] = definition.name
-    return [names.get(var, var) for var in residual_vars]
+    for block in builder.blocks:
+        for var in block.writes:
+            if "#" in var and var not in names and block.label:
+                names[var] = block.label
+    labels: list[str] = []
+    count: Counter[str] = Counter()
+    for var in builder.variables:
+        label = names.get(var, var)
+        count[label] += 1
+        labels.append(label if count[label] == 1 else f"{label} [{count[label]}]")
+    return labels
 
 
 def _label_form(form: dict, residual_vars: list[str], labels: list[str]) -> dict[str, float]:

@@ -270,13 +270,13 @@ class _Lowerer:
         # |D'| ≤ (|left| + |right| + |β|)/g, from the program's own bounds
         size = (self.ir(node.left) + self.ir(node.right) + Poly.const(abs(beta))).scale(1 / g)
 
-        def le(k: int) -> Form:  # D' <= k
+        def le(k: int, part: str = "") -> Form:  # D' <= k
             z = form_add((-1, rest), (k, one), (1, half))
-            return self.step(z, node, size + Poly.const(abs(k) + 0.5))
+            return self.step(z, node, size + Poly.const(abs(k) + 0.5), part)
 
-        def ge(k: int) -> Form:  # D' >= k
+        def ge(k: int, part: str = "") -> Form:  # D' >= k
             z = form_add((1, rest), (-k, one), (1, half))
-            return self.step(z, node, size + Poly.const(abs(k) + 0.5))
+            return self.step(z, node, size + Poly.const(abs(k) + 0.5), part)
 
         match node.op:
             case "<=":
@@ -290,20 +290,21 @@ class _Lowerer:
         if beta % g:  # g·D' = −β has no integer solution
             eq: Form = Form()
         else:
-            both = form_add((1, le(-beta // g)), (1, ge(-beta // g)))
+            both = form_add((1, le(-beta // g, " (<= half)")), (1, ge(-beta // g, " (>= half)")))
             eq = form_add((1, both), (-1, {NONBOS: 1}))
         return eq if node.op == "==" else form_add((1, {NONBOS: 1}), (-1, eq))
 
-    def step(self, z: Form, node: Node, size: Poly) -> Form:
+    def step(self, z: Form, node: Node, size: Poly, part: str = "") -> Form:
         """A Boolean variable holding ``1[z ≥ 0]`` at tokens and 0 at BOS (``size``
-        bounds ``|z|·(t+1)``)."""
+        bounds ``|z|·(t+1)``), labelled with the comparison and ``part`` of it."""
         out = self.fresh("cmp")
+        label = format_expr(node) + part
         bound = min(self.bound(z), size.stored_max())
         tolerance = 0.0
         if self.mode == "layernorm":
             # the BOS guard −M·bos (M = bound + 1) makes z ≤ −1 at BOS, so BOS reads 0
             guarded = form_add((1, z), (-(bound + 1), {BOS: 1.0}))
-            block = layernorm.positive(guarded, out, label=format_expr(node))
+            block = layernorm.positive(guarded, out, label=label)
         else:
             # heaviside: one Heaviside unit; relu: GEZero_δ with δ = 1/(4(N+1)), exact
             # since |z| ≥ ONE/2 ≥ 2δ for t ≤ N — with a slack of δ, so that rounding
@@ -313,7 +314,7 @@ class _Lowerer:
                 assert self.max_len is not None
                 tolerance = 1 / (4 * (self.max_len + 1))
             guarded = form_add((1, z), (-(bound + 1 + tolerance), {BOS: 1.0}))
-            block = ffn.ge_zero(guarded, out, tolerance=tolerance, label=format_expr(node))
+            block = ffn.ge_zero(guarded, out, tolerance=tolerance, label=label)
         self.add(block, {out: 1})
         what = f"the comparison `{format_expr(node)}`"
         self.track("threshold", out, z, self.mode, node, what, ramp_width=tolerance)
@@ -438,31 +439,40 @@ class _Lowerer:
         bit = self.fresh(f"prev{shift}")
         label = f"P(i-{shift}) in {format_expr(node)}"
         if self.mode == "relu":
-            assert self.max_len is not None
             soft = self.fresh(f"soft{shift}")
-            self.add(
-                attention.soft_offset_lookup(
-                    arg, shift, soft, constant, BOS, self.max_len, label=label
-                ),
-                {soft: 1},
-            )
-            self.track("lookup", soft, arg, soft=True)
+            self.add(self.soft_lookup(arg, shift, soft, label), {soft: 1})
+            self.track("soft_lookup", soft, arg, shift, node)
             clean = ffn.clean_bit({soft: 1}, bit, label=f"{label} (clean)")
             self.add(clean, {bit: 1})
             self.track("clean", bit, {soft: 1}, node)
         else:
             self.add(attention.offset_lookup(arg, shift, bit, constant, BOS, label), {bit: 1})
-            self.track("lookup", bit, arg, soft=False)
+            self.track("lookup", bit, arg)
         form = self.prefix_count(Form({bit: 1}), node, label=f"# {label}")
         self.shifted[key] = form
+        return form
+
+    def soft_lookup(self, arg: Form, offset: int, out: str, label: str) -> Block:
+        """The relu-mode offset lookup: softmax on absolute positions (features
+        ``index`` and ``index^2``, 0 at BOS), which standard architectures can hold."""
+        index, index_sq = (self.position_feature(name) for name in ("index", "index^2"))
+        constant = {BOS: 1.0, NONBOS: 1.0}  # 1 at every position
+        return attention.soft_offset_lookup(
+            arg, offset, out, constant, index=index, index_sq=index_sq, label=label
+        )
+
+    def position_feature(self, name: str) -> Form:
+        """A positional feature read by attention only (no count form holds it)."""
+        form = self.builder.feature(name)
+        self.at_bos.set(name, feature_matrix([name], 1)[0, 0])
         return form
 
     def local_count(self, arg: Form, offsets: frozenset[int], node: Node) -> Form:
         """``#[j <= i, i − j ∈ offsets] P(j)``. A run ``a..b`` of at least
         :data:`WINDOW_RUN` offsets is ``C(t − a) − C(t − b − 1)`` (two shifted prefix
         counts); every other offset c is ``ONE · P(i − c)``, by an offset lookup and a
-        gate: hard lookups and big-M gates in heaviside and layernorm modes (every
-        length), softmax lookups and soft gates in relu mode (lengths ≤ max_len)."""
+        gate: hard lookups (a relative bias) and big-M gates in heaviside and layernorm
+        modes, softmax lookups on absolute positions and soft gates in relu mode."""
         one = self.one()
         constant = {BOS: 1.0, NONBOS: 1.0}  # 1 at every position
         form: Form = Form()
@@ -480,23 +490,19 @@ class _Lowerer:
                 lookup_label = f"P(i-{offset}) in {format_expr(node)}"
                 gate_label = f"ONE·P(i-{offset}) in {format_expr(node)}"
                 if self.mode == "relu":
-                    assert self.max_len is not None
-                    lookup = attention.soft_offset_lookup(
-                        arg, offset, bit, constant, BOS, self.max_len, label=lookup_label
-                    )
+                    self.add(self.soft_lookup(arg, offset, bit, lookup_label), {bit: 1})
+                    self.track("soft_lookup", bit, arg, offset, node)
                     gate = ffn.soft_gate({bit: 1.0}, one, out, bound=1.0, label=gate_label)
+                    self.add(gate, {out: 1})
+                    self.track("soft_gate", out, {bit: 1}, one, node)
                 else:
                     lookup = attention.offset_lookup(arg, offset, bit, constant, BOS, lookup_label)
+                    self.add(lookup, {bit: 1})
+                    self.track("lookup", bit, arg)
                     gate = ffn.conditional_bigm(
                         {bit: 1.0}, one, Form(), out, bound=1.0, label=gate_label
                     )
-                self.add(lookup, {bit: 1})
-                soft = self.mode == "relu"
-                self.track("lookup", bit, arg, soft=soft)
-                self.add(gate, {out: 1})
-                if soft:
-                    self.track("soft_gate", out, {bit: 1}, one, node)
-                else:
+                    self.add(gate, {out: 1})
                     self.track("gate", out, {bit: 1}, one, 1.0)
                 form = form_add((1, form), (1, {out: 1}))
         return form

@@ -44,7 +44,9 @@ too; one :class:`Analysis` per float type):
   slack of 1/20; a truth table of exact 0/1 inputs with integer weights is exact, of
   inexact inputs it is off by twice their errors (:meth:`Analysis.table`);
 - hard attention that picks one key copies that key's value and error; a softmax lookup
-  adds at most 32 u (a handful of exponentials, sums and one division);
+  on the integer scores ``3(2(t − c)j − j²)`` computes them exactly while they stay
+  below ``2^p = 1/u`` (``9t² + 6ct``) and then adds at most 32 u (a handful of
+  exponentials, sums and one division);
 - a decided output: a Boolean ``out > 1/2`` is right while its error is below 1/2; a
   count ``round(out·(t + 1))`` is right while its error, plus the rounding of the
   product, is below 1/2 in integer units.
@@ -312,11 +314,21 @@ class Analysis:
         )
         self.set(name, x_mag, x_err + rows.scale(2) + x_mag.scale(1.01))
 
-    def lookup(self, name: str, value: Mapping[str, float], soft: bool) -> None:
-        """``name`` := ``value`` at another position (hard attention copies it; a softmax
-        lookup adds :data:`SOFTMAX_LOOKUP_ERROR`)."""
+    def lookup(self, name: str, value: Mapping[str, float]) -> None:
+        """``name`` := ``value`` at another position (hard attention copies it)."""
         mag, err = self.form(value)
-        stored = err.over_t1() + Poly.const(SOFTMAX_LOOKUP_ERROR if soft else 0.0)
+        self.set(name, mag, err)
+
+    def soft_lookup(self, name: str, value: Mapping[str, float], offset: int, node: object) -> None:
+        """``name`` := the softmax lookup of the bit ``value`` at ``t − offset`` on the
+        integer scores ``3(2(t − c)j − j²)``: exact while every integer met on the way
+        stays below ``2^p = 1/u`` (``9t² + 6ct``, the module's ``err·u < 1``); the
+        exponentials, sums and the division then add :data:`SOFTMAX_LOOKUP_ERROR`."""
+        self.checks.append(
+            Check(Poly((0.0, 6.0 * offset, 9.0)), 1.0, "the integer scores of a lookup", node)
+        )
+        mag, err = self.form(value)
+        stored = err.over_t1() + Poly.const(SOFTMAX_LOOKUP_ERROR)
         self.set(name, mag, stored.times_t1())
 
     def soft_gate(
