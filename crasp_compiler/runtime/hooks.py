@@ -11,7 +11,8 @@ nnsight and ``module.get_submodule(name)`` reach it::
     blocks.{l}.mlp.hook_pre / hook_normalized / hook_post
 
 Heads are addressed one by one (``attn.heads.{h}``), not along a head axis, since their
-sizes differ. The pass goes through the points only while one of them is active (a hook
+sizes differ; the cache stacks them on request (``cache["pattern", l]``, as in
+TransformerLens). The pass goes through the points only while one of them is active (a hook
 on it, its ``forward`` replaced as nnsight does, a global module hook) or an observer
 is given; otherwise it runs exactly as without hook points. A point fires when the pass
 computes it: ``hook_q`` / ``hook_k`` not on
@@ -84,15 +85,64 @@ def name_points(module: nn.Module) -> dict[str, HookPoint]:
     return points
 
 
+# TransformerLens' short names (``cache["pattern", 0]``) and where they sit in a block.
+_BLOCK_POINTS = ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post")
+_HEAD_POINTS = ("q", "k", "v", "pattern", "z", "result")
+_MLP_POINTS = ("pre", "normalized", "post")
+
+
+def act_name(short: str, layer: int | None = None) -> str:
+    """The point name of a TransformerLens short name: ``("pattern", 0)`` →
+    ``blocks.0.attn.hook_pattern``, ``("resid_post", 2)`` → ``blocks.2.hook_resid_post``,
+    ``"embed"`` → ``hook_embed``; a full name is returned as it is."""
+    if layer is None:
+        return short if "." in short or short.startswith("hook_") else f"hook_{short}"
+    if short in _BLOCK_POINTS:
+        return f"blocks.{layer}.hook_{short}"
+    if short in _HEAD_POINTS:
+        return f"blocks.{layer}.attn.hook_{short}"
+    if short in _MLP_POINTS:
+        return f"blocks.{layer}.mlp.hook_{short}"
+    raise KeyError(f"unknown activation name {short!r}")
+
+
 class ActivationCache(Mapping[str, Tensor]):
-    """Named activations of one pass, with :meth:`labels` for their last axis."""
+    """Named activations of one pass, with :meth:`labels` for their last axis.
+
+    Besides the cached names, ``cache["pattern", l]`` (TransformerLens' short names, see
+    :func:`act_name`) and the stacked ``blocks.{l}.attn.hook_pattern`` (batch, head,
+    query, key) read every head of a layer at once, as do ``hook_q`` … ``hook_result``
+    (batch, position, head, width) where the layer's heads have one width."""
 
     def __init__(self, values: dict[str, Tensor], module: TorchTransformer) -> None:
         self._values = values
         self._module = module
 
-    def __getitem__(self, name: str) -> Tensor:
-        return self._values[name]
+    def __getitem__(self, key: str | tuple[str, int]) -> Tensor:
+        name = act_name(*key) if isinstance(key, tuple) else act_name(key)
+        if name in self._values:
+            return self._values[name]
+        parts = name.split(".")
+        if len(parts) == 4 and parts[0] == "blocks" and parts[2] == "attn":
+            return self._stacked(int(parts[1]), parts[3])
+        raise KeyError(name)
+
+    def _stacked(self, layer: int, point: str) -> Tensor:
+        heads = len(self._module.head_rows()[layer])
+        names = [f"blocks.{layer}.attn.heads.{h}.{point}" for h in range(heads)]
+        missing = [n for n in names if n not in self._values]
+        if not heads or missing:
+            raise KeyError(f"blocks.{layer}.attn.{point}: not cached for {missing or 'no heads'}")
+        parts = [self._values[n] for n in names]
+        if point == "hook_pattern":
+            return torch.stack(parts, dim=1)
+        widths = sorted({int(p.shape[-1]) for p in parts})
+        if len(widths) > 1:
+            raise KeyError(
+                f"blocks.{layer}.attn.{point}: the heads have widths {widths}; "
+                f"read them one by one ({names[0]}, …)"
+            )
+        return torch.stack(parts, dim=2)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._values)
@@ -100,8 +150,9 @@ class ActivationCache(Mapping[str, Tensor]):
     def __len__(self) -> int:
         return len(self._values)
 
-    def labels(self, name: str) -> list[str]:
-        """One label per entry of the last axis of ``self[name]`` (module docstring)."""
+    def labels(self, key: str | tuple[str, int]) -> list[str]:
+        """One label per entry of the last axis of ``self[key]`` (module docstring)."""
+        name = act_name(*key) if isinstance(key, tuple) else act_name(key)
         return point_labels(self._module, name, int(self[name].shape[-1]))
 
 
@@ -133,6 +184,10 @@ def point_labels(module: TorchTransformer, name: str, size: int) -> list[str]:
         mlp = module.layers()[int(parts[1])].mlp
         assert mlp is not None
         return list(mlp.labels)
+    if len(parts) == 4 and parts[2] == "attn":  # a stacked layer
+        if point == "hook_pattern":
+            return [f"key {s}" for s in range(size)]
+        return [f"component {i}" for i in range(size)]
     if len(parts) >= 5 and parts[2] == "attn" and parts[3] == "heads":
         head = module.head_rows()[int(parts[1])][int(parts[4])]
         if point == "hook_pattern":

@@ -264,3 +264,28 @@ def test_pcoc_labels_name_the_statement() -> None:
     assert not any("#" in label or "->" in label for label in units)
     heads = [head.label for row in module.head_rows() for head in row]
     assert heads and all(label.startswith("round ") for label in heads)
+
+
+def test_cache_stacks_heads_under_transformer_lens_short_names() -> None:
+    module = _module(DYCK)
+    ids, lengths = module.encode([list("(()"), list("()")])
+    _, cache = module.run_with_cache(ids, lengths)
+    heads = len(module.head_rows()[0])
+    stacked = cache["pattern", 0]
+    assert stacked.shape == (2, heads, 4, 4)
+    assert torch.equal(stacked, cache["blocks.0.attn.hook_pattern"])
+    for h in range(heads):
+        assert torch.equal(stacked[:, h], cache[f"blocks.0.attn.heads.{h}.hook_pattern"])
+    assert cache.labels(("pattern", 0)) == ["key 0", "key 1", "key 2", "key 3"]
+    assert torch.equal(cache["resid_post", 1], cache["blocks.1.hook_resid_post"])
+    assert torch.equal(cache["post", 0], cache["blocks.0.mlp.hook_post"])
+    assert torch.equal(cache["embed"], cache["hook_embed"])
+    result = cache["result", 0]  # every head writes the whole residual: one width
+    assert result.shape == (2, 4, heads, len(module.residual))
+    assert torch.equal(result[:, :, 1], cache["blocks.0.attn.heads.1.hook_result"])
+    with pytest.raises(KeyError, match="unknown activation name"):
+        cache["nonsense", 0]
+    _, partial = module.run_with_cache(ids, lengths, names_filter="blocks.0.attn.heads.0.hook_z")
+    with pytest.raises(KeyError, match=r"not cached for \['blocks.0.attn.heads.1.hook_z"):
+        partial["z", 0]
+    assert "blocks.0.attn.hook_z" not in list(partial)  # stacks are views, not entries
