@@ -1,7 +1,7 @@
 """Load a compiled model into the real TransformerLens (the ``lens`` extra).
 
-:func:`to_transformer_lens` builds a ready TransformerLens 4.x model
-(``TransformerBridge.boot_native``, float64) from a :class:`Model` or a lens export
+:func:`to_transformer_lens` builds a ready TransformerLens model (4.x:
+``TransformerBridge.boot_native``, float64) from a :class:`Model` or a lens export
 directory, avoiding the two traps that change the outputs:
 
 - attention scale: 4.x divides scores by ``√d_head`` even under ``use_attn_scale=False``;
@@ -10,14 +10,16 @@ directory, avoiding the two traps that change the outputs:
   ``enable_compatibility_mode()`` with its defaults (``center_unembed`` zeroes a model with
   one output column): pass ``no_processing=True``.
 
-TransformerLens 3.x (``HookedTransformer``) is not handled here (not tested: the two
-cannot be installed side by side); docs/transformer-lens.md gives its manual recipe.
+On TransformerLens 3.x it builds a ``HookedTransformer`` (float64) instead and loads the
+export's tensors under their own names (the causal-mask buffers are the only keys it
+does not take), without ``load_and_process_state_dict``'s processing.
 TransformerLens has one head count for every layer, so a layer with fewer heads shows
 all-zero padding heads: :attr:`LensModel.head_labels` marks them ``None``.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
@@ -66,7 +68,8 @@ class WordTokenizer:
 class LensModel:
     """A TransformerLens model of a compiled model, with what reading it needs.
 
-    ``model``: the ``TransformerBridge`` (float64; ``model(tokens)`` gives logits
+    ``model``: the ``TransformerBridge`` on 4.x, ``HookedTransformer`` on 3.x (float64;
+    ``model(tokens)`` gives logits
     ``[batch, pos, len(outputs)]``). ``residual``: the label of each residual dimension.
     ``head_labels[layer][head]``: the head's label, ``None`` for an all-zero padding head.
     ``outputs``: per logit column, its name, decision rule and rule text.
@@ -97,23 +100,55 @@ def transformer_lens_version() -> str | None:
         return None
 
 
-def to_transformer_lens(
-    source: Model | str | Path, n_ctx: int | None = None, device: str = "cpu"
-) -> LensModel:
-    """A ready TransformerLens 4.x model of ``source`` (a compiled model, or a lens export
-    directory), float64 and exact. ``n_ctx`` as in :func:`lens_state_dict` (models only)."""
-    version = transformer_lens_version()
-    if version is None:
-        raise CraspError("TransformerLens is not installed: pip install 'crasp-compiler[lens]'")
-    if int(version.split(".")[0]) < 4:
-        raise CraspError(
-            f"to_transformer_lens needs TransformerLens 4.x (found {version}); for 3.x load "
-            "the export with HookedTransformer as docs/transformer-lens.md describes"
-        )
-    import numpy as np
+def _bridge(cfg: dict[str, Any], tensors: dict[str, Any], device: str) -> Any:
+    """TransformerLens 4.x: ``TransformerBridge.boot_native`` with the export's weights."""
     import torch
     from transformer_lens import TransformerBridge, TransformerBridgeConfig
     from transformer_lens.utilities.tl_checkpoint_conversion import convert_tl_checkpoint
+
+    config = TransformerBridgeConfig(**cfg, dtype=torch.float64, device=device)
+    bridge = TransformerBridge.boot_native(config, dtype=torch.float64, device=device)
+    result = bridge.load_state_dict(convert_tl_checkpoint(tensors, config), strict=True)
+    if result.missing_keys or result.unexpected_keys:  # strict raises first; kept as a check
+        raise CraspError(f"TransformerLens did not take every weight: {result}")
+    return bridge
+
+
+def _hooked(cfg: dict[str, Any], tensors: dict[str, Any], device: str) -> Any:
+    """TransformerLens 3.x: a ``HookedTransformer`` with the export's weights, unprocessed
+    (every parameter taken; only buffers such as the causal mask stay as built)."""
+    import torch
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    config = HookedTransformerConfig(**cfg, dtype=torch.float64, device=device)
+    with warnings.catch_warnings():  # 3.9 announces HookedTransformer's removal in 4.0
+        warnings.simplefilter("ignore", DeprecationWarning)
+        model = HookedTransformer(config)
+    result = model.load_state_dict(tensors, strict=False)
+    buffers = {name for name, _ in model.named_buffers()}
+    missing = [key for key in result.missing_keys if key not in buffers]
+    if missing or result.unexpected_keys:
+        raise CraspError(
+            f"TransformerLens did not take every weight: missing {missing}, "
+            f"unexpected {result.unexpected_keys}"
+        )
+    return model
+
+
+def to_transformer_lens(
+    source: Model | str | Path, n_ctx: int | None = None, device: str = "cpu"
+) -> LensModel:
+    """A ready TransformerLens model of ``source`` (a compiled model, or a lens export
+    directory), float64 and exact: a ``TransformerBridge`` on 4.x, a
+    ``HookedTransformer`` on 3.x. ``n_ctx`` as in :func:`lens_state_dict` (models only)."""
+    version = transformer_lens_version()
+    if version is None:
+        raise CraspError("TransformerLens is not installed: pip install 'crasp-compiler[lens]'")
+    major = int(version.split(".")[0])
+    if major < 3:
+        raise CraspError(f"to_transformer_lens needs TransformerLens 3.x or 4.x (found {version})")
+    import numpy as np
+    import torch
 
     if isinstance(source, Model):
         state, config = lens_state_dict(source, n_ctx)
@@ -129,13 +164,9 @@ def to_transformer_lens(
         from safetensors.numpy import load_file
 
         state = load_file(str(directory / "model.safetensors"))
-    cfg = TransformerBridgeConfig(**config["cfg"], dtype=torch.float64, device=device)
-    bridge = TransformerBridge.boot_native(cfg, dtype=torch.float64, device=device)
     tensors = {k: torch.from_numpy(np.asarray(v, dtype=np.float64)) for k, v in state.items()}
-    result = bridge.load_state_dict(convert_tl_checkpoint(tensors, cfg), strict=True)
-    if result.missing_keys or result.unexpected_keys:  # strict raises first; kept as a check
-        raise CraspError(f"TransformerLens did not take every weight: {result}")
-    bridge.eval()
+    model = (_bridge if major >= 4 else _hooked)(config["cfg"], tensors, device)
+    model.eval()
     crasp = config["crasp"]
     n_heads = config["cfg"]["n_heads"]
     head_labels: list[list[str | None]] = []
@@ -145,7 +176,7 @@ def to_transformer_lens(
         ]
         head_labels.append(labels + [None] * (n_heads - len(labels)))
     return LensModel(
-        model=bridge,
+        model=model,
         tokenizer=WordTokenizer(crasp["vocab"]),
         residual=list(crasp["residual"]),
         head_labels=head_labels,

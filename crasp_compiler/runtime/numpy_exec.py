@@ -44,6 +44,7 @@ from crasp_compiler.runtime.forward import SCORE_BUDGET, Observer
 __all__ = [
     "HARD_TOLERANCE",
     "SCORE_BUDGET",
+    "NumpyParts",
     "RunResult",
     "beyond_guarantee",
     "decide",
@@ -140,7 +141,7 @@ def _mlp(mlp: MLP, dtype: type) -> _MLP:
 Step = Callable[[NDAny, NDAny, Observer[NDAny] | None], NDAny]
 
 
-class _Parts:
+class NumpyParts:
     """:class:`crasp_compiler.runtime.forward.Parts` of a model, weights in ``dtype``
     (the positional and numeric maps stay float64)."""
 
@@ -245,7 +246,7 @@ def run(
             trace.append((labels[name], value))
 
     observer = Observer(record) if residuals else None
-    raw = fw.forward(NUMPY, _Parts(model, float_type), ids, lengths, numeric, observer)
+    raw = fw.forward(NUMPY, NumpyParts(model, float_type), ids, lengths, numeric, observer)
     outputs, decided = {}, {}
     steps = np.arange(1, size + 1, dtype=np.float64)[None, :]  # t + 1 is exact in float64
     padding = np.arange(size)[None, :] > lengths[:, None]

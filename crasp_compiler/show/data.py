@@ -103,7 +103,7 @@ def trace(model: Model, item: Any, *, on_beyond: str = "error") -> Trace:
         if name == "hook_resid_final" or name.endswith(KEPT):
             seen[name] = value
 
-    parts = numpy_exec._Parts(model, np.float64)  # the executor's own parts
+    parts = numpy_exec.NumpyParts(model, np.float64)
     forward(NUMPY, parts, ids, lengths, numeric, Observer(hook, patterns=True))
     points = [("embed", "blocks.0.hook_resid_pre" if model.layers else "hook_resid_final")]
     patterns = []

@@ -1,11 +1,15 @@
-"""Lens exports in the real TransformerLens (4.x): every C-RASP example that exports gives
-the numpy executor's decisions (0 disagreements) and raw outputs (within 1e-9, float64),
-exhaustively on short strings and on sampled long ones up to the model's max_len."""
+"""Lens exports in the real TransformerLens (4.x, and 3.x where installed apart in
+``.lens3``): every C-RASP example gives the numpy executor's decisions (0 disagreements)
+and raw outputs (within 1e-9, float64), exhaustively on short strings and on sampled
+long ones up to the model's max_len."""
 
 from __future__ import annotations
 
 import functools
-import itertools
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,52 +25,24 @@ from crasp_compiler.runtime import run
 pytest.importorskip("transformer_lens")
 torch = pytest.importorskip("torch")
 from crasp_compiler.export.lens_loader import WordTokenizer, to_transformer_lens  # noqa: E402
-
-EXAMPLES = sorted(
-    p
-    for p in (Path(__file__).resolve().parents[2] / "examples" / "crasp").iterdir()
-    if p.suffix in (".cr", ".crasp")
+from tests.support.lens_compare import (  # noqa: E402
+    EXAMPLES,
+    MAX_LEN,
+    TOL,
+    compare,
+    inputs_for,
 )
-MAX_LEN = 24
-SHORT = 4
-TOL = 1e-9
+from tests.support.lens_compare import compiled as compile_example  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+# TransformerLens 3.x, installed apart (pip install --no-deps --target .lens3
+# transformer-lens==3.9.0 better-abc; .ci/run does): 3.x and 4.x cannot share a venv.
+LENS3 = ROOT / ".lens3"
 
 
 @functools.cache
 def compiled(path: Path) -> Model:
-    return crasp_compiler.compile(crasp_compiler.load(path), mode="relu", max_len=MAX_LEN)
-
-
-def inputs_for(model: Model, rng: np.random.Generator, samples: int) -> list[list[str]]:
-    alphabet = model.vocab[1:]
-    out = [list(w) for n in range(SHORT + 1) for w in itertools.product(alphabet, repeat=n)]
-    lengths = [MAX_LEN, *rng.integers(SHORT + 1, MAX_LEN + 1, size=samples - 1)]
-    out += [[str(t) for t in rng.choice(alphabet, size=int(n))] for n in lengths]
-    return out
-
-
-def compare(lens, model: Model, inputs: list[list[str]]) -> None:
-    """Lens logits against the numpy executor, batched by length (no padding needed)."""
-    result = run(model, inputs)
-    by_length: dict[int, list[int]] = {}
-    for b, words in enumerate(inputs):
-        by_length.setdefault(len(words), []).append(b)
-    for size, rows in by_length.items():
-        tokens = torch.tensor([lens.tokenizer.encode(inputs[b]) for b in rows])
-        with torch.no_grad():
-            logits = lens.model(tokens).numpy()
-        assert logits.dtype == np.float64
-        for spec in lens.outputs:
-            got = logits[:, :, spec["column"]]
-            want = result.outputs[spec["name"]][rows, : size + 1]
-            np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL, err_msg=spec["name"])
-            decided = (
-                got > 0.5
-                if spec["rule"] == "bool"
-                else np.rint(got * np.arange(1, size + 2)).astype(np.int64)
-            )
-            values = result.values[spec["name"]][rows, : size + 1]
-            assert (decided != values).sum() == 0, (spec["name"], size)
+    return compile_example(path)
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
@@ -119,3 +95,25 @@ def test_refusals():
         local = EXAMPLES[0].parent / "tomita7_local.cr"
         model = crasp_compiler.compile(crasp_compiler.load(local), mode="heaviside")
         to_transformer_lens(model, n_ctx=10)
+
+
+def test_examples_exact_in_transformer_lens_3():
+    """The same comparison on TransformerLens 3.x (``HookedTransformer``), in a separate
+    interpreter with the 3.x package first on the path."""
+    if not (LENS3 / "transformer_lens").is_dir():
+        pytest.skip(f"TransformerLens 3.x is not installed in {LENS3} (see .ci/run)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(LENS3), str(ROOT)])}
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.support.lens3_check"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["version"].startswith("3.")
+    assert report["class"] == "HookedTransformer"
+    assert sorted(report["examples"]) == sorted(p.name for p in EXAMPLES)
+    assert all(count >= 12 + 5 for count in report["examples"].values())  # see inputs_for

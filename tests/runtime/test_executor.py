@@ -843,7 +843,7 @@ def test_observer_points_and_patterns():
         seen.clear()
         raw_out = forward(
             NUMPY,
-            numpy_exec._Parts(model, np.float64),
+            numpy_exec.NumpyParts(model, np.float64),
             ids,
             lengths,
             None,
@@ -881,6 +881,6 @@ def test_observer_points_and_patterns():
         return value * 0 if name == "hook_resid_final" else None
 
     out = forward(
-        NUMPY, numpy_exec._Parts(model, np.float64), ids, lengths, None, Observer(zero_final)
+        NUMPY, numpy_exec.NumpyParts(model, np.float64), ids, lengths, None, Observer(zero_final)
     )
     assert not out.any()

@@ -279,7 +279,7 @@ def test_observation_points_match_numpy(seed, patterns):
         module(ids, lengths, observe=Observer(record(seen_torch), patterns=patterns))
     fw.forward(
         NUMPY,
-        numpy_exec._Parts(model, np.float64),
+        numpy_exec.NumpyParts(model, np.float64),
         ids.numpy(),
         lengths.numpy(),
         None,

@@ -1,0 +1,29 @@
+"""Every C-RASP example through ``to_transformer_lens`` on TransformerLens 3.x, compared
+with the numpy executor (tests/support/lens_compare.py). Run in its own interpreter with
+TransformerLens 3.x first on ``PYTHONPATH`` (3.x and 4.x cannot share an environment);
+prints one JSON object: the version, the model class, and the inputs compared per example.
+An assertion error (a disagreement) exits non-zero."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from crasp_compiler.export.lens_loader import to_transformer_lens
+from tests.support.lens_compare import EXAMPLES, compare, compiled, inputs_for
+
+
+def main() -> None:
+    report: dict[str, object] = {"examples": {}}
+    for path in EXAMPLES:
+        model = compiled(path)
+        lens = to_transformer_lens(model)
+        report["version"], report["class"] = lens.version, type(lens.model).__name__
+        rng = np.random.default_rng(len(path.name))
+        report["examples"][path.name] = compare(lens, model, inputs_for(model, rng, 12))  # type: ignore[index]
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
