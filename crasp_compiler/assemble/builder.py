@@ -201,7 +201,10 @@ class Builder:
         (the routing lemma: only rows and columns move). Including two models is their
         parallel composition (independent blocks share layers); adding blocks that read
         the returned forms is serial composition. The model's symbols must be in this
-        builder's alphabet; symbols it does not know embed as 0.
+        builder's alphabet; symbols it does not know embed as 0. An output comes back
+        under its decision rule: a ``bool`` output is decided ``> 1/2`` and its raw value
+        need not be 0 or 1 (a compiled readout may absorb a final and/or); where a {0,1}
+        value is needed, ``ffn.clamp(form, 0, 1, …)`` makes one from an integer output.
         """
         unknown = set(model.vocab[1:]) - set(self.vocab[1:])
         if unknown:

@@ -538,6 +538,49 @@ def boolean_function(
 # ---------------------------------------------------------------------------- conditionals
 
 
+def all_of(
+    inputs: Sequence[Form], out: str, *, nonbos: str | None = None, label: str = ""
+) -> FFNBlock:
+    """The n-ary AND of k {0,1} inputs in one unit: ``ReLU(2Σx − 2k + 1)``, which is 1
+    when every input is 1 and ``≤ −1`` before the ReLU otherwise (a slack of 1 for
+    inputs slightly off {0,1}, as in :func:`boolean_function`). With ``nonbos`` the
+    last 1 is ``nonbos``, so the output is 0 at BOS whatever the {0,1} inputs there.
+    Exact for {0,1} inputs; 1 unit, linear in k (a truth table has ``2^(k−1)`` rows)."""
+    inputs = [as_form(x) for x in inputs]
+    if not inputs:
+        raise ValueError("all_of needs at least one input")
+    k = len(inputs)
+    one = {nonbos: 1.0} if nonbos is not None else {}
+    form = form_add(*((2, x) for x in inputs), (1, one))
+    bias = -2.0 * k + (0.0 if nonbos is not None else 1.0)
+    text = "exact for {0,1} inputs" + (" (0 at BOS)" if nonbos is not None else "")
+    return _block([Unit(form, bias)], {output_name(out): {0: 1.0}}, Exactness(text), label)
+
+
+def any_of(
+    inputs: Sequence[Form], out: str, *, nonbos: str | None = None, label: str = ""
+) -> FFNBlock:
+    """The n-ary OR of k {0,1} inputs in one unit: ``1 − ReLU(1 − 2Σx)`` (1 when some
+    input is 1, the unit's argument then ``≤ −1``). With ``nonbos`` for the constant 1
+    the output is 0 at BOS whatever the {0,1} inputs there. Exact for {0,1} inputs; 1
+    unit (+1 for the constant ``nonbos``)."""
+    inputs = [as_form(x) for x in inputs]
+    if not inputs:
+        raise ValueError("any_of needs at least one input")
+    one = {nonbos: 1.0} if nonbos is not None else {}
+    form = form_add(*((-2, x) for x in inputs), (1, one))
+    units = [Unit(form, 0.0 if nonbos is not None else 1.0)]
+    coefs = {0: -1.0}
+    constants: dict[str, float] = {}
+    if nonbos is not None:
+        units.append(Unit(one, 0.0))
+        coefs[1] = 1.0
+    else:
+        constants[output_name(out)] = 1.0
+    text = "exact for {0,1} inputs" + (" (0 at BOS)" if nonbos is not None else "")
+    return _block(units, {output_name(out): coefs}, Exactness(text), label, constants)
+
+
 def conditional(p: Form, x: Form, y: Form, out: str, *, label: str = "") -> FFNBlock:
     """``out = x if p = 1 else y`` (§4.9): ``ReLU(x + p − 1) + ReLU(y − p)``.
 

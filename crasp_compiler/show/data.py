@@ -165,7 +165,8 @@ def _nonzero_rows(matrix: Any) -> np.ndarray:
 def definitions(model: Model) -> list[tuple[str, str, str]]:
     """``(definition, residual form, where it is computed)`` for every definition the
     model records (C-RASP's ``info["definitions"]``); the form is ``label`` or a sum
-    ``a·label + …`` of residual dimensions, and the site is the latest sublayer writing
+    ``a·label + …`` of residual dimensions (labels with spaces, source expressions, in
+    brackets), and the site is the latest sublayer writing
     one of them (the definition exists from there on)."""
     recorded = model.info.get("definitions") or {}
     where = sites(model)
@@ -176,7 +177,8 @@ def definitions(model: Model) -> list[tuple[str, str, str]]:
         terms = []
         places = []
         for label, coef in form.items():
-            terms.append(label if coef == 1 else f"-{label}" if coef == -1 else f"{coef:g}·{label}")
+            term = f"[{label}]" if " " in label else label  # a source expression
+            terms.append(term if coef == 1 else f"-{term}" if coef == -1 else f"{coef:g}·{term}")
             if label in index:
                 places.append(where[index[label]])
         site = max(places, key=lambda s: order.get(s, -1)) if places else "-"

@@ -14,6 +14,7 @@ import pytest
 
 from crasp_compiler.assemble.builder import Builder
 from crasp_compiler.cookbook.blocks import EXACT, Exactness, FFNBlock, Form, HeadBlock, Unit, var
+from crasp_compiler.cookbook.ffn import clamp
 from crasp_compiler.languages.crasp.compile import compile_program
 from crasp_compiler.languages.crasp.interpret import interpret_batch
 from crasp_compiler.languages.crasp.program import load_program
@@ -246,16 +247,21 @@ def test_parallel_composition_of_two_compiled_programs(mode):
 
 
 def test_serial_composition_reads_an_included_models_outputs():
-    """Count the accepted prefixes of Dyck-1: include the compiled model, then average its
-    ``accept`` output (a {0,1} value) — the count is round(avg · (t + 1))."""
+    """Count the accepted prefixes of Dyck-1: include the compiled model, make its
+    ``accept`` output a {0,1} value, then average it — the count is round(avg · (t + 1)).
+
+    A ``bool`` output is decided ``> 1/2``; Dyck-1's readout absorbs its final ``and``
+    (``M + B − 1``, an integer at every token), so ``clamp(·, 0, 1)`` makes the bit, one
+    MLP, and the average one attention sublayer after it."""
     program, model = compiled("dyck1.cr")
     b = Builder(program.alphabet)
     outputs = b.include(model, "dyck")
     accept, _ = outputs[program.accept]
-    # the accept output is 0/1 at tokens and its BOS value is the empty prefix's (1)
-    counted = b.add(average(accept, "accepted_prefixes"))
+    # the accept output is an integer at tokens, and its BOS value the empty prefix's (1)
+    bit = b.add(clamp(accept, 0.0, 1.0, "accepted"))
+    counted = b.add(average(bit, "accepted_prefixes"))
     both = b.build({"count": (counted, "count"), program.accept: outputs[program.accept]})
-    assert len(both.layers) == len(model.layers) + 1
+    assert len(both.layers) == len(model.layers) + 2
     words = random_words(program.alphabet, 80, 14, seed=3)
     result = run(both, words)
     for row, word in enumerate(words):

@@ -216,11 +216,9 @@ def disagrees(compiled: Model, words: list[list[str]]) -> int:
 
 
 def tampered_output(files, tmp_path) -> Path:
-    """dyck1 with one readout weight negated: D is wrong wherever it holds."""
+    """dyck1 with its readout negated: D is wrong wherever it holds."""
     compiled = load_model(files["dyck"])
-    weights = compiled.outputs[0].weights
-    k = int(np.argmax(np.abs(weights)))
-    weights[k] = -weights[k]
+    compiled.outputs[0].weights *= -1
     assert disagrees(compiled, [[]]) == 1  # the empty input is balanced
     path = tmp_path / "tampered.npz"
     save_model(compiled, path)

@@ -295,7 +295,7 @@ def test_info(tmp_path):
     fields = dict(
         re.findall(r"^  (\w[\w ]*?):\s+(.*)$", output, flags=re.MULTILINE),
     )
-    assert fields["layers"] == f"{len(model.layers)} (dependency bound 4)"
+    assert fields["layers"] == f"{len(model.layers)} (dependency bound 3)"
     assert fields["heads"] == f"{[len(layer.heads) for layer in model.layers]} per layer"
     assert fields["width"] == str(model.width)
     assert fields["mlp width"] == str(model.mlp_width)

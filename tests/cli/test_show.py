@@ -89,7 +89,8 @@ def test_trace_residuals_patterns_and_outputs():
     # layer 1's heads write the counts (and only them), its MLP the comparisons
     changed = {s.label: {run.rows[k] for k in np.flatnonzero(s.changed)} for s in run.stages}
     assert changed["layer 1 attention"] == {"C_open", "C_close", "ONE"}
-    assert "D" in changed["layer 3 mlp"] and "D" not in changed["layer 1 mlp"]
+    assert "CV == 0 (<= half)" in changed["layer 2 mlp"]
+    assert "C_open == C_close (<= half)" in changed["layer 1 mlp"]
     assert [(p.layer, p.head) for p in run.patterns] == [
         (lay, h) for lay, layer in enumerate(model.layers) for h in range(len(layer.heads))
     ]
@@ -104,10 +105,12 @@ def test_definitions_and_sites():
     where = sites(model)
     assert len(where) == model.width
     assert where[model.residual.index("C_open")] == "L1 head 1"
-    assert where[model.residual.index("D")].endswith("mlp")
+    assert where[model.residual.index("CV == 0 (<= half)")] == "L2 mlp"
     found = {name: site for name, _, site in definitions(model)}
     assert set(found) == set(model.info["definitions"])
-    assert found["D"] == where[model.residual.index("D")]
+    # D = M && B is read out from its literals (no dimension of its own): it exists once
+    # the last of them is written
+    assert "D" not in model.residual and found["D"] == "L2 mlp"
 
 
 # ---------------------------------------------------------------- figures
@@ -137,7 +140,7 @@ def test_figures_from_python():
 
 def test_program_graph():
     nodes, edges = program_graph(dyck())
-    assert dict(nodes)["C_open"] == "L1 head 1" and dict(nodes)["D"] == "L3 mlp"
+    assert dict(nodes)["C_open"] == "L1 head 1" and dict(nodes)["D"] == "L2 mlp"
     assert ("B", "D") in edges and ("M", "D") in edges and ("C_open", "V") in edges
     with pytest.raises(CraspError, match="records no definitions"):
         program_figure(cumsum())
@@ -177,7 +180,7 @@ def test_too_large_to_picture(monkeypatch):
     from crasp_compiler.show import data
 
     monkeypatch.setattr(data, "MAX_VALUES", 100)
-    with pytest.raises(CraspError, match="too large to picture: 5 positions × width 14"):
+    with pytest.raises(CraspError, match="too large to picture: 5 positions × width 13"):
         trace(dyck(), "( ( ) )")
 
 
@@ -262,7 +265,9 @@ def test_html_in_headless_chromium(files, tmp_path):
     rows = re.findall(r'<text[^>]*class="row[^"]*">([^<]*)</text>', dump.stdout)
     rows = [html.unescape(row) for row in rows]
     assert rows == list(model.residual)
-    assert {"C_open", "C_close", "D"} <= set(rows)
+    assert {"C_open", "C_close", "CV"} <= set(rows)
+    table = re.findall(r'<tr class="definition"><td>([^<]*)</td>', dump.stdout)
+    assert set(table) == set(model.info["definitions"]) and "D" in table
     # hovering a cell (a synthetic mousemove) shows its row, position and value
     hover = tmp_path / "hover.html"
     poke = (

@@ -535,6 +535,33 @@ def test_boolean_function_matches_its_truth_table(m_table, guard, data):
     assert len(block.units) == size and block.exact.exact
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 40), st.booleans(), st.data())
+def test_all_of_and_any_of_are_one_unit_at_any_width(k, guard, data):
+    """The n-ary and/or of k {0,1} inputs: one unit (+1 for ``nonbos`` in an or), exact on
+    every assignment drawn (all ones, all zeros, one zero, one one, random), 0 at BOS
+    with ``nonbos``, and exact on the BOS values drawn without it."""
+    ones, zeros = [1.0] * k, [0.0] * k
+    picks = [ones, zeros, [0.0, *ones[1:]], [1.0, *zeros[1:]]]
+    picks += data.draw(st.lists(st.lists(st.sampled_from([0.0, 1.0]), min_size=k, max_size=k)))
+    cols = {f"x{i}": [row[i] for row in picks] for i in range(k)}
+    bos_bits = data.draw(st.lists(st.sampled_from([0.0, 1.0]), min_size=k, max_size=k))
+    nonbos = "nonbos" if guard else None
+    for make, want in ((ffn.all_of, all), (ffn.any_of, any)):
+        got = run_block(
+            cols,
+            lambda v, make=make: make([v[f"x{i}"] for i in range(k)], "out", nonbos=nonbos),
+            bos_values={f"x{i}": bos_bits[i] for i in range(k)},
+        )
+        at_bos = 0.0 if guard else float(want(b == 1.0 for b in bos_bits))
+        expected = [at_bos] + [float(want(b == 1.0 for b in row)) for row in picks]
+        np.testing.assert_array_equal(got, expected)
+        block = make([var(f"x{i}") for i in range(k)], "out", nonbos=nonbos)
+        assert len(block.units) == 1 + (make is ffn.any_of and guard) and block.exact.exact
+    with pytest.raises(ValueError, match="at least one input"):
+        ffn.all_of([], "out")
+
+
 def test_boolean_function_nonbos_is_keyword_only():
     with pytest.raises(TypeError):
         ffn.boolean_function([var("a")], lambda b: b[0], "out", "nonbos")  # type: ignore[misc]

@@ -400,7 +400,7 @@ def test_wrong_readout_shape(export, shape):
 
 
 def test_readout_with_wrong_width(export):
-    edit_tensors(export, lambda t: t.update({"readout.weight": torch.zeros(1, 13)}))
+    edit_tensors(export, lambda t: t.update({"readout.weight": torch.zeros(1, 7)}))
     refused(export, "invalid", "shape")
 
 

@@ -305,7 +305,7 @@ def test_refusals_name_every_obstacle():
     text = str(err)
     assert "layer 1 head 2 (blocks.0.attn head 1) uses average-hard attention" in text
     assert "layer 1 head 2 (blocks.0.attn head 1) has a relative position bias" in text
-    assert "layer 2 MLP (blocks.1.mlp) has" in text and "layer 4 MLP (blocks.3.mlp) has" in text
+    assert "layer 2 MLP (blocks.1.mlp) has" in text and "layer 3 MLP (blocks.2.mlp) has" in text
     assert "heaviside" in text and "layer 0" not in text
     assert "mode='relu'" in text  # the hint
 

@@ -204,7 +204,7 @@ def test_labels_are_source_expressions() -> None:
     assert cache.labels("blocks.0.attn.heads.1.hook_z") == ['# ")"']
     units = cache.labels("blocks.0.mlp.hook_post")
     assert "C_open < C_close" in units and "C_open == C_close (<= half)" in units
-    assert cache.labels("blocks.2.mlp.hook_pre") == ["M && B"]
+    assert "CV == 0 (>= half)" in cache.labels("blocks.1.mlp.hook_pre")
     assert cache.labels("blocks.1.hook_resid_post") == module.residual
     assert "C_open" in module.residual and "CV" in module.residual
     assert cache.labels("hook_outputs") == ["D"]

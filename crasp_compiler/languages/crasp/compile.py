@@ -9,96 +9,15 @@ from collections import Counter
 from crasp_compiler.assemble.builder import BOS_VAR, Builder
 from crasp_compiler.cookbook.blocks import BosValues, Form, form_add
 from crasp_compiler.errors import CraspError, Diagnostic
+from crasp_compiler.languages.crasp.depth import dependency_bound
 from crasp_compiler.languages.crasp.interpret import interpret
-from crasp_compiler.languages.crasp.lower import WINDOW_RUN, lower_program
+from crasp_compiler.languages.crasp.lower import lower_program
 from crasp_compiler.languages.crasp.nodes import (
-    And,
-    BoolRef,
-    Compare,
-    Cond,
-    Count,
-    CountConst,
-    CountRef,
-    Max,
-    Min,
-    Node,
-    Not,
-    Or,
     Program,
     Sort,
-    children,
 )
-from crasp_compiler.languages.crasp.printer import offset_runs
 from crasp_compiler.languages.crasp.rounding import Analysis, horizon
 from crasp_compiler.model.model import Guarantee, Model, describe_limit
-
-
-def dependency_bound(program: Program, mode: str = "heaviside") -> int:
-    """The fewest layers the program's dependencies allow, when every ``#`` needs an
-    attention sublayer after its argument, and every comparison, maximal Boolean
-    formula, min, max, conditional and local-count gating needs an MLP sublayer; a
-    window of offsets (:data:`~crasp_compiler.languages.crasp.lower.WINDOW_RUN` or more in a row)
-    needs a lookup, in relu mode an MLP to clean it, then a count.
-    Constants need ``ONE``, an attention output (slot 1)."""
-    defs = {d.name: d.expr for d in program.definitions}
-    memo: dict[Node, int] = {}
-    leaves_memo: dict[Node, tuple[Node, ...]] = {}
-
-    def next_slot(after: int, attention: bool) -> int:
-        slot = after + 1
-        return slot if (slot % 2 == 1) == attention else slot + 1
-
-    def formula_leaves(node: Node) -> tuple[Node, ...]:
-        if node not in leaves_memo:
-            match node:
-                case Not(a):
-                    leaves = formula_leaves(a)
-                case And(a, b) | Or(a, b):
-                    leaves = formula_leaves(a) + formula_leaves(b)
-                case BoolRef(name) if isinstance(defs[name], (Not, And, Or)):
-                    leaves = formula_leaves(defs[name])
-                case _:
-                    leaves = (node,)
-            leaves_memo[node] = tuple(dict.fromkeys(leaves))
-        return leaves_memo[node]
-
-    def slot(node: Node) -> int:
-        if node in memo:
-            return memo[node]
-        match node:
-            case BoolRef(name) | CountRef(name):
-                value = slot(defs[name])
-            case CountConst(value=v):
-                value = 1 if v else 0
-            case Count(arg, None):
-                value = next_slot(slot(arg), attention=True)
-            case Count(arg, offsets):
-                lookup = next_slot(slot(arg), attention=True)
-                shifted = next_slot(lookup, attention=False) if mode == "relu" else lookup
-                value = max(
-                    next_slot(shifted, attention=True)
-                    if stop - start + 1 >= WINDOW_RUN
-                    else next_slot(lookup, attention=False)
-                    for start, stop in offset_runs(offsets)
-                )
-            case Compare(_, a, b):
-                value = next_slot(max(slot(a), slot(b), 1), attention=False)
-            case And() | Or():
-                value = next_slot(max(slot(leaf) for leaf in formula_leaves(node)), attention=False)
-            case Min(a, b) | Max(a, b):
-                value = next_slot(max(slot(a), slot(b)), attention=False)
-            case Cond(c, a, b):
-                value = next_slot(max(slot(c), slot(a), slot(b)), attention=False)
-            case _:
-                value = max((slot(child) for child in children(node)), default=0)
-        memo[node] = value
-        return value
-
-    for definition in program.definitions:  # in order: a reference finds its slot made
-        formula_leaves(definition.expr)
-        slot(definition.expr)
-    deepest = max((slot(defs[name]) for name in program.outputs), default=0)
-    return (deepest + 1) // 2
 
 
 def compile_program(

@@ -31,13 +31,24 @@ at most two lookups and two heads. Shorter runs read each offset separately.
 from __future__ import annotations
 
 import operator
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import product
 from math import gcd
 
 from crasp_compiler.assemble.builder import BOS_VAR, NONBOS_VAR, Builder, token_var
 from crasp_compiler.cookbook import attention, ffn, layernorm
 from crasp_compiler.cookbook.blocks import Block, BosValues, Form, form_add
 from crasp_compiler.errors import CraspError, Diagnostic
+from crasp_compiler.languages.crasp.depth import (
+    WINDOW_RUN,
+    Depth,
+    Formula,
+    Gate,
+    Lit,
+    Plan,
+    literals,
+)
 from crasp_compiler.languages.crasp.nodes import (
     Add,
     And,
@@ -58,7 +69,7 @@ from crasp_compiler.languages.crasp.nodes import (
     Scale,
     Sub,
     TokenIs,
-    walk,
+    children,
 )
 from crasp_compiler.languages.crasp.printer import format_expr, offset_runs
 from crasp_compiler.languages.crasp.rounding import UNIT_ROUNDOFF, Analysis, Poly, t1
@@ -67,8 +78,6 @@ from crasp_compiler.model.features import periodic as periodic_feature
 
 BOS, NONBOS, ONE = BOS_VAR, NONBOS_VAR, "ONE"
 MODES = ("heaviside", "relu", "layernorm")
-# A truth-table FFN with more rows than this is split into smaller formulas.
-MAX_TABLE_UNITS = 256
 COMPARE = {
     "<=": operator.le,
     "<": operator.lt,
@@ -77,10 +86,9 @@ COMPARE = {
     ">=": operator.ge,
     ">": operator.gt,
 }
+NEGATED = {"<=": ">", "<": ">=", "==": "!=", "!=": "==", ">=": "<", ">": "<="}
 # Count coefficients beyond this are refused (float64 ends near 1.8e308).
 MAX_COEFFICIENT = 10**300
-# Runs of at least this many consecutive offsets are counted as windows.
-WINDOW_RUN = 3
 
 
 def _gcd(form: Form) -> int:
@@ -110,8 +118,7 @@ class _Lowerer:
         for symbol in program.alphabet:
             self.track("exact_input", token_var(symbol), t1())
         self.shifted: dict[tuple[frozenset, int], Form] = {}
-        self.leaves: dict[Node, tuple[Node, ...]] = {}
-        self.truth: dict[tuple[Node, ...], dict[Node, int]] = {}  # see _truth
+        self.depth = Depth(program, mode)
         self.bounds: dict[Node, Poly] = {}
 
     # -------------------------------------------------------------- helpers
@@ -174,96 +181,130 @@ class _Lowerer:
         self.memo[node] = form
         return form
 
-    def _parts(self, node: Node) -> tuple[Node, ...]:
-        """The operands of a not/and/or node, or of a reference to a formula definition
-        (the maximal formula reaches through them); () for a leaf."""
-        match node:
-            case Not(arg):
-                return (arg,)
-            case And(a, b) | Or(a, b):
-                return (a, b)
-            case BoolRef(name) if isinstance(self.defs[name], (Not, And, Or)):
-                return (self.defs[name],)
-        return ()
-
-    def _leaves(self, node: Node) -> tuple[Node, ...]:
-        """The leaves of the maximal and/or/not formula at ``node``, memoised, so that
-        long chains of formula definitions (lowered in order) never recurse deeply."""
-        if node not in self.leaves:
-            parts = self._parts(node)
-            found = [leaf for part in parts for leaf in self._leaves(part)] if parts else [node]
-            self.leaves[node] = tuple(dict.fromkeys(found))
-        return self.leaves[node]
-
-    def _truth(self, node: Node, leaves: tuple[Node, ...]) -> int:
-        """The truth table of the formula at ``node`` over ``leaves`` as a bitset: bit r is
-        its value on row r of ``product((False, True), repeat=len(leaves))``. Memoised per
-        (node, leaves) and computed with an explicit stack, so long chains of formula
-        definitions cost one step per definition."""
-        m = len(leaves)
-        full = (1 << (1 << m)) - 1
-        values = self.truth.setdefault(leaves, {})
-        for i, leaf in enumerate(leaves):
-            values.setdefault(leaf, sum(1 << r for r in range(1 << m) if (r >> (m - 1 - i)) & 1))
-        stack = [node]
-        while stack:
-            top = stack[-1]
-            if top in values:
-                stack.pop()
-                continue
-            parts = self._parts(top)
-            missing = [part for part in parts if part not in values]
-            if missing:
-                stack.extend(missing)
-                continue
-            stack.pop()
-            match top:
-                case Not():
-                    values[top] = full & ~values[parts[0]]
-                case And():
-                    values[top] = values[parts[0]] & values[parts[1]]
-                case Or():
-                    values[top] = values[parts[0]] | values[parts[1]]
-                case _:  # a reference to a formula definition
-                    values[top] = values[parts[0]]
-        return values[node]
+    # -------------------------------------------------------------- formulas
 
     def formula(self, node: Node) -> Form:
-        leaves = list(self._leaves(node))
-        rows = 2 ** len(leaves)
-        if rows // 2 > MAX_TABLE_UNITS:
-            # Too wide for one table: materialise the operands first, then combine them.
-            a, b = node.left, node.right  # type: ignore[attr-defined]
-            leaves = [a, b]
-            forms = [self.boolean(a), self.boolean(b)]
-        else:
-            forms = [self.boolean(leaf) for leaf in leaves]
+        """A maximal and/or/not formula, by its plan (:mod:`.depth`)."""
+        plan = self.depth.plan(node)
+        label = format_expr(node)
+        match plan.kind:
+            case "literal":
+                assert isinstance(plan.formula, Lit)
+                return self.literal(plan.formula)
+            case "fused":
+                assert isinstance(plan.formula, Gate) and plan.fresh is not None
+                return self.fused(plan.formula, plan.fresh, node, label)
+            case "table":
+                return self.table(plan.formula, node, label)
+        return self.circuit(plan.formula, node, label)  # a gate is a one-level circuit
 
-        column = self._truth(node, tuple(leaves))
+    def literal(self, lit: Lit) -> Form:
+        form = self.boolean(lit.node)
+        return form if lit.positive else form_add((1, {NONBOS: 1}), (-1, form))
 
-        def table(bits: tuple[bool, ...]) -> bool:
-            row = sum(1 << (len(bits) - 1 - i) for i, bit in enumerate(bits) if bit)
-            return bool((column >> row) & 1)
-
-        if column in (0, (1 << rows) - 1):  # a contradiction or a tautology needs no block
-            return {NONBOS: 1} if column else {}
+    def circuit(self, formula: Formula, node: Node, label: str) -> Form:
+        """A threshold circuit: each gate one unit (:func:`ffn.all_of`,
+        :func:`ffn.any_of`) over its children, in the MLP after them."""
+        if isinstance(formula, Lit):
+            return self.literal(formula)
+        inputs = [self.circuit(child, node, label) for child in formula.children]
+        make = ffn.all_of if formula.op == "and" else ffn.any_of
         out = self.fresh("bool")
+        self.add(make(inputs, out, nonbos=NONBOS, label=label), {out: 1})
+        self.track("table", out, inputs, node)
+        return {out: 1}
 
-        block = ffn.boolean_function(forms, table, out, nonbos=NONBOS, label=format_expr(node))
+    def table(self, formula: Formula, node: Node, label: str) -> Form:
+        """A formula of several levels over at most 9 leaves: one truth-table MLP."""
+        leaves = list(dict.fromkeys(lit.node for lit in literals(formula)))
+        forms = [self.boolean(leaf) for leaf in leaves]
+        index = {leaf: k for k, leaf in enumerate(leaves)}
+
+        def value(f: Formula, row: tuple[bool, ...]) -> bool:
+            if isinstance(f, Lit):
+                return row[index[f.node]] == f.positive
+            parts = (value(child, row) for child in f.children)
+            return all(parts) if f.op == "and" else any(parts)
+
+        column = [value(formula, row) for row in product((False, True), repeat=len(leaves))]
+        if not any(column) or all(column):  # a contradiction or a tautology needs no block
+            return {NONBOS: 1} if column[0] else {}
+        out = self.fresh("bool")
+        rows = dict(zip(product((False, True), repeat=len(leaves)), column, strict=True))
+        block = ffn.boolean_function(forms, rows.__getitem__, out, nonbos=NONBOS, label=label)
         self.add(block, {out: 1})
         self.track("table", out, forms, node)
         return {out: 1}
 
-    def compare(self, node: Compare) -> Form:
-        """``left op right`` on ``D = left − right = g·D' + β`` (β the constant part, g
-        the gcd of the other coefficients), decided on the integer D' against a rounded
-        threshold: ``D ≤ 0 ⟺ D' ≤ ⌊−β/g⌋``, ``D ≥ 0 ⟺ D' ≥ ⌈−β/g⌉``, ``D = 0 ⟺ g | β
-        and D' = −β/g``."""
+    def fused(self, gate: Gate, fresh: Lit, node: Node, label: str) -> Form:
+        """A gate with one comparison computed in this MLP: ``c ∧ ℓ₁ ∧ … ∧ ℓ_r`` rides on
+        the comparison's threshold units (:meth:`compare` with ``guard``); an ``or`` is
+        ``¬(¬c ∧ ¬ℓ₁ ∧ …)``."""
+        negate = gate.op == "or"
+        others = [c for c in gate.children if c != fresh]
+        assert all(isinstance(c, Lit) for c in others)
+        guard = [self.literal(Lit(c.node, c.positive != negate)) for c in others]  # type: ignore[union-attr]
+        compare = self.depth.resolve(fresh.node)
+        assert isinstance(compare, Compare)
+        form = self.compare(compare, negate=fresh.positive == negate, guard=guard, label=label)
+        return form_add((1, {NONBOS: 1}), (-1, form)) if negate else form
+
+    def absorbed(self, plan: Plan, node: Node) -> Form:
+        """An output's root gate in its readout (:meth:`.depth.Depth.absorbed`): the sum of
+        its children's exact bits, minus ``k − 1`` for an ``and`` (decided ``> 1/2``)."""
+        assert isinstance(plan.formula, Gate)
+        label = format_expr(node)
+        parts: list[Form] = []
+        for child in plan.formula.children:
+            if isinstance(child, Lit):
+                parts.append(self.literal(child))
+                continue
+            lits = literals(child)
+            fresh = [lit for lit in lits if self.depth.slot(lit.node) == plan.slot]
+            if fresh:
+                parts.append(self.fused(child, fresh[0], node, label))
+            else:
+                parts.append(self.circuit(child, node, label))
+        k = len(parts)
+        constant = -(k - 1) if plan.formula.op == "and" else 0
+        return form_add(*((1, part) for part in parts), (constant, {NONBOS: 1}))
+
+    def compare(
+        self,
+        node: Compare,
+        *,
+        negate: bool = False,
+        guard: Sequence[Form] = (),
+        label: str | None = None,
+    ) -> Form:
+        """``left op right`` (its negation with ``negate``) on ``D = left − right = g·D' +
+        β`` (β the constant part, g the gcd of the other coefficients), decided on the
+        integer D' against a rounded threshold: ``D ≤ 0 ⟺ D' ≤ ⌊−β/g⌋``, ``D ≥ 0 ⟺ D' ≥
+        ⌈−β/g⌉``, ``D = 0 ⟺ g | β and D' = −β/g``.
+
+        With ``guard`` (exact bits ℓ₁ … ℓ_r) the result is ``[D op 0] ∧ ℓ₁ ∧ … ∧ ℓ_r`` in
+        the same units: each threshold ``H(z)`` becomes ``H(z + M(Σℓ − r))`` (:meth:`step`),
+        and an equality ``[z ≤ 0] + [z ≥ 0] − 1`` subtracts ``ℓ₁ ∧ … ∧ ℓ_r`` instead of 1."""
+        op = NEGATED[node.op] if negate else node.op
+        text = label if label is not None else format_expr(node)
         one = self.one()
         d = form_add((1, self.count(node.left)), (-1, self.count(node.right)))
         beta = int(d.pop(ONE, 0))
+        made: list[Form] = []
+
+        def conjunction() -> Form:  # ℓ₁ ∧ … ∧ ℓ_r (nonbos for none), made once
+            if not made:
+                if len(guard) <= 1:
+                    made.append(guard[0] if guard else Form({NONBOS: 1}))
+                else:
+                    out = self.fresh("bool")
+                    self.add(ffn.all_of(guard, out, nonbos=NONBOS, label=text), {out: 1})
+                    self.track("table", out, list(guard), node)
+                    made.append(Form({out: 1}))
+            return made[0]
+
         if not d:  # a constant comparison
-            return {NONBOS: 1} if COMPARE[node.op](beta, 0) else {}
+            return conjunction() if COMPARE[op](beta, 0) else {}
         g = _gcd(d)
         rest = Form({v: int(c) // g for v, c in d.items()})
         half = {v: c / 2 for v, c in one.items()}
@@ -272,13 +313,13 @@ class _Lowerer:
 
         def le(k: int, part: str = "") -> Form:  # D' <= k
             z = form_add((-1, rest), (k, one), (1, half))
-            return self.step(z, node, size + Poly.const(abs(k) + 0.5), part)
+            return self.step(z, node, size + Poly.const(abs(k) + 0.5), text + part, guard)
 
         def ge(k: int, part: str = "") -> Form:  # D' >= k
             z = form_add((1, rest), (-k, one), (1, half))
-            return self.step(z, node, size + Poly.const(abs(k) + 0.5), part)
+            return self.step(z, node, size + Poly.const(abs(k) + 0.5), text + part, guard)
 
-        match node.op:
+        match op:
             case "<=":
                 return le(-beta // g)
             case ">=":
@@ -291,16 +332,23 @@ class _Lowerer:
             eq: Form = Form()
         else:
             both = form_add((1, le(-beta // g, " (<= half)")), (1, ge(-beta // g, " (>= half)")))
-            eq = form_add((1, both), (-1, {NONBOS: 1}))
-        return eq if node.op == "==" else form_add((1, {NONBOS: 1}), (-1, eq))
+            eq = form_add((1, both), (-1, conjunction()))
+        return eq if op == "==" else form_add((1, conjunction()), (-1, eq))
 
-    def step(self, z: Form, node: Node, size: Poly, part: str = "") -> Form:
+    def step(self, z: Form, node: Node, size: Poly, label: str, guard: Sequence[Form] = ()) -> Form:
         """A Boolean variable holding ``1[z ≥ 0]`` at tokens and 0 at BOS (``size``
-        bounds ``|z|·(t+1)``), labelled with the comparison and ``part`` of it."""
+        bounds ``|z|·(t+1)``); with ``guard`` (exact bits ℓ₁ … ℓ_r), ``1[z ≥ 0] ∧ ℓ₁ ∧ …
+        ∧ ℓ_r`` as ``1[z + M(Σℓ − r) ≥ 0]``, M above ``|z|`` plus the margin: an ℓ at 0
+        puts the argument at ``≤ −1 − δ``, like the BOS guard."""
         out = self.fresh("cmp")
-        label = format_expr(node) + part
         bound = min(self.bound(z), size.stored_max())
         tolerance = 0.0
+        if self.mode == "relu":
+            assert self.max_len is not None
+            tolerance = 1 / (4 * (self.max_len + 1))
+        if guard:
+            gate = form_add(*((1, g) for g in guard), (-len(guard), {NONBOS: 1}))
+            z = form_add((1, z), (bound + 1 + tolerance, gate))
         if self.mode == "layernorm":
             # the BOS guard −M·bos (M = bound + 1) makes z ≤ −1 at BOS, so BOS reads 0
             guarded = form_add((1, z), (-(bound + 1), {BOS: 1.0}))
@@ -310,9 +358,6 @@ class _Lowerer:
             # since |z| ≥ ONE/2 ≥ 2δ for t ≤ N — with a slack of δ, so that rounding
             # errors below it change nothing. The BOS guard −M·bos (M = bound + 1 + δ)
             # puts z ≤ −1 − δ at BOS, so BOS reads 0.
-            if self.mode == "relu":
-                assert self.max_len is not None
-                tolerance = 1 / (4 * (self.max_len + 1))
             guarded = form_add((1, z), (-(bound + 1 + tolerance), {BOS: 1.0}))
             block = ffn.ge_zero(guarded, out, tolerance=tolerance, label=label)
         self.add(block, {out: 1})
@@ -510,7 +555,10 @@ class _Lowerer:
     # -------------------------------------------------------------- program
 
     def needed(self) -> set[str]:
-        """The definitions the outputs depend on (the others are not compiled)."""
+        """The definitions the outputs depend on (the others are not compiled). A
+        formula reaches through the formula definitions it references (they are not
+        compiled for it: its plan inlines them), and an output absorbed by its readout
+        needs only its literals."""
         seen: set[str] = set()
         stack = list(self.program.outputs)
         while stack:
@@ -518,22 +566,39 @@ class _Lowerer:
             if name in seen:
                 continue
             seen.add(name)
-            stack.extend(
-                n.name for n in walk(self.defs[name]) if isinstance(n, (BoolRef, CountRef))
-            )
+            stack.extend(self.references(self.defs[name]))
         return seen
+
+    def references(self, expr: Node) -> list[str]:
+        """The definitions ``expr`` reads, formula definitions inlined."""
+        found: list[str] = []
+        stack = [expr]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, And | Or):
+                stack.extend(lit.node for lit in literals(self.depth.nnf(node)[0]))
+            elif isinstance(node, BoolRef | CountRef):
+                found.append(node.name)
+            else:
+                stack.extend(children(node))
+        return found
 
     def lower(self) -> Lowered:
         needed = self.needed()
+        absorbed = {name: self.depth.absorbed(name) for name in self.program.outputs}
         for definition in self.program.definitions:
-            if definition.name not in needed:
+            name = definition.name
+            if name not in needed:
                 continue
-            if definition.sort.value == "bool":
+            plan = absorbed.get(name)
+            if plan is not None:
+                form = self.absorbed(plan, definition.expr)
+            elif definition.sort.value == "bool":
                 form = self.boolean(definition.expr)
             else:
                 self.ir(definition.expr)  # in order: references find their bounds made
                 form = self.count(definition.expr)
-            self.forms[definition.name] = form
+            self.forms[name] = form
         for name in self.program.outputs:
             definition = self.program[name]
             rule = "bool" if definition.sort.value == "bool" else "count"

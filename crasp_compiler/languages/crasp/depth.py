@@ -1,0 +1,272 @@
+"""Where each C-RASP expression can be computed: the sublayer *slots* of the compiled
+model, the plan of every Boolean formula, and the dependency bound.
+
+Slots number the sublayers: 0 is the embedding, 2l − 1 the attention and 2l the MLP of
+layer l. The rules are those of the lowering (:mod:`crasp_compiler.languages.crasp.lower`),
+which reads its formula plans from here, so the model has exactly
+:func:`dependency_bound` layers:
+
+- a ``#`` takes an attention sublayer after its argument (a local window of
+  :data:`~crasp_compiler.languages.crasp.lower.WINDOW_RUN` or more offsets in a row: a
+  lookup, in relu mode an MLP to clean it, then a count); constants need ``ONE``, an
+  attention output (slot 1);
+- a comparison, min, max, conditional and local-count gate take an MLP sublayer after
+  their arguments;
+- a maximal and/or/not formula is put in negation normal form, ``and``/``or`` flattened
+  (:func:`Depth.nnf`), and planned (:class:`Plan`):
+
+  - ``fused``: one gate (an n-ary and/or of literals) with exactly one literal that is a
+    comparison computed in the latest MLP its literals reach, the others earlier: the
+    gate rides on the comparison's threshold units, ``H(z + M(Σℓ − r))``, in that MLP;
+  - ``gate``: any other single gate, one unit ``ReLU(2Σℓ − 2k + 1)`` in the next MLP;
+  - ``table``: a formula of several levels over at most 9 leaves, one truth-table MLP;
+  - ``circuit``: a wider one, a threshold circuit, one MLP per level of gates.
+
+- an output that is a formula used by no other definition is *absorbed* by its readout
+  when that is no later: an and of k exact bits is ``Σ b − k + 1 > 1/2``, an or is
+  ``Σ b > 1/2``, so its children (literals, comparisons computed in the latest MLP,
+  fused or plain gates) need no further MLP.
+
+Within these rules (every count one attention head over a {0,1} value in the residual,
+one hidden layer per MLP, a linear readout with a threshold) the bound is the fewest
+layers: a comparison of a count cannot precede the attention that makes the count, a
+count of a Boolean cannot share its layer, and an and or or of two comparisons of
+different counts is not one threshold unit of their inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from crasp_compiler.languages.crasp.nodes import (
+    And,
+    BoolRef,
+    Compare,
+    Cond,
+    Count,
+    CountConst,
+    CountRef,
+    Max,
+    Min,
+    Node,
+    Not,
+    Or,
+    Program,
+    children,
+    walk,
+)
+from crasp_compiler.languages.crasp.printer import offset_runs
+
+# A formula of several levels with more leaves than this is a threshold circuit (a truth
+# table would need more than 2^(LEAVES - 1) = 256 units).
+TABLE_LEAVES = 9
+# Runs of at least this many consecutive offsets are counted as windows.
+WINDOW_RUN = 3
+
+
+@dataclass(frozen=True)
+class Lit:
+    """A leaf of a formula (not an and/or/not, nor a reference to one), or its negation."""
+
+    node: Node
+    positive: bool
+
+
+@dataclass(frozen=True)
+class Gate:
+    """An n-ary ``and``/``or`` of literals and gates (negation normal form, flattened)."""
+
+    op: str  # "and" | "or"
+    children: tuple[Lit | Gate, ...]
+
+
+Formula = Lit | Gate
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a maximal formula is lowered (module docstring): ``kind`` is ``literal``,
+    ``fused``, ``gate``, ``table`` or ``circuit``; ``fresh`` is the fused comparison."""
+
+    kind: str
+    formula: Formula
+    slot: int
+    fresh: Lit | None = None
+
+
+def next_slot(after: int, attention: bool) -> int:
+    """The first attention (odd) or MLP (even) slot after ``after``."""
+    slot = after + 1
+    return slot if (slot % 2 == 1) == attention else slot + 1
+
+
+def _gate(op: str, parts: tuple[Formula, ...]) -> Formula:
+    flat: list[Formula] = []
+    for part in parts:
+        flat.extend(part.children if isinstance(part, Gate) and part.op == op else (part,))
+    unique = tuple(dict.fromkeys(flat))
+    return unique[0] if len(unique) == 1 else Gate(op, unique)
+
+
+def literals(formula: Formula) -> list[Lit]:
+    """The literals of a formula, each once, in order."""
+    if isinstance(formula, Lit):
+        return [formula]
+    found: dict[Lit, None] = {}
+    stack: list[Formula] = [formula]
+    while stack:
+        top = stack.pop()
+        if isinstance(top, Lit):
+            found.setdefault(top)
+        else:
+            stack.extend(reversed(top.children))
+    return list(found)
+
+
+class Depth:
+    """Slots and formula plans of a program's expressions (module docstring), computed
+    definition by definition, so that long chains of references never recurse deeply."""
+
+    def __init__(self, program: Program, mode: str = "heaviside") -> None:
+        self.program = program
+        self.mode = mode
+        self.defs = {d.name: d.expr for d in program.definitions}
+        self.slots: dict[Node, int] = {}
+        self.forms: dict[Node, tuple[Formula, Formula]] = {}
+        self.plans: dict[Node, Plan] = {}
+        used = {n.name for d in program.definitions for n in walk(d.expr) if isinstance(n, BoolRef)}
+        self.unused = {d.name for d in program.definitions} - used
+        for definition in program.definitions:  # in order: references find theirs made
+            self.slot(definition.expr)
+
+    # ------------------------------------------------------------------ formulas
+
+    def resolve(self, node: Node) -> Node:
+        """``node`` with references to definitions followed."""
+        while isinstance(node, BoolRef | CountRef):
+            node = self.defs[node.name]
+        return node
+
+    def nnf(self, node: Node) -> tuple[Formula, Formula]:
+        """The negation normal forms of ``node`` and of its negation."""
+        if node in self.forms:
+            return self.forms[node]
+        match node:
+            case Not(arg):
+                positive, negative = self.nnf(arg)
+                result = (negative, positive)
+            case And(a, b) | Or(a, b):
+                (pa, na), (pb, nb) = self.nnf(a), self.nnf(b)
+                op, dual = ("and", "or") if isinstance(node, And) else ("or", "and")
+                result = (_gate(op, (pa, pb)), _gate(dual, (na, nb)))
+            case BoolRef(name) if isinstance(self.defs[name], Not | And | Or):
+                result = self.nnf(self.defs[name])
+            case _:
+                result = (Lit(node, True), Lit(node, False))
+        self.forms[node] = result
+        return result
+
+    def is_comparison(self, lit: Lit) -> bool:
+        return isinstance(self.resolve(lit.node), Compare)
+
+    def plan(self, node: Node) -> Plan:
+        """The plan of the maximal formula at ``node`` (an and/or, or a reference to one)."""
+        if node in self.plans:
+            return self.plans[node]
+        formula = self.nnf(node)[0]
+        if isinstance(formula, Lit):
+            plan = Plan("literal", formula, self.slot(formula.node))
+        elif all(isinstance(c, Lit) for c in formula.children):
+            lits = literals(formula)
+            latest = max(self.slot(lit.node) for lit in lits)
+            fresh = [lit for lit in lits if self.slot(lit.node) == latest]
+            if latest > 0 and len(fresh) == 1 and self.is_comparison(fresh[0]):
+                plan = Plan("fused", formula, latest, fresh[0])
+            else:
+                plan = Plan("gate", formula, next_slot(latest, attention=False))
+        else:
+            leaves = {lit.node for lit in literals(formula)}
+            latest = max(self.slot(leaf) for leaf in leaves)
+            if len(leaves) <= TABLE_LEAVES:
+                plan = Plan("table", formula, next_slot(latest, attention=False))
+            else:
+                plan = Plan("circuit", formula, self.circuit_slot(formula))
+        self.plans[node] = plan
+        return plan
+
+    def circuit_slot(self, formula: Formula) -> int:
+        """The slot of a threshold circuit: each gate in the MLP after its children."""
+        if isinstance(formula, Lit):
+            return self.slot(formula.node)
+        latest = max(self.circuit_slot(child) for child in formula.children)
+        return next_slot(latest, attention=False)
+
+    def absorbed(self, name: str) -> Plan | None:
+        """The plan of output ``name`` when its readout can absorb its formula's root gate
+        (module docstring) no later than its own plan, else None. Absorbing is preferred
+        at the same slot: the thresholds then carry no ``M·ℓ`` guard terms, whose
+        rounding shortens the float horizons."""
+        expr = self.defs[name]
+        if name not in self.unused or not isinstance(expr, And | Or):
+            return None
+        own = self.plan(expr)
+        formula = own.formula
+        if not isinstance(formula, Gate):
+            return None
+        latest = max(self.slot(lit.node) for lit in literals(formula))
+        for child in formula.children:
+            lits = [child] if isinstance(child, Lit) else literals(child)
+            if isinstance(child, Gate) and any(isinstance(c, Gate) for c in child.children):
+                return None
+            fresh = [lit for lit in lits if self.slot(lit.node) == latest]
+            if any(not self.is_comparison(lit) for lit in fresh) or len(fresh) > 1:
+                return None
+        if latest == 0 or latest > own.slot:
+            return None
+        return Plan("absorbed", formula, latest)
+
+    # ------------------------------------------------------------------ slots
+
+    def slot(self, node: Node) -> int:
+        if node in self.slots:
+            return self.slots[node]
+        match node:
+            case BoolRef(name) | CountRef(name):
+                value = self.slot(self.defs[name])
+            case CountConst(value=v):
+                value = 1 if v else 0
+            case Count(arg, None):
+                value = next_slot(self.slot(arg), attention=True)
+            case Count(arg, offsets):
+                lookup = next_slot(self.slot(arg), attention=True)
+                shifted = next_slot(lookup, attention=False) if self.mode == "relu" else lookup
+                value = max(
+                    next_slot(shifted, attention=True)
+                    if stop - start + 1 >= WINDOW_RUN
+                    else next_slot(lookup, attention=False)
+                    for start, stop in offset_runs(offsets)
+                )
+            case Compare(_, a, b):
+                value = next_slot(max(self.slot(a), self.slot(b), 1), attention=False)
+            case And() | Or():
+                value = self.plan(node).slot
+            case Min(a, b) | Max(a, b):
+                value = next_slot(max(self.slot(a), self.slot(b)), attention=False)
+            case Cond(c, a, b):
+                value = next_slot(max(self.slot(c), self.slot(a), self.slot(b)), attention=False)
+            case _:
+                value = max((self.slot(child) for child in children(node)), default=0)
+        self.slots[node] = value
+        return value
+
+    def output_slot(self, name: str) -> int:
+        absorbed = self.absorbed(name)
+        return absorbed.slot if absorbed is not None else self.slot(self.defs[name])
+
+
+def dependency_bound(program: Program, mode: str = "heaviside") -> int:
+    """The fewest layers the program's dependencies allow under the compiler's
+    constructions (module docstring); the compiled model has exactly this many."""
+    depth = Depth(program, mode)
+    deepest = max((depth.output_slot(name) for name in program.outputs), default=0)
+    return (deepest + 1) // 2
