@@ -9,10 +9,18 @@ heads with scores cost O(n²)), would exceed ``--max-seconds`` is skipped and re
 such. Also times the target case: Dyck-1, n = 4096, batch 8, torch on CPU, float32 and
 float64.
 
+With ``--ratios``: each runtime's time over the reference interpreter's
+(:func:`crasp_compiler.interpret_batch`), measured in one process on the same inputs
+(Dyck-1 and a few other examples, n = 4096, batch 8, median of ``--repeats`` runs, CPU
+time and wall time): the numpy executor (float64, float32) and the torch module on CPU
+(float64, float32; one thread and torch's default threads), each from token strings to
+decided outputs (tokenisation included, as the interpreter's input check is).
+
 Usage::
 
     python benchmarks/throughput.py --out docs/results/throughput.json
     python benchmarks/throughput.py --markdown docs/results/throughput.json
+    python benchmarks/throughput.py --ratios [--examples dyck1.cr ...] [--repeats 9]
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import statistics
 import sys
 import time
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -103,8 +112,89 @@ def measure(args) -> dict:
     return {"rows": rows, "target_dyck1_4096x8_torch_cpu": target}
 
 
+RATIO_EXAMPLES = ["dyck1.cr", "majority.crasp", "tomita2.crasp"]
+
+
+def timed_both(fn, repeats: int) -> tuple[float, float]:
+    """Median CPU time (``time.process_time``) and wall time of ``fn`` after a warm-up."""
+    fn()
+    cpu, wall = [], []
+    for _ in range(repeats):
+        c, w = time.process_time(), time.perf_counter()
+        fn()
+        cpu.append(time.process_time() - c)
+        wall.append(time.perf_counter() - w)
+    return statistics.median(cpu), statistics.median(wall)
+
+
+def ratios(names: list[str], n: int, batch: int, repeats: int) -> list[dict]:
+    """Runtime time / interpreter time for each example (module docstring)."""
+    from crasp_compiler import interpret_batch
+
+    default_threads = torch.get_num_threads()
+    rows = []
+    for name in names:
+        program = load_program(EXAMPLES_DIR / name)
+        model = compile_program(program)
+        rng = random.Random(f"ratios-{name}")
+        words = [[rng.choice(program.alphabet) for _ in range(n)] for _ in range(batch)]
+        cases = {"interpreter": partial(interpret_batch, program, words)}
+        for dtype in ("float64", "float32"):
+            np_dtype = np.float64 if dtype == "float64" else np.float32
+            cases[f"numpy {dtype}"] = partial(
+                run, model, words, dtype=np_dtype, on_overlength="ignore"
+            )
+        modules = {
+            dtype: TorchTransformer(model).to(dtype=getattr(torch, dtype))
+            for dtype in ("float64", "float32")
+        }
+        timings = {case: timed_both(fn, repeats) for case, fn in cases.items()}
+        for dtype, module in modules.items():
+            for threads in sorted({1, default_threads}):
+                torch.set_num_threads(threads)  # the benchmark's choice, not the library's
+                try:
+                    timings[f"torch {dtype} {threads} thread{'s' * (threads > 1)}"] = timed_both(
+                        partial(module.run, words, on_overlength="ignore"), repeats
+                    )
+                finally:
+                    torch.set_num_threads(default_threads)
+        base_cpu, base_wall = timings["interpreter"]
+        for case, (cpu, wall) in timings.items():
+            row = {
+                "example": name,
+                "n": n,
+                "batch": batch,
+                "runtime": case,
+                "cpu_ms": round(cpu * 1e3, 3),
+                "wall_ms": round(wall * 1e3, 3),
+                "cpu_ratio": round(cpu / base_cpu, 2),
+                "wall_ratio": round(wall / base_wall, 2),
+            }
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr)
+    return rows
+
+
+def ratios_markdown(rows: list[dict]) -> str:
+    lines = [
+        "| example | runtime | CPU ms | wall ms | CPU ratio | wall ratio |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['example']} | {r['runtime']} | {r['cpu_ms']:.2f} | {r['wall_ms']:.2f} "
+            f"| {r['cpu_ratio']:.2f} | {r['wall_ratio']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
 def markdown(data: dict) -> str:
     lines = [provenance_line(data), ""]
+    if "ratios" in data:
+        lines += ["Time over the interpreter's (goal ≤ 1.5):", "", ratios_markdown(data["ratios"])]
+        if "rows" not in data:
+            return "\n".join(lines)
+        lines.append("")
     lines.append("Target — Dyck-1, n = 4096, batch 8, torch on CPU (goal < 1 s):")
     lines.append("")
     for t in data["target_dyck1_4096x8_torch_cpu"]:
@@ -134,6 +224,11 @@ def main() -> None:
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--ratios",
+        action="store_true",
+        help="Only time each runtime against the interpreter (n = 4096, batch 8).",
+    )
     args = parser.parse_args()
     if args.markdown:
         print(markdown(json.loads(args.markdown.read_text())))
@@ -149,7 +244,11 @@ def main() -> None:
         "revision": revision(),
         "settings": {k: v for k, v in vars(args).items() if k not in ("out", "markdown")},
     }
-    data.update(measure(args))
+    if args.ratios:
+        data["ratios"] = ratios(args.examples or RATIO_EXAMPLES, 4096, 8, args.repeats)
+        print(ratios_markdown(data["ratios"]), file=sys.stderr)
+    else:
+        data.update(measure(args))
     text = json.dumps(data, indent=1)
     if args.out:
         args.out.write_text(text + "\n")

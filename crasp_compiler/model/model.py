@@ -494,24 +494,27 @@ class Model:
         """Whether any weight matrix is stored sparse."""
         return any(is_sparse(a) for a in self.weights())
 
-    def token_ids(self, tokens: list[str]) -> list[int]:
+    def token_ids(self, tokens: Sequence[str]) -> NDArray[np.int64]:
         """Map tokens (without BOS) to vocabulary ids; ValueError names a bad token."""
         return token_ids(self.vocab, tokens)
 
 
-def token_ids(vocab: list[str], tokens: list[str]) -> list[int]:
-    """Ids of ``tokens`` (without BOS) in ``vocab``; ValueError names a bad token."""
-    index = {s: k for k, s in enumerate(vocab)}
-    ids = []
-    for position, token in enumerate(tokens):
-        if token not in index or token == BOS:
-            hint = spacing_hint(token, vocab[1:])
-            raise ValueError(
-                f"token {token!r} at position {position} is not in the vocabulary"
-                + (f"; {hint}" if hint else "")
-            )
-        ids.append(index[token])
-    return ids
+def token_ids(vocab: Sequence[str], tokens: Sequence[str]) -> NDArray[np.int64]:
+    """Ids of ``tokens`` (without BOS) in ``vocab``, as int64; ValueError names the first
+    bad token and its position. One dictionary lookup per token in C (``map``), no
+    per-token Python; the error path alone walks the tokens."""
+    index = {s: k for k, s in enumerate(vocab) if s != BOS}
+    try:
+        return np.fromiter(map(index.__getitem__, tokens), dtype=np.int64, count=len(tokens))
+    except (KeyError, TypeError):
+        for position, token in enumerate(tokens):
+            if not isinstance(token, str) or token not in index:
+                hint = spacing_hint(token, vocab[1:]) if isinstance(token, str) else None
+                raise ValueError(
+                    f"token {token!r} at position {position} is not in the vocabulary"
+                    + (f"; {hint}" if hint else "")
+                ) from None
+        raise
 
 
 # ---------------------------------------------------------------- head kinds

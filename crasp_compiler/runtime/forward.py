@@ -169,8 +169,8 @@ class MLPParams(Protocol[A_co, W_co]):
     @property
     def norm_groups(self) -> Sequence[Sequence[int]]: ...
 
-    def unit_mask(self, activation: Activation) -> A_co:
-        """Boolean ``(h,)``: the hidden units with ``activation``."""
+    def unit_index(self, activation: Activation) -> Sequence[int]:
+        """The hidden units with ``activation``, in increasing order (prepared once)."""
         ...
 
 
@@ -257,18 +257,63 @@ def block_forward(
     return see(observe, "hook_resid_post", x)
 
 
+class UniformGroup(Generic[W]):
+    """The heads of a layer that take the prefix-sums path, evaluated together: their
+    ``W_V`` stacked (rows, ``(Σ dv, d)``) and their ``W_O`` side by side (columns,
+    ``(d, Σ dv)``), so that the layer costs one value product, one prefix sum and one
+    output product however many such heads it has. ``members`` are the heads' numbers."""
+
+    def __init__(self, members: Sequence[int], w_v: W, w_o: W) -> None:
+        self.members = tuple(members)
+        self.w_v = w_v
+        self.w_o = w_o
+
+
 def attention_forward(
     ops: Backend[A, W],
     heads: Sequence[Callable[[A, A, Observer[A] | None], A]],
     x: A,
     lengths: A,
     observe: Observer[A] | None,
+    group: UniformGroup[W] | None = None,
 ) -> A:
-    """The sum of the heads' contributions."""
-    update = ops.zeros(tuple(x.shape), like=x)
+    """The sum of the heads' contributions. With a ``group`` and nothing observing, its
+    heads run together (:class:`UniformGroup`), the others one by one."""
+    update: A | None = None
+    members: tuple[int, ...] = ()
+    if group is not None and observe is None and group.members:
+        members = group.members
+        mixed = _prefix_mean(ops, ops.matmul_t(x, group.w_v), x)
+        update = ops.matmul_t(mixed, group.w_o)
     for number, head in enumerate(heads):
-        update = update + head(x, lengths, scope(observe, f"heads.{number}."))
-    return update
+        if number in members:
+            continue
+        result = head(x, lengths, scope(observe, f"heads.{number}."))
+        update = result if update is None else update + result
+    return ops.zeros(tuple(x.shape), like=x) if update is None else update
+
+
+def uniform_members(
+    ops: Backend[A, W],
+    heads: Sequence[HeadParams[W]],
+    *,
+    uniform_ok: Sequence[bool] | None = None,
+    keyed_ok: Sequence[bool] | None = None,
+) -> list[int]:
+    """The numbers of the heads that take the prefix-sums path when nothing observes them
+    (``uniform_ok`` / ``keyed_ok``: per head, whether the fast paths may be taken, as for
+    :func:`head_forward`; default: yes)."""
+    count = len(heads)
+    uniform = [True] * count if uniform_ok is None else list(uniform_ok)
+    keyed = [True] * count if keyed_ok is None else list(keyed_ok)
+    return [
+        number
+        for number, head in enumerate(heads)
+        if head_path(
+            head, fused=ops.fused_attention, uniform_ok=uniform[number], keyed_ok=keyed[number]
+        )
+        is Path.PREFIX_SUMS
+    ]
 
 
 # ---------------------------------------------------------------- embeddings and readout
@@ -555,13 +600,21 @@ _ACTIVATIONS = tuple(Activation)  # (iterating the enum class inside a traced pa
 
 
 def _activate(ops: Backend[A, W], z: A, mlp: MLPParams[A, W]) -> A:
-    kinds = [kind for kind in _ACTIVATIONS if kind in mlp.activations]
-    if len(kinds) == 1:
-        return _activation(ops, kinds[0], z)
-    hidden = z
-    for kind in kinds:
-        hidden = ops.where(mlp.unit_mask(kind), _activation(ops, kind, z), hidden)
-    return hidden
+    """Each activation applied to its own units only (one kind: to all of ``z``)."""
+    groups = [(kind, mlp.unit_index(kind)) for kind in _ACTIVATIONS]
+    groups = [(kind, index) for kind, index in groups if len(index)]
+    if len(groups) <= 1:
+        return _activation(ops, groups[0][0], z) if groups else z
+    parts = [_activation(ops, kind, ops.take_last(z, index)) for kind, index in groups]
+    return ops.take_last(ops.concat(parts, axis=-1), _inverse([i for _, g in groups for i in g]))
+
+
+def _inverse(order: Sequence[int]) -> list[int]:
+    """The permutation that undoes ``order``."""
+    inverse = [0] * len(order)
+    for position, unit in enumerate(order):
+        inverse[unit] = position
+    return inverse
 
 
 def _normalize(ops: Backend[A, W], z: A, groups: Sequence[Sequence[int]]) -> A:
@@ -579,10 +632,7 @@ def _normalize(ops: Backend[A, W], z: A, groups: Sequence[Sequence[int]]) -> A:
     if rest:
         parts.append(ops.take_last(z, rest))
         order += rest
-    inverse = [0] * len(order)
-    for position, unit in enumerate(order):
-        inverse[unit] = position
-    return ops.take_last(ops.concat(parts, axis=-1), inverse)
+    return ops.take_last(ops.concat(parts, axis=-1), _inverse(order))
 
 
 # ---------------------------------------------------------------- decision rules

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+from scipy import sparse
 
 from crasp_compiler.errors import CraspError
 from crasp_compiler.model.model import (
@@ -48,6 +49,7 @@ __all__ = [
     "RunResult",
     "beyond_guarantee",
     "decide",
+    "encode",
     "numeric_matrix",
     "run",
 ]
@@ -101,10 +103,10 @@ class _MLP:
     b2: NDAny
     activations: Sequence[Activation]
     norm_groups: Sequence[Sequence[int]]
-    masks: dict[Activation, NDAny] = field(default_factory=dict)
+    units: dict[Activation, list[int]] = field(default_factory=dict)
 
-    def unit_mask(self, activation: Activation) -> NDAny:
-        return self.masks[activation]
+    def unit_index(self, activation: Activation) -> list[int]:
+        return self.units.get(activation, [])
 
 
 def _cast(w: Matrix, dtype: type) -> Matrix:
@@ -126,7 +128,6 @@ def _head(head: Head, kind: HeadKind, dtype: type) -> _Head:
 
 
 def _mlp(mlp: MLP, dtype: type) -> _MLP:
-    units = np.array([str(a) for a in mlp.activations])
     return _MLP(
         _cast(mlp.w1, dtype),
         mlp.b1.astype(dtype, copy=False),
@@ -134,8 +135,36 @@ def _mlp(mlp: MLP, dtype: type) -> _MLP:
         mlp.b2.astype(dtype, copy=False),
         mlp.activations,
         mlp.norm_groups,
-        {kind: units == kind.value for kind in Activation},
+        units_by_kind(mlp.activations),
     )
+
+
+def units_by_kind(activations: Sequence[Activation]) -> dict[Activation, list[int]]:
+    """The hidden units of each activation kind, in increasing order."""
+    units: dict[Activation, list[int]] = {}
+    for unit, kind in enumerate(activations):
+        units.setdefault(Activation(kind), []).append(unit)
+    return units
+
+
+def _group(heads: Sequence[_Head]) -> fw.UniformGroup[Matrix] | None:
+    """The layer's prefix-sum heads with their weights stacked (None: fewer than two)."""
+    members = fw.uniform_members(NUMPY, heads)
+    if len(members) < 2:
+        return None
+    w_v = _stack([heads[m].w_v for m in members], axis=0)
+    w_o = _stack([heads[m].w_o for m in members], axis=1)
+    return fw.UniformGroup(members, w_v, w_o)
+
+
+def _stack(ws: Sequence[Matrix], axis: int) -> Matrix:
+    if all(isinstance(w, np.ndarray) for w in ws):
+        return np.concatenate(ws, axis=axis)  # type: ignore[arg-type]
+    pieces = [sparse.csr_array(w) for w in ws]
+    stacked: Matrix = sparse.csr_array(
+        sparse.vstack(pieces) if axis == 0 else sparse.hstack(pieces)
+    )
+    return stacked
 
 
 Step = Callable[[NDAny, NDAny, Observer[NDAny] | None], NDAny]
@@ -157,11 +186,11 @@ class NumpyParts:
         for layer, kinds in zip(model.layers, head_kinds(model), strict=True):
             attention = None
             if layer.heads:
-                heads: list[Step] = [
-                    partial(fw.head_forward, NUMPY, _head(h, kind, dtype))
-                    for h, kind in zip(layer.heads, kinds, strict=True)
+                prepared = [
+                    _head(h, kind, dtype) for h, kind in zip(layer.heads, kinds, strict=True)
                 ]
-                attention = partial(fw.attention_forward, NUMPY, heads)
+                heads: list[Step] = [partial(fw.head_forward, NUMPY, h) for h in prepared]
+                attention = partial(fw.attention_forward, NUMPY, heads, group=_group(prepared))
             mlp = None
             if layer.mlp is not None:
                 mlp = partial(fw.mlp_forward, NUMPY, _mlp(layer.mlp, dtype))
@@ -216,14 +245,8 @@ def run(
     if on_overlength not in ("error", "warn", "ignore"):
         raise ValueError(f"on_overlength must be error, warn or ignore, not {on_overlength!r}")
     float_type: type = np.dtype(dtype).type
-    ids_list = []
-    for tokens in inputs:
-        try:
-            ids_list.append(model.token_ids(list(tokens)))
-        except ValueError as err:
-            raise CraspError(str(err), filename="input") from None
-    lengths = np.array([len(ids) for ids in ids_list], dtype=np.int64)
-    longest = int(lengths.max()) if len(lengths) else 0
+    ids, lengths = encode(model.token_ids, inputs)
+    longest = ids.shape[1] - 1
     numeric = None
     if model.inputs or values is not None:
         numeric = numeric_matrix(model.inputs, lengths, values)
@@ -235,9 +258,6 @@ def run(
         ]
     beyond_guarantee([p for p in problems if p], on_overlength)
     size = longest + 1
-    ids = np.zeros((len(ids_list), size), dtype=np.int64)
-    for row, seq in enumerate(ids_list):
-        ids[row, 1 : 1 + len(seq)] = seq
     labels = _trace_labels(model) if residuals else {}
     trace: list[tuple[str, NDAny]] = []
 
@@ -254,6 +274,26 @@ def run(
         outputs[out.name] = np.ascontiguousarray(raw[..., k])
         decided[out.name] = decide(out.rule, outputs[out.name], steps, padding)
     return RunResult(outputs, decided, lengths, trace if residuals else None)
+
+
+def encode(
+    lookup: Callable[[list[str]], Sequence[int] | NDAny], inputs: Sequence[Sequence[str]]
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """Token sequences (without BOS) as BOS-prefixed, right-padded ids ``(B, T)`` (BOS and
+    padding are 0) and their lengths ``(B,)``; ``lookup`` maps one sequence to its ids
+    (:meth:`~crasp_compiler.model.model.Model.token_ids`) and raises ValueError naming a bad
+    token, reported as a :class:`CraspError`."""
+    rows = []
+    for tokens in inputs:
+        try:
+            rows.append(lookup(tokens if isinstance(tokens, list) else list(tokens)))
+        except ValueError as err:
+            raise CraspError(str(err), filename="input") from None
+    lengths = np.array([len(row) for row in rows], dtype=np.int64)
+    ids = np.zeros((len(rows), 1 + (int(lengths.max()) if len(rows) else 0)), dtype=np.int64)
+    for b, row in enumerate(rows):
+        ids[b, 1 : 1 + len(row)] = row
+    return ids, lengths
 
 
 def beyond_guarantee(problems: list[str], on_overlength: str) -> None:

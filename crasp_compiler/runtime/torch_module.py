@@ -19,6 +19,12 @@ generic in the length. Padding never reaches a real position: keys beyond a sequ
 length are masked. ``forward(..., observe=Observer(hook))`` reports the named points of
 the pass (listed in :mod:`crasp_compiler.runtime.forward`).
 
+Threads. The module never sets torch's global thread state. These models are narrow,
+so on small or loaded CPUs the default intra-op threads cost more than they give
+(Dyck-1, n = 4096, batch 8 on a loaded 2-core machine: 0.25–0.4 s against 6–11 ms with
+one thread): call ``torch.set_num_threads(1)`` in such programs
+(``benchmarks/throughput.py --ratios`` measures both).
+
 Hook points. Each of those points is also an identity submodule
 (:class:`~crasp_compiler.runtime.hooks.HookPoint`) at the module path of its name
 (``hook_embed``, ``blocks.{l}.hook_resid_pre``, ``blocks.{l}.attn.heads.{h}.hook_z``,
@@ -56,6 +62,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, cast
 
 import numpy as np
@@ -94,7 +101,12 @@ from crasp_compiler.runtime.hooks import (
     HookPoint,
     name_points,
 )
-from crasp_compiler.runtime.numpy_exec import beyond_guarantee, numeric_matrix
+from crasp_compiler.runtime.numpy_exec import (
+    beyond_guarantee,
+    encode,
+    numeric_matrix,
+    units_by_kind,
+)
 
 Tensor = torch.Tensor
 
@@ -316,16 +328,30 @@ class AttentionHead(nn.Module):
     def forward(
         self, x: Tensor, lengths: Tensor, observe: Observer[Tensor] | None = None
     ) -> Tensor:
-        grad = torch.is_grad_enabled()
         return fw.head_forward(
             TORCH,
             self,
             x,
             lengths,
             observe,
-            uniform_ok=not (grad and (self.w_q.requires_grad or self.w_k.requires_grad)),
-            keyed_ok=not (grad and (x.requires_grad or self.w_k.requires_grad)),
+            uniform_ok=self.uniform_ok(),
+            keyed_ok=self.keyed_ok(x),
         )
+
+    def uniform_ok(self) -> bool:
+        """Whether the prefix-sums path loses no gradient (module docstring)."""
+        grad = torch.is_grad_enabled()
+        return not (grad and (self.w_q.requires_grad or self.w_k.requires_grad))
+
+    def keyed_ok(self, x: Tensor) -> bool:
+        """Whether the O(T) BOS-keyed path loses no gradient (module docstring)."""
+        return not (torch.is_grad_enabled() and (x.requires_grad or self.w_k.requires_grad))
+
+    def has_module_hooks(self) -> bool:
+        """Whether forward hooks are registered on this head module itself (then the
+        layer runs it on its own, not in a :class:`~crasp_compiler.runtime.forward.
+        UniformGroup`, so that they fire)."""
+        return bool(self._forward_hooks or self._forward_pre_hooks)
 
 
 class Attention(nn.Module):
@@ -341,16 +367,27 @@ class Attention(nn.Module):
     def forward(
         self, x: Tensor, lengths: Tensor, observe: Observer[Tensor] | None = None
     ) -> Tensor:
-        return fw.attention_forward(TORCH, self.head_list(), x, lengths, observe)
+        heads = self.head_list()
+        group = None
+        if observe is None and len(heads) > 1 and not any(h.has_module_hooks() for h in heads):
+            members = fw.uniform_members(
+                TORCH,
+                heads,
+                uniform_ok=[h.uniform_ok() for h in heads],
+                keyed_ok=[h.keyed_ok(x) for h in heads],
+            )
+            if len(members) > 1:
+                group = fw.UniformGroup(
+                    members,
+                    torch.cat([heads[m].w_v for m in members], dim=0),
+                    torch.cat([heads[m].w_o for m in members], dim=1),
+                )
+        return fw.attention_forward(TORCH, heads, x, lengths, observe, group)
 
 
 class FeedForward(nn.Module):
     """``W_2 act(N(W_1 x + b_1)) + b_2`` with per-unit activations and the selective
     layer norm N over ``norm_groups`` (ε = 0; a zero-variance group gives 0)."""
-
-    is_relu: Tensor
-    is_heaviside: Tensor
-    is_gelu: Tensor
 
     def __init__(self, mlp: MLP) -> None:
         super().__init__()
@@ -361,18 +398,11 @@ class FeedForward(nn.Module):
         self.activations = list(mlp.activations)
         self.labels = list(mlp.labels)
         self.norm_groups = [list(g) for g in mlp.norm_groups]
-        units = np.array([str(a) for a in self.activations])
-        for kind in Activation:
-            self.register_buffer(f"is_{kind}", torch.tensor(units == kind.value), persistent=False)
+        self.units = units_by_kind(self.activations)  # each activation on its units only
         self.hook_pre, self.hook_normalized, self.hook_post = HookPoint(), HookPoint(), HookPoint()
 
-    def unit_mask(self, activation: Activation) -> Tensor:
-        masks = {
-            Activation.RELU: self.is_relu,
-            Activation.HEAVISIDE: self.is_heaviside,
-            Activation.GELU: self.is_gelu,
-        }
-        return masks[activation]
+    def unit_index(self, activation: Activation) -> list[int]:
+        return self.units.get(activation, [])
 
     def forward(self, x: Tensor, observe: Observer[Tensor] | None = None) -> Tensor:
         return fw.mlp_forward(TORCH, self, x, observe)
@@ -633,19 +663,9 @@ class TorchTransformer(nn.Module):
         self, inputs: Sequence[Sequence[str]], device: torch.device | str | None = None
     ) -> tuple[Tensor, Tensor]:
         """Token sequences (without BOS) to right-padded ids ``(B, T)`` and lengths."""
-        rows = []
-        for tokens in inputs:
-            try:
-                rows.append(token_ids(self.vocab, list(tokens)))
-            except ValueError as err:
-                raise CraspError(str(err), filename="input") from None
-        lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)
-        size = 1 + (int(lengths.max()) if rows else 0)
-        ids = torch.zeros(len(rows), size, dtype=torch.long)
-        for b, row in enumerate(rows):
-            ids[b, 1 : 1 + len(row)] = torch.tensor(row, dtype=torch.long)
+        ids, lengths = encode(partial(token_ids, self.vocab), inputs)
         target = device if device is not None else self.embed.w_e.device
-        return ids.to(target), lengths.to(target)
+        return torch.from_numpy(ids).to(target), torch.from_numpy(lengths).to(target)
 
     def encode_values(
         self, values: Sequence[np.ndarray[Any, Any]] | None, lengths: Tensor

@@ -1,0 +1,169 @@
+"""The pieces that make the runtimes fast keep their results and their errors.
+
+- tokenisation is one C-level lookup per token, and a bad token is still reported with
+  the token and its position (numpy executor and torch module alike);
+- the uniform heads of a layer run together (one value product, one prefix sum, one
+  output product) and give the numbers the heads give one by one (observed pass);
+- MLP activations are applied to the units of each kind only, with the numbers of the
+  elementwise formulas.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from crasp_compiler import compile, load
+from crasp_compiler.errors import CraspError
+from crasp_compiler.model.model import BOS, MLP, Activation, Layer, token_ids
+from crasp_compiler.runtime import forward as fw
+from crasp_compiler.runtime.backend import NUMPY
+from crasp_compiler.runtime.numpy_exec import NumpyParts, encode, run, units_by_kind
+from crasp_compiler.runtime.torch_module import TorchTransformer
+from tests.runtime.test_executor import make_model
+from tests.support.reference_model import random_inputs, random_model
+
+DYCK = "examples/crasp/dyck1.cr"
+
+
+# ---------------------------------------------------------------- tokenisation
+
+
+def test_token_ids_are_int64_and_refuse_bos_and_strangers() -> None:
+    vocab = [BOS, "(", ")"]
+    ids = token_ids(vocab, ["(", ")", ")"])
+    assert ids.dtype == np.int64 and ids.tolist() == [1, 2, 2]
+    assert token_ids(vocab, []).tolist() == []
+    with pytest.raises(ValueError, match=r"token '\[' at position 2 is not in the vocabulary"):
+        token_ids(vocab, ["(", ")", "["])
+    with pytest.raises(ValueError, match="at position 0"):
+        token_ids(vocab, [BOS])
+    with pytest.raises(ValueError, match=r"spaces|separate|\( \)"):
+        token_ids(vocab, ["()"])  # the spacing hint survives
+    with pytest.raises(ValueError, match="token 3 at position 1"):
+        token_ids(vocab, ["(", 3])  # type: ignore[list-item]
+
+
+def test_encode_pads_right_and_counts_lengths() -> None:
+    model = compile(load(DYCK))
+    ids, lengths = encode(model.token_ids, [list("(()"), [], tuple(")")])
+    assert lengths.tolist() == [3, 0, 1]
+    assert ids.tolist() == [[0, 1, 1, 2], [0, 0, 0, 0], [0, 2, 0, 0]]
+
+
+@pytest.mark.parametrize("runtime", ["numpy", "torch"])
+def test_bad_token_names_token_and_position(runtime: str) -> None:
+    model = compile(load(DYCK))
+    inputs = [list("(())"), ["(", ")", "x", "("]]
+    with pytest.raises(CraspError, match=r"token 'x' at position 2 is not in the vocabulary"):
+        if runtime == "numpy":
+            run(model, inputs)
+        else:
+            TorchTransformer(model).run(inputs)
+
+
+# ---------------------------------------------------------------- uniform heads together
+
+
+def _layer_groups(parts: NumpyParts) -> list[fw.UniformGroup | None]:
+    return [getattr(block.args[0], "keywords", {}).get("group") for block in parts.blocks]
+
+
+def test_numpy_groups_are_prepared_once_per_parts() -> None:
+    model = compile(load(DYCK))
+    parts = NumpyParts(model, np.float64)
+    groups = _layer_groups(parts)
+    grouped = [g for g in groups if g is not None]
+    assert grouped, "Dyck-1 has a layer of several uniform heads"
+    for group in grouped:
+        assert len(group.members) >= 2
+        assert group.w_v.shape[0] == group.w_o.shape[1]
+    assert _layer_groups(parts) == groups  # the same objects: nothing rebuilt per block call
+
+
+@pytest.mark.parametrize("path", [DYCK, "examples/crasp/copy8.cr", "examples/crasp/c_near_a.cr"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_grouped_heads_equal_heads_one_by_one(path: str, dtype: type) -> None:
+    """The plain pass (grouped) and an observed pass (heads one by one) agree exactly."""
+    model = compile(load(path))
+    rng = np.random.default_rng(0)
+    alphabet = [s for s in model.vocab if s != BOS]
+    inputs = [list(rng.choice(alphabet, size=n)) for n in (0, 1, 7, 40)]
+    ids, lengths = encode(model.token_ids, inputs)
+    parts = NumpyParts(model, dtype)
+    plain = fw.forward(NUMPY, parts, ids, lengths, None)
+    observed = fw.forward(NUMPY, parts, ids, lengths, None, fw.Observer(lambda n, v: None))
+    np.testing.assert_array_equal(plain, observed)
+    module = TorchTransformer(model).to(dtype=getattr(torch, np.dtype(dtype).name))
+    t_ids, t_lengths = torch.from_numpy(ids), torch.from_numpy(lengths)
+    with torch.no_grad():
+        fast = module(t_ids, t_lengths)
+        slow = module(t_ids, t_lengths, observe=fw.Observer(lambda n, v: None))
+    assert torch.equal(fast, slow)
+
+
+def test_grouped_heads_match_on_random_models() -> None:
+    for seed in range(12):
+        rng = np.random.default_rng(seed)
+        model = random_model(rng, heads=(2, 4))
+        inputs = random_inputs(rng, model, count=4, max_len=9)
+        ids, lengths = encode(model.token_ids, inputs)
+        parts = NumpyParts(model, np.float64)
+        plain = fw.forward(NUMPY, parts, ids, lengths, None)
+        observed = fw.forward(NUMPY, parts, ids, lengths, None, fw.Observer(lambda n, v: None))
+        np.testing.assert_allclose(plain, observed, rtol=1e-12, atol=1e-12)
+
+
+def test_module_hooks_on_a_head_still_fire() -> None:
+    module = TorchTransformer(compile(load(DYCK)))
+    seen: list[tuple[int, ...]] = []
+    head = module.blocks[0].attn.heads[0]
+    handle = head.register_forward_hook(lambda m, args, out: seen.append(tuple(out.shape)))
+    try:
+        ids, lengths = module.encode([list("(())")])
+        with torch.no_grad():
+            module(ids, lengths)
+    finally:
+        handle.remove()
+    assert seen == [(1, 5, module.embed.w_e.shape[1])]
+
+
+# ---------------------------------------------------------------- activations by kind
+
+
+def test_units_by_kind() -> None:
+    kinds = [Activation.RELU, Activation.GELU, Activation.RELU, Activation.HEAVISIDE]
+    assert units_by_kind(kinds) == {
+        Activation.RELU: [0, 2],
+        Activation.GELU: [1],
+        Activation.HEAVISIDE: [3],
+    }
+
+
+def test_mixed_activations_equal_their_formulas() -> None:
+    values = {BOS: 0.0, "a": -3.0, "b": -0.5, "c": 0.7, "d": 2.5, "e": 1e-3, "f": -12.0}
+    kinds = ["gelu", "relu", "heaviside", "relu", "gelu", "heaviside"]
+    h = len(kinds)
+    mlp = MLP(
+        w1=np.hstack([np.arange(1.0, h + 1)[:, None], np.zeros((h, h))]),
+        b1=np.linspace(-0.5, 0.5, h),
+        w2=np.vstack([np.zeros((1, h)), np.eye(h)]),
+        b2=np.zeros(h + 1),
+        activations=[Activation(k) for k in kinds],
+    )
+    embed = {s: [v] + [0.0] * h for s, v in values.items()}
+    outputs = {f"u{u}": (1 + u, "value") for u in range(h)}
+    model = make_model(embed, [Layer([], mlp)], outputs)
+    tokens = [s for s in values if s != BOS]
+    z = np.array([values[BOS]] + [values[s] for s in tokens])[:, None] * mlp.w1[:, 0] + mlp.b1
+    gelu = 0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z**3)))
+    formulas = {"relu": np.maximum(z, 0), "heaviside": (z >= 0) * 1.0, "gelu": gelu}
+    numpy_out = run(model, [tokens]).outputs
+    module = TorchTransformer(model)
+    ids, lengths = module.encode([tokens])
+    with torch.no_grad():
+        torch_out = module(ids, lengths)[0].numpy()
+    for u, kind in enumerate(kinds):
+        np.testing.assert_allclose(numpy_out[f"u{u}"][0], formulas[kind][:, u], rtol=1e-13)
+        np.testing.assert_array_equal(torch_out[:, u], numpy_out[f"u{u}"][0])
