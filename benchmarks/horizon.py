@@ -103,9 +103,12 @@ def sample_inputs(name: str, alphabet: tuple[str, ...], length: int, count: int,
 
 
 def readout_error(raw: np.ndarray, expected: np.ndarray, is_bool: bool, t: int) -> float:
-    """Distance of the model's raw output from the exact value it encodes."""
+    """Distance of the model's raw output from the exact value it encodes: for a Boolean
+    output, from the nearest integer (a compiled readout is an exact integer, 0/1 or,
+    where it absorbs a final and/or, decided ``> 1/2``; the decision is checked apart)."""
     if is_bool:
-        return float(np.max(np.abs(raw.astype(np.float64) - expected.astype(np.float64))))
+        raw = raw.astype(np.float64)
+        return float(np.max(np.abs(raw - np.rint(raw))))
     return float(np.max(np.abs(raw.astype(np.float64) * (t + 1) - expected.astype(np.float64))))
 
 

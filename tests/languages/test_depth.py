@@ -17,36 +17,10 @@ from crasp_compiler.languages.crasp.depth import Depth, Gate, Lit, dependency_bo
 from crasp_compiler.languages.crasp.interpret import interpret_batch
 from crasp_compiler.languages.crasp.nodes import BoolRef, TokenIs
 from crasp_compiler.runtime.numpy_exec import run
+from tests.support.shuffle_dyck import one_violation, per_pair
 
 ROOT = Path(__file__).resolve().parents[2]
 MODES = [("heaviside", None), ("layernorm", None), ("relu", 64)]
-
-
-def per_pair(k: int) -> str:
-    """Shuffle-Dyck-k written per pair: every pair balanced and never closed early."""
-    lines = []
-    for p in range(k):
-        lines += [
-            f'O{p} = # "({p}"',
-            f'C{p} = # "){p}"',
-            f"V{p} = O{p} < C{p}",
-            f"N{p} = (# V{p}) == 0",
-            f"B{p} = O{p} == C{p}",
-            f"D{p} = N{p} && B{p}",
-        ]
-    lines.append("D = " + " && ".join(f"D{p}" for p in range(k)))
-    return "\n".join([*lines, "accept D"]) + "\n"
-
-
-def one_violation(k: int) -> str:
-    """Shuffle-Dyck-k with one violation count."""
-    lines = []
-    for p in range(k):
-        lines += [f'O{p} = # "({p}"', f'C{p} = # "){p}"']
-    lines.append("V = " + " || ".join(f"O{p} < C{p}" for p in range(k)))
-    lines.append("NV = (# V) == 0")
-    lines.append("D = NV && " + " && ".join(f"O{p} == C{p}" for p in range(k)))
-    return "\n".join([*lines, "accept D"]) + "\n"
 
 
 @functools.cache
