@@ -10,6 +10,8 @@ import random
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 from crasp_compiler import parse_program
 from crasp_compiler.languages.crasp.compile import compile_program
@@ -145,3 +147,36 @@ def test_plans():
         assert len(model.layers) == dependency_bound(program, mode)
         inputs = [list(w) for n in range(7) for w in itertools.product("ab", repeat=n)]
         agree(program, model, inputs, ["F", "G", "H", "K"])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_random_wide_formulas(data):
+    """Random and/or/not formulas of up to 125 leaves over token tests, comparisons of
+    counts made in layer 1 (ready) and comparisons of counts of those (fresh in layer 2):
+    every plan (gate, fused, table, circuit, absorbed) against the interpreter, and the
+    model exactly as deep as its bound."""
+    leaves = ['"a"', '"b"', "A > B", "A == B", "(# X) == (# Y)"]
+    leaves += [f"A > {k}" for k in range(4)] + [f"B == {k}" for k in range(3)]
+    leaves += [f"(# X) > {k}" for k in range(3)] + [f"(# Y) < {k + 1}" for k in range(3)]
+
+    def formula(depth: int) -> str:
+        if depth == 0 or (depth < 3 and data.draw(st.integers(0, 3)) == 0):
+            leaf = data.draw(st.sampled_from(leaves))
+            return f"!({leaf})" if data.draw(st.integers(0, 3)) == 0 else f"({leaf})"
+        op = data.draw(st.sampled_from(["&&", "||"]))
+        parts = [formula(depth - 1) for _ in range(data.draw(st.integers(2, 5)))]
+        return "(" + f" {op} ".join(parts) + ")"
+
+    body = formula(3)
+    uses = data.draw(st.booleans())  # F used by another definition: not absorbed
+    text = f'A = # "a"\nB = # "b"\nX = A > B\nY = A == B\nF = {body}\n' + (
+        "G = (# F) > 1\noutput F, G\n" if uses else "output F\n"
+    )
+    program = parse_program(text)
+    inputs = [list(w) for n in range(7) for w in itertools.product("ab", repeat=n)]
+    for mode, max_len in MODES:
+        model = compile_program(program, mode=mode, max_len=max_len)
+        assert len(model.layers) == dependency_bound(program, mode), text
+        agree(program, model, inputs, list(program.outputs))
+    event(Depth(program).plan(program.definitions[4].expr).kind)  # --hypothesis-show-statistics

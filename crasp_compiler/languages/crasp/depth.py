@@ -27,11 +27,17 @@ which reads its formula plans from here, so the model has exactly
   ``Σ b > 1/2``, so its children (literals, comparisons computed in the latest MLP,
   fused or plain gates) need no further MLP.
 
-Within these rules (every count one attention head over a {0,1} value in the residual,
-one hidden layer per MLP, a linear readout with a threshold) the bound is the fewest
-layers: a comparison of a count cannot precede the attention that makes the count, a
-count of a Boolean cannot share its layer, and an and or or of two comparisons of
-different counts is not one threshold unit of their inputs.
+The bound is the depth of these constructions, not of every transformer that computes
+the program. Its steps are forced for models that compute every count by one attention
+head over a {0,1} value in the residual, with one hidden layer per MLP and a thresholded
+linear readout: a comparison of a count cannot precede the attention that makes the
+count, a count of a Boolean cannot share its layer, and an and/or of comparisons of two
+different counts is not one threshold unit of their inputs (so it needs another MLP
+unless the readout decides it). Two cases are not yet exploited: a formula of several
+levels in which only one comparison is computed in the latest MLP (a truth table over
+the other leaves, each row gated by that comparison, would fit in that MLP), and
+constant or cancelling sub-expressions, which the lowering folds (the model then has
+fewer layers than the bound).
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from dataclasses import dataclass
 
 from crasp_compiler.languages.crasp.nodes import (
     And,
+    BoolConst,
     BoolRef,
     Compare,
     Cond,
@@ -101,11 +108,28 @@ def next_slot(after: int, attention: bool) -> int:
 
 
 def _gate(op: str, parts: tuple[Formula, ...]) -> Formula:
+    """``op`` of ``parts``, flattened, without repeats or constants: ``x ∧ ¬x`` is
+    false, ``x ∨ ¬x`` true (their units would cancel ``x`` and run earlier)."""
+    absorbing = op == "or"  # the constant that decides the gate: true for or
     flat: list[Formula] = []
     for part in parts:
         flat.extend(part.children if isinstance(part, Gate) and part.op == op else (part,))
-    unique = tuple(dict.fromkeys(flat))
-    return unique[0] if len(unique) == 1 else Gate(op, unique)
+    unique: list[Formula] = []
+    for part in dict.fromkeys(flat):
+        if isinstance(part, Lit) and isinstance(part.node, BoolConst):
+            if part.node.value == part.positive:  # the literal is true
+                if absorbing:
+                    return part
+                continue
+            if not absorbing:
+                return part
+            continue
+        if isinstance(part, Lit) and Lit(part.node, not part.positive) in unique:
+            return Lit(BoolConst(absorbing), True)
+        unique.append(part)
+    if not unique:
+        return Lit(BoolConst(not absorbing), True)
+    return unique[0] if len(unique) == 1 else Gate(op, tuple(unique))
 
 
 def literals(formula: Formula) -> list[Lit]:
