@@ -33,7 +33,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from crasp_compiler import CraspError, Program, interpret_batch, load_program, parse_program
-from crasp_compiler.languages.crasp.compile import compile_program, dependency_bound
+from crasp_compiler.languages.crasp.compile import compile_program
+from crasp_compiler.languages.crasp.depth import dependency_bound
 from crasp_compiler.languages.crasp.nodes import Compare, walk
 from crasp_compiler.model.model import Model
 from crasp_compiler.runtime.numpy_exec import run

@@ -16,7 +16,8 @@ import pytest
 
 from crasp_compiler import CraspError, interpret, interpret_batch, parse_program
 from crasp_compiler.languages.crasp import format_program
-from crasp_compiler.languages.crasp.compile import compile_program, dependency_bound
+from crasp_compiler.languages.crasp.compile import compile_program
+from crasp_compiler.languages.crasp.depth import dependency_bound
 from crasp_compiler.languages.pcoc import interpret_pcoc, parse_pcoc
 from crasp_compiler.languages.pcoc.compile import MAX_COMPILE_MACHINES, compile_pcoc
 from crasp_compiler.runtime.numpy_exec import run
@@ -54,6 +55,20 @@ def test_long_chains_of_formulas():
     program = parse_program(text + "\n")
     model = compile_program(program)
     assert run(model, [["a", "a"]]).final(f"B{n - 1}").tolist() == [True]
+
+
+def test_long_chains_of_distinct_disjunctions():
+    """B_k = B_{k-1} || A > k flattens to one or of k comparisons at every step: the
+    plans stay quadratic in the chain (a cubic one took minutes at this size), and the
+    readout decides the final or, in one layer."""
+    n = 800
+    lines = ['alphabet "a", "b"', 'A = # "a"', "B0 = A > 0"]
+    lines += [f"B{k} = B{k - 1} || A > {k}" for k in range(1, n)]
+    program = parse_program("\n".join(lines) + "\n")
+    model = compile_program(program)
+    assert len(model.layers) == 1 == dependency_bound(program)
+    words = [["b"] * 3, ["a", "b"], ["a"] * 5]
+    assert run(model, words).final(f"B{n - 1}").tolist() == [False, True, True]
 
 
 def test_integers_with_thousands_of_digits_are_refused_at_the_literal():

@@ -9,7 +9,6 @@ from collections import Counter
 from crasp_compiler.assemble.builder import BOS_VAR, Builder
 from crasp_compiler.cookbook.blocks import BosValues, Form, form_add
 from crasp_compiler.errors import CraspError, Diagnostic
-from crasp_compiler.languages.crasp.depth import dependency_bound
 from crasp_compiler.languages.crasp.interpret import interpret
 from crasp_compiler.languages.crasp.lower import lower_program
 from crasp_compiler.languages.crasp.nodes import (
@@ -60,7 +59,7 @@ def compile_program(
         info={
             "language": "C-RASP",
             "class": program.relation_class,
-            "dependency_bound": dependency_bound(program, mode),
+            "dependency_bound": lowered.depth.bound(),
         },
     )
     residual_vars = builder.variables

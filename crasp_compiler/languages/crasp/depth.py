@@ -42,7 +42,7 @@ fewer layers than the bound).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from crasp_compiler.languages.crasp.nodes import (
     And,
@@ -73,10 +73,18 @@ WINDOW_RUN = 3
 
 @dataclass(frozen=True)
 class Lit:
-    """A leaf of a formula (not an and/or/not, nor a reference to one), or its negation."""
+    """A leaf of a formula (not an and/or/not, nor a reference to one), or its negation.
+    The hash is computed once (formulas are hashed often, nodes are deep)."""
 
     node: Node
     positive: bool
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.node, self.positive)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 @dataclass(frozen=True)
@@ -85,6 +93,13 @@ class Gate:
 
     op: str  # "and" | "or"
     children: tuple[Lit | Gate, ...]
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.op, self.children)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 Formula = Lit | Gate
@@ -114,7 +129,8 @@ def _gate(op: str, parts: tuple[Formula, ...]) -> Formula:
     flat: list[Formula] = []
     for part in parts:
         flat.extend(part.children if isinstance(part, Gate) and part.op == op else (part,))
-    unique: list[Formula] = []
+    unique: dict[Formula, None] = {}  # in order
+    polarity: dict[int, bool] = {}  # id(node) -> the polarity of its literal so far
     for part in dict.fromkeys(flat):
         if isinstance(part, Lit) and isinstance(part.node, BoolConst):
             if part.node.value == part.positive:  # the literal is true
@@ -124,12 +140,16 @@ def _gate(op: str, parts: tuple[Formula, ...]) -> Formula:
             if not absorbing:
                 return part
             continue
-        if isinstance(part, Lit) and Lit(part.node, not part.positive) in unique:
+        # both polarities of a leaf share its node object (Depth.nnf makes them together)
+        if isinstance(part, Lit) and polarity.setdefault(id(part.node), part.positive) != (
+            part.positive
+        ):
             return Lit(BoolConst(absorbing), True)
-        unique.append(part)
+        unique[part] = None
     if not unique:
         return Lit(BoolConst(not absorbing), True)
-    return unique[0] if len(unique) == 1 else Gate(op, tuple(unique))
+    kept = tuple(unique)
+    return kept[0] if len(kept) == 1 else Gate(op, kept)
 
 
 def literals(formula: Formula) -> list[Lit]:
@@ -287,10 +307,13 @@ class Depth:
         absorbed = self.absorbed(name)
         return absorbed.slot if absorbed is not None else self.slot(self.defs[name])
 
+    def bound(self) -> int:
+        """The layers of the latest output (:func:`dependency_bound`)."""
+        deepest = max((self.output_slot(name) for name in self.program.outputs), default=0)
+        return (deepest + 1) // 2
+
 
 def dependency_bound(program: Program, mode: str = "heaviside") -> int:
     """The fewest layers the program's dependencies allow under the compiler's
     constructions (module docstring); the compiled model has exactly this many."""
-    depth = Depth(program, mode)
-    deepest = max((depth.output_slot(name) for name in program.outputs), default=0)
-    return (deepest + 1) // 2
+    return Depth(program, mode).bound()

@@ -604,19 +604,20 @@ class _Lowerer:
             rule = "bool" if definition.sort.value == "bool" else "count"
             form, what = self.forms[name], f"the output {name!r}"
             self.track("output", form, rule, definition, what)
-        return Lowered(self.builder, self.forms, self.rounding, self.at_bos)
+        return Lowered(self.builder, self.forms, self.rounding, self.at_bos, self.depth)
 
 
 @dataclass
 class Lowered:
     """The result of :func:`lower_program`: the builder, the form of every compiled
-    definition, the rounding analysis of the variables and decisions, and every
-    variable's value at BOS (what the model computes there, on any input)."""
+    definition, the rounding analysis of the variables and decisions, every variable's
+    value at BOS (what the model computes there, on any input), and the plans followed."""
 
     builder: Builder
     forms: dict[str, Form]
     rounding: dict[str, Analysis]  # per float type
     at_bos: BosValues
+    depth: Depth  # the slots and formula plans the lowering followed
 
 
 def lower_program(program: Program, mode: str = "heaviside", max_len: int | None = None) -> Lowered:
