@@ -591,6 +591,46 @@ def derive_kinds(model: Model) -> list[list[HeadKind]]:
     return classify_heads(embedding_live(model), layers)
 
 
+PositionalKeys: TypeAlias = tuple[FloatArray, FloatArray]
+
+
+def positional_keys(model: Model) -> list[list[PositionalKeys | None]]:
+    """For every head whose keys are a function of the key's position alone,
+    ``k_s = a·s + b·s²``, the pair ``(a, b)``; None for the others. That is a head whose
+    ``W_K`` reads only residual dimensions holding the ``index`` or ``index^2`` feature
+    and nothing else: no other feature, token, numeric input or layer writes them."""
+    w_p = dense(model.w_p)
+    written = nonzero_columns(model.w_e) | nonzero_rows(model.numeric_weights)
+    for layer in model.layers:
+        for head in layer.heads:
+            written |= nonzero_rows(head.w_o)
+        if layer.mlp is not None:
+            written |= nonzero_rows(layer.mlp.w2) | (layer.mlp.b2 != 0)
+    power: dict[int, tuple[int, float]] = {}  # dimension -> (power of s, coefficient)
+    for f, name in enumerate(model.features):
+        if name not in ("index", "index^2"):
+            continue
+        for d in map(int, np.flatnonzero(w_p[:, f])):
+            if np.count_nonzero(w_p[d]) == 1 and not written[d]:
+                power[d] = (1 if name == "index" else 2, float(w_p[d, f]))
+    out: list[list[PositionalKeys | None]] = []
+    for layer in model.layers:
+        row: list[PositionalKeys | None] = []
+        for head in layer.heads:
+            w_k = dense(head.w_k)
+            reads = [int(d) for d in np.flatnonzero(nonzero_columns(w_k))]
+            if not reads or any(d not in power for d in reads):
+                row.append(None)
+                continue
+            a, b = np.zeros(w_k.shape[0]), np.zeros(w_k.shape[0])
+            for d in reads:
+                which, coef = power[d]
+                (a if which == 1 else b)[:] += w_k[:, d] * coef
+            row.append((a, b))
+        out.append(row)
+    return out
+
+
 def head_kinds(model: Model) -> list[list[HeadKind]]:
     """The kind of every head: the recorded one, or (for heads built without one) the
     one :func:`derive_kinds` gives."""

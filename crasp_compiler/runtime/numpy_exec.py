@@ -14,6 +14,7 @@ their recorded kinds (heads built without one get it once per run from the weigh
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,9 +35,11 @@ from crasp_compiler.model.model import (
     Mask,
     Matrix,
     Model,
+    PositionalKeys,
     Rule,
     Weighting,
     head_kinds,
+    positional_keys,
 )
 from crasp_compiler.runtime import forward as fw
 from crasp_compiler.runtime.backend import NUMPY
@@ -169,6 +172,49 @@ def _stack(ws: Sequence[Matrix], axis: int) -> Matrix:
 
 Step = Callable[[NDAny, NDAny, Observer[NDAny] | None], NDAny]
 
+# exp(x) is exactly 0 below this, in float64 and in float32.
+UNDERFLOW = 746.0
+
+
+def _banded(
+    head: _Head, keys: PositionalKeys, x: NDAny, lengths: NDAny, observe: Observer[NDAny] | None
+) -> NDAny:
+    """A causal softmax head whose keys depend on the key's position alone,
+    ``k_s = a·s + b·s²`` (:func:`~crasp_compiler.model.model.positional_keys`; the relu
+    lowering's offset lookups): query t scores key s as ``α_t s + β_t s²``. Where every
+    ``β_t < 0`` the scores fall at least ``|β_t| d²`` at distance d from the best allowed
+    key (the concave maximum, clamped to ``0 … min(t, length)``), so the keys farther than
+    ``D = ⌈√(746/min|β|)⌉`` get the weight ``exp(≤ −746) = 0`` exactly: the head equals
+    its full softmax summed over ``2D + 1`` keys per query, O(T·D) instead of O(T²).
+    Otherwise (a pattern asked for, some ``β_t ≥ 0``, or a band as wide as the input)
+    the general path runs."""
+    size = x.shape[1]
+    if observe is not None or head.bias or head.weighting is not Weighting.SOFTMAX:
+        return fw.head_forward(NUMPY, head, x, lengths, observe)
+    q = NUMPY.matmul_t(x, head.w_q) * head.scale  # (B, T, dk)
+    a, b = (np.asarray(w, dtype=q.dtype) for w in keys)
+    beta = q @ b
+    if size < 2 or not np.all(beta < 0):
+        return fw.head_forward(NUMPY, head, x, lengths, observe)
+    width = math.ceil(math.sqrt(UNDERFLOW / float(np.min(-beta))))
+    if 2 * width + 1 >= size:
+        return fw.head_forward(NUMPY, head, x, lengths, observe)
+    alpha = q @ a
+    last = np.minimum(np.arange(size)[None, :], lengths[:, None])  # the last allowed key
+    center = np.clip(np.rint(-alpha / (2 * beta)), 0, last).astype(np.int64)
+    s = center[..., None] + np.arange(-width, width + 1)  # (B, T, W) key positions
+    valid = (s >= 0) & (s <= last[..., None])
+    s = np.clip(s, 0, size - 1)
+    steps = s.astype(q.dtype)[..., None]
+    k = a * steps + b * (steps * steps)  # (B, T, W, dk): the keys, as W_K x_s gives them
+    scores = np.where(valid, np.einsum("btd,btwd->btw", q, k), -np.inf)
+    weights = np.where(valid, np.exp(scores - scores.max(axis=-1, keepdims=True)), 0.0)
+    weights = weights / weights.sum(axis=-1, keepdims=True)
+    v = NUMPY.matmul_t(x, head.w_v)  # (B, T, dv)
+    gathered = np.take_along_axis(v, s.reshape(v.shape[0], -1)[..., None], axis=1)
+    mixed = np.einsum("btw,btwd->btd", weights, gathered.reshape(*s.shape, v.shape[-1]))
+    return NUMPY.matmul_t(mixed.astype(x.dtype, copy=False), head.w_o)
+
 
 class NumpyParts:
     """:class:`crasp_compiler.runtime.forward.Parts` of a model, weights in ``dtype``
@@ -183,13 +229,19 @@ class NumpyParts:
         self.numeric_names = list(model.inputs)
         self.output_count = len(model.outputs)
         self.blocks: list[Step] = []
-        for layer, kinds in zip(model.layers, head_kinds(model), strict=True):
+        rows = zip(model.layers, head_kinds(model), positional_keys(model), strict=True)
+        for layer, kinds, positional in rows:
             attention = None
             if layer.heads:
                 prepared = [
                     _head(h, kind, dtype) for h, kind in zip(layer.heads, kinds, strict=True)
                 ]
-                heads: list[Step] = [partial(fw.head_forward, NUMPY, h) for h in prepared]
+                heads: list[Step] = [
+                    partial(_banded, h, keys)
+                    if keys is not None and h.kind is HeadKind.GENERAL and h.mask is Mask.CAUSAL
+                    else partial(fw.head_forward, NUMPY, h)
+                    for h, keys in zip(prepared, positional, strict=True)
+                ]
                 attention = partial(fw.attention_forward, NUMPY, heads, group=_group(prepared))
             mlp = None
             if layer.mlp is not None:

@@ -5,7 +5,9 @@
 - the uniform heads of a layer run together (one value product, one prefix sum, one
   output product) and give the numbers the heads give one by one (observed pass);
 - MLP activations are applied to the units of each kind only, with the numbers of the
-  elementwise formulas.
+  elementwise formulas;
+- offset lookups on absolute positions (relu mode) sum a band of keys in the numpy
+  executor and give the numbers of the full softmax.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import torch
 
 from crasp_compiler import compile, load
 from crasp_compiler.errors import CraspError
-from crasp_compiler.model.model import BOS, MLP, Activation, Layer, token_ids
+from crasp_compiler.model.model import BOS, MLP, Activation, Layer, positional_keys, token_ids
 from crasp_compiler.runtime import forward as fw
 from crasp_compiler.runtime.backend import NUMPY
 from crasp_compiler.runtime.numpy_exec import NumpyParts, encode, run, units_by_kind
@@ -167,3 +169,28 @@ def test_mixed_activations_equal_their_formulas() -> None:
     for u, kind in enumerate(kinds):
         np.testing.assert_allclose(numpy_out[f"u{u}"][0], formulas[kind][:, u], rtol=1e-13)
         np.testing.assert_array_equal(torch_out[:, u], numpy_out[f"u{u}"][0])
+
+
+# ---------------------------------------------------------------- banded offset lookups
+
+
+@pytest.mark.parametrize("name", ["tomita7_local.cr", "c_near_a.cr", "copy8.cr"])
+def test_banded_lookups_equal_the_general_path(name) -> None:
+    """The relu lowering's offset lookups have keys ``a·s + b·s²``: the numpy executor
+    sums each query over a band of keys (the others have weight exactly 0), the observed
+    pass over every key; both give the same numbers, with padding and in float32."""
+    model = compile(load(f"examples/crasp/{name}"), mode="relu", max_len=600)
+    positional = positional_keys(model)
+    banded = [keys is not None for row in positional for keys in row]
+    assert any(banded) and not all(banded)  # the lookups, not the uniform heads
+    heaviside = compile(load(f"examples/crasp/{name}"), mode="heaviside")
+    assert all(keys is None for row in positional_keys(heaviside) for keys in row)
+    rng = np.random.default_rng(len(name))
+    alphabet = model.vocab[1:]
+    words = [list(rng.choice(alphabet, size=n)) for n in (0, 1, 7, 200, 599)]
+    for dtype, tol in ((np.float64, 1e-12), (np.float32, 1e-5)):
+        fast = run(model, words, dtype=dtype, on_overlength="ignore")
+        general = run(model, words, dtype=dtype, residuals=True, on_overlength="ignore")
+        for out in fast.outputs:
+            np.testing.assert_allclose(fast.outputs[out], general.outputs[out], atol=tol)
+            assert np.array_equal(fast.values[out], general.values[out])
