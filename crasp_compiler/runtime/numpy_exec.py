@@ -9,7 +9,11 @@ sequence). The embedding products (positional features, numeric inputs) are comp
 float64 and rounded to the run's type; everything else runs in that type, except the
 float64 prefix sums of uniform and BOS-keyed heads. Heads are evaluated according to
 their recorded kinds (heads built without one get it once per run from the weights,
-:func:`crasp_compiler.model.model.head_kinds`).
+:func:`crasp_compiler.model.model.head_kinds`). One path is the executor's own: a causal
+softmax head whose keys are ``a·s + b·s²`` of the key position
+(:func:`crasp_compiler.model.model.positional_keys`, relu mode's offset lookups) sums
+each query over the band of keys whose weight is not exactly 0 (:func:`_banded`), O(T)
+instead of the general path's O(T²).
 """
 
 from __future__ import annotations
