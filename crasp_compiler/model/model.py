@@ -598,37 +598,46 @@ def positional_keys(model: Model) -> list[list[PositionalKeys | None]]:
     """For every head whose keys are a function of the key's position alone,
     ``k_s = a·s + b·s²``, the pair ``(a, b)``; None for the others. That is a head whose
     ``W_K`` reads only residual dimensions holding the ``index`` or ``index^2`` feature
-    and nothing else: no other feature, token, numeric input or layer writes them."""
-    w_p = dense(model.w_p)
+    and nothing else: no other feature, token, numeric input or layer writes them.
+    Nothing is densified but those columns (models without the features return at once)."""
+    none: list[list[PositionalKeys | None]] = [[None] * len(layer.heads) for layer in model.layers]
+    features = [(f, name) for f, name in enumerate(model.features) if name in ("index", "index^2")]
+    if not features:
+        return none
     written = nonzero_columns(model.w_e) | nonzero_rows(model.numeric_weights)
     for layer in model.layers:
         for head in layer.heads:
             written |= nonzero_rows(head.w_o)
         if layer.mlp is not None:
             written |= nonzero_rows(layer.mlp.w2) | (layer.mlp.b2 != 0)
+    per_dim = np.zeros(model.width, dtype=np.int64)
+    for f in range(len(model.features)):
+        per_dim += _column(model.w_p, f) != 0
     power: dict[int, tuple[int, float]] = {}  # dimension -> (power of s, coefficient)
-    for f, name in enumerate(model.features):
-        if name not in ("index", "index^2"):
-            continue
-        for d in map(int, np.flatnonzero(w_p[:, f])):
-            if np.count_nonzero(w_p[d]) == 1 and not written[d]:
-                power[d] = (1 if name == "index" else 2, float(w_p[d, f]))
-    out: list[list[PositionalKeys | None]] = []
-    for layer in model.layers:
-        row: list[PositionalKeys | None] = []
-        for head in layer.heads:
-            w_k = dense(head.w_k)
-            reads = [int(d) for d in np.flatnonzero(nonzero_columns(w_k))]
+    for f, name in features:
+        column = _column(model.w_p, f)
+        for d in map(int, np.flatnonzero(column)):
+            if per_dim[d] == 1 and not written[d]:
+                power[d] = (1 if name == "index" else 2, float(column[d]))
+    out = none
+    for number, layer in enumerate(model.layers):
+        for h, head in enumerate(layer.heads):
+            reads = [int(d) for d in np.flatnonzero(nonzero_columns(head.w_k))]
             if not reads or any(d not in power for d in reads):
-                row.append(None)
                 continue
-            a, b = np.zeros(w_k.shape[0]), np.zeros(w_k.shape[0])
+            a, b = np.zeros(head.w_k.shape[0]), np.zeros(head.w_k.shape[0])
             for d in reads:
                 which, coef = power[d]
-                (a if which == 1 else b)[:] += w_k[:, d] * coef
-            row.append((a, b))
-        out.append(row)
+                (a if which == 1 else b)[:] += _column(head.w_k, d) * coef
+            out[number][h] = (a, b)
     return out
+
+
+def _column(w: Matrix, k: int) -> FloatArray:
+    """Column ``k`` of a dense or CSR matrix, dense."""
+    if isinstance(w, np.ndarray):
+        return np.asarray(w[:, k], dtype=np.float64)
+    return np.asarray(w[:, [k]].toarray()[:, 0], dtype=np.float64)
 
 
 def head_kinds(model: Model) -> list[list[HeadKind]]:
