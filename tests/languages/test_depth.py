@@ -124,8 +124,10 @@ def test_plans():
         "F = Z && Y\n"  # fused: Z is computed in layer 2's MLP, Y earlier
         "G = X && Y\n"  # a gate: both comparisons from the same MLP
         'H = (X && "a") || (Y && "b")\n'  # two levels, 4 leaves: a truth table
+        'J = (Z && "a") || (Y && !"a")\n'  # two levels, Z fresh: rows gated by Z
         "K = F || G\n"  # uses F and G: neither is absorbed
-        "output F, G, H, K\n"
+        "L = J || H\n"
+        "output F, G, H, J, K, L\n"
     )
     program = parse_program(text)
     depth = Depth(program)
@@ -133,6 +135,8 @@ def test_plans():
     assert depth.plan(defs["F"]).kind == "fused"
     assert depth.plan(defs["G"]).kind == "gate"
     assert depth.plan(defs["H"]).kind == "table"
+    assert depth.plan(defs["J"]).kind == "fused-table"
+    assert depth.plan(defs["J"]).slot == depth.slot(defs["Z"])  # layer 2's MLP
     assert depth.absorbed("F") is None and depth.absorbed("K") is not None
     # or(and(Z, Y), and(X, Y)): flattened through the references to F and G
     k = depth.nnf(defs["K"])[0]
@@ -146,7 +150,7 @@ def test_plans():
         model = compile_program(program, mode=mode, max_len=max_len)
         assert len(model.layers) == dependency_bound(program, mode)
         inputs = [list(w) for n in range(7) for w in itertools.product("ab", repeat=n)]
-        agree(program, model, inputs, ["F", "G", "H", "K"])
+        agree(program, model, inputs, ["F", "G", "H", "J", "K", "L"])
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -19,7 +19,11 @@ which reads its formula plans from here, so the model has exactly
     comparison computed in the latest MLP its literals reach, the others earlier: the
     gate rides on the comparison's threshold units, ``H(z + M(Σℓ − r))``, in that MLP;
   - ``gate``: any other single gate, one unit ``ReLU(2Σℓ − 2k + 1)`` in the next MLP;
-  - ``table``: a formula of several levels over at most 9 leaves, one truth-table MLP;
+  - ``fused-table``: a formula of several levels over at most 9 leaves, one of them a
+    comparison computed in the latest MLP its leaves reach, the others earlier: a truth
+    table over the others whose rows are gated by that comparison, in that MLP;
+  - ``table``: any other formula of several levels over at most 9 leaves, one
+    truth-table MLP;
   - ``circuit``: a wider one, a threshold circuit, one MLP per level of gates.
 
 - an output that is a formula used by no other definition is *absorbed* by its readout
@@ -33,11 +37,10 @@ head over a {0,1} value in the residual, with one hidden layer per MLP and a thr
 linear readout: a comparison of a count cannot precede the attention that makes the
 count, a count of a Boolean cannot share its layer, and an and/or of comparisons of two
 different counts is not one threshold unit of their inputs (so it needs another MLP
-unless the readout decides it). Two cases are not yet exploited: a formula of several
-levels in which only one comparison is computed in the latest MLP (a truth table over
-the other leaves, each row gated by that comparison, would fit in that MLP), and
-constant or cancelling sub-expressions, which the lowering folds (the model then has
-fewer layers than the bound).
+unless the readout decides it). Constant or cancelling sub-expressions that the
+lowering folds (``# "a" − # "a"``) can leave the model with fewer layers than the bound;
+formulas wider than 9 leaves are circuits of threshold gates, one MLP per level, where a
+wider table could take one.
 """
 
 from __future__ import annotations
@@ -108,7 +111,8 @@ Formula = Lit | Gate
 @dataclass(frozen=True)
 class Plan:
     """How a maximal formula is lowered (module docstring): ``kind`` is ``literal``,
-    ``fused``, ``gate``, ``table`` or ``circuit``; ``fresh`` is the fused comparison."""
+    ``fused``, ``gate``, ``fused-table``, ``table`` or ``circuit``; ``fresh`` is the
+    fused comparison."""
 
     kind: str
     formula: Formula
@@ -231,7 +235,15 @@ class Depth:
         else:
             leaves = {lit.node for lit in literals(formula)}
             latest = max(self.slot(leaf) for leaf in leaves)
-            if len(leaves) <= TABLE_LEAVES:
+            fresh = [leaf for leaf in leaves if self.slot(leaf) == latest]
+            if (
+                len(leaves) <= TABLE_LEAVES
+                and latest > 0
+                and len(fresh) == 1
+                and (self.is_comparison(Lit(fresh[0], True)))
+            ):
+                plan = Plan("fused-table", formula, latest, Lit(fresh[0], True))
+            elif len(leaves) <= TABLE_LEAVES:
                 plan = Plan("table", formula, next_slot(latest, attention=False))
             else:
                 plan = Plan("circuit", formula, self.circuit_slot(formula))

@@ -196,6 +196,9 @@ class _Lowerer:
                 return self.fused(plan.formula, plan.fresh, node, label)
             case "table":
                 return self.table(plan.formula, node, label)
+            case "fused-table":
+                assert plan.fresh is not None
+                return self.fused_table(plan.formula, plan.fresh.node, node, label)
         return self.circuit(plan.formula, node, label)  # a gate is a one-level circuit
 
     def literal(self, lit: Lit) -> Form:
@@ -235,6 +238,44 @@ class _Lowerer:
         self.add(block, {out: 1})
         self.track("table", out, forms, node)
         return {out: 1}
+
+    def fused_table(self, formula: Formula, fresh: Node, node: Node, label: str) -> Form:
+        """A formula of several levels with one comparison c computed in this MLP and the
+        other leaves b ready: ``F = Σ_a [b = a] · F_a(c)`` over the rows a of b, where
+        ``F_a(c)`` is 1, c, ¬c or 0. A row is the and of its literals, so a row with c
+        or ¬c is :meth:`compare` guarded by them and a row with 1 one :func:`ffn.all_of`
+        unit; rows are exclusive, so the sum is the bit."""
+        others = [leaf for leaf in dict.fromkeys(lit.node for lit in literals(formula))]
+        others.remove(fresh)
+        compare = self.depth.resolve(fresh)
+        assert isinstance(compare, Compare)
+        forms = [self.boolean(leaf) for leaf in others]
+
+        def value(f: Formula, row: dict[Node, bool]) -> bool:
+            if isinstance(f, Lit):
+                return row[f.node] == f.positive
+            parts = (value(child, row) for child in f.children)
+            return all(parts) if f.op == "and" else any(parts)
+
+        total: Form = Form()
+        for bits in product((False, True), repeat=len(others)):
+            row = dict(zip(others, bits, strict=True))
+            when = (value(formula, {**row, fresh: False}), value(formula, {**row, fresh: True}))
+            if when == (False, False):
+                continue
+            guard = [
+                form if bit else form_add((1, {NONBOS: 1}), (-1, form))
+                for form, bit in zip(forms, bits, strict=True)
+            ]
+            if when == (True, True):
+                out = self.fresh("bool")
+                self.add(ffn.all_of(guard, out, nonbos=NONBOS, label=label), {out: 1})
+                self.track("table", out, guard, node)
+                part: Form = Form({out: 1})
+            else:
+                part = self.compare(compare, negate=not when[1], guard=guard, label=label)
+            total = form_add((1, total), (1, part))
+        return total
 
     def fused(self, gate: Gate, fresh: Lit, node: Node, label: str) -> Form:
         """A gate with one comparison computed in this MLP: ``c ∧ ℓ₁ ∧ … ∧ ℓ_r`` rides on
