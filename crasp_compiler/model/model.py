@@ -600,10 +600,10 @@ def positional_keys(model: Model) -> list[list[PositionalKeys | None]]:
     ``W_K`` reads only residual dimensions holding the ``index`` or ``index^2`` feature
     and nothing else: no other feature, token, numeric input or layer writes them.
     Nothing is densified but those columns (models without the features return at once)."""
-    none: list[list[PositionalKeys | None]] = [[None] * len(layer.heads) for layer in model.layers]
+    out: list[list[PositionalKeys | None]] = [[None] * len(layer.heads) for layer in model.layers]
     features = [(f, name) for f, name in enumerate(model.features) if name in ("index", "index^2")]
     if not features:
-        return none
+        return out
     written = nonzero_columns(model.w_e) | nonzero_rows(model.numeric_weights)
     for layer in model.layers:
         for head in layer.heads:
@@ -619,7 +619,6 @@ def positional_keys(model: Model) -> list[list[PositionalKeys | None]]:
         for d in map(int, np.flatnonzero(column)):
             if per_dim[d] == 1 and not written[d]:
                 power[d] = (1 if name == "index" else 2, float(column[d]))
-    out = none
     for number, layer in enumerate(model.layers):
         for h, head in enumerate(layer.heads):
             reads = [int(d) for d in np.flatnonzero(nonzero_columns(head.w_k))]

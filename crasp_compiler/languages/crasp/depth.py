@@ -45,6 +45,7 @@ wider table could take one.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from crasp_compiler.languages.crasp.nodes import (
@@ -169,6 +170,14 @@ def literals(formula: Formula) -> list[Lit]:
         else:
             stack.extend(reversed(top.children))
     return list(found)
+
+
+def holds(formula: Formula, row: Mapping[Node, bool]) -> bool:
+    """The value of ``formula`` when each leaf node has the value ``row`` gives it."""
+    if isinstance(formula, Lit):
+        return row[formula.node] == formula.positive
+    parts = (holds(child, row) for child in formula.children)
+    return all(parts) if formula.op == "and" else any(parts)
 
 
 class Depth:

@@ -47,6 +47,7 @@ from crasp_compiler.languages.crasp.depth import (
     Gate,
     Lit,
     Plan,
+    holds,
     literals,
 )
 from crasp_compiler.languages.crasp.nodes import (
@@ -221,19 +222,13 @@ class _Lowerer:
         """A formula of several levels over at most 9 leaves: one truth-table MLP."""
         leaves = list(dict.fromkeys(lit.node for lit in literals(formula)))
         forms = [self.boolean(leaf) for leaf in leaves]
-        index = {leaf: k for k, leaf in enumerate(leaves)}
-
-        def value(f: Formula, row: tuple[bool, ...]) -> bool:
-            if isinstance(f, Lit):
-                return row[index[f.node]] == f.positive
-            parts = (value(child, row) for child in f.children)
-            return all(parts) if f.op == "and" else any(parts)
-
-        column = [value(formula, row) for row in product((False, True), repeat=len(leaves))]
-        if not any(column) or all(column):  # a contradiction or a tautology needs no block
-            return {NONBOS: 1} if column[0] else {}
+        rows = {
+            bits: holds(formula, dict(zip(leaves, bits, strict=True)))
+            for bits in product((False, True), repeat=len(leaves))
+        }
+        if len(set(rows.values())) == 1:  # a contradiction or a tautology needs no block
+            return {NONBOS: 1} if rows[(False,) * len(leaves)] else {}
         out = self.fresh("bool")
-        rows = dict(zip(product((False, True), repeat=len(leaves)), column, strict=True))
         block = ffn.boolean_function(forms, rows.__getitem__, out, nonbos=NONBOS, label=label)
         self.add(block, {out: 1})
         self.track("table", out, forms, node)
@@ -245,28 +240,17 @@ class _Lowerer:
         ``F_a(c)`` is 1, c, ¬c or 0. A row is the and of its literals, so a row with c
         or ¬c is :meth:`compare` guarded by them and a row with 1 one :func:`ffn.all_of`
         unit; rows are exclusive, so the sum is the bit."""
-        others = [leaf for leaf in dict.fromkeys(lit.node for lit in literals(formula))]
+        others = list(dict.fromkeys(lit.node for lit in literals(formula)))
         others.remove(fresh)
         compare = self.depth.resolve(fresh)
         assert isinstance(compare, Compare)
-        forms = [self.boolean(leaf) for leaf in others]
-
-        def value(f: Formula, row: dict[Node, bool]) -> bool:
-            if isinstance(f, Lit):
-                return row[f.node] == f.positive
-            parts = (value(child, row) for child in f.children)
-            return all(parts) if f.op == "and" else any(parts)
-
         total: Form = Form()
         for bits in product((False, True), repeat=len(others)):
             row = dict(zip(others, bits, strict=True))
-            when = (value(formula, {**row, fresh: False}), value(formula, {**row, fresh: True}))
+            when = (holds(formula, {**row, fresh: False}), holds(formula, {**row, fresh: True}))
             if when == (False, False):
                 continue
-            guard = [
-                form if bit else form_add((1, {NONBOS: 1}), (-1, form))
-                for form, bit in zip(forms, bits, strict=True)
-            ]
+            guard = [self.literal(Lit(leaf, bit)) for leaf, bit in row.items()]
             if when == (True, True):
                 out = self.fresh("bool")
                 self.add(ffn.all_of(guard, out, nonbos=NONBOS, label=label), {out: 1})
