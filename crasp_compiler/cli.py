@@ -406,9 +406,14 @@ def run_command(
         if trace:
             assert result.residuals is not None
             labels = language.position_labels(model, value)
+            stage_of = {"embed": 0}
+            for number in range(1, len(model.layers) + 1):
+                stage_of[f"layer {number} attention"] = 2 * number - 1
+                stage_of[f"layer {number} mlp"] = 2 * number
             for label, x in result.residuals:
                 click.echo(f"== {label}")
-                rows = [(name, x[0, :, k]) for k, name in enumerate(model.residual)]
+                names = model.labels_at(stage_of[label])
+                rows = [(name, x[0, :, k]) for k, name in enumerate(names)]
                 click.echo(language.table(labels, rows))
         if outputs:
             _show_outputs(language, result)
@@ -426,7 +431,7 @@ def info_command(model_file: str, layout: bool) -> None:
     """Describe a compiled MODEL: layers, heads, widths, parameters, guarantee, and which
     definitions live where (a summary of a few dozen lines at any width; --layout lists
     every residual dimension)."""
-    from crasp_compiler.show.data import definitions, layout_groups, sites
+    from crasp_compiler.show.data import definitions, layout_groups, occupant_sites
 
     model = api.load_model(model_file)
     click.echo(f"{model_file}")
@@ -446,10 +451,9 @@ def info_command(model_file: str, layout: bool) -> None:
     click.echo(f"  guarantee:   {model.guarantee.text}")
     click.echo(f"  options:     {model.options}")
     if layout:
-        where = sites(model)
         click.echo("  residual layout:")
-        for k, label in enumerate(model.residual):
-            click.echo(f"    {k:>4}  {label}  [{where[k]}]")
+        for k, held in enumerate(occupant_sites(model)):
+            click.echo(f"    {k:>4}  " + " → ".join(f"{label}  [{site}]" for label, site in held))
         return
     shown = 24
     defs = definitions(model)

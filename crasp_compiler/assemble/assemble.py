@@ -4,15 +4,25 @@ Scheduling is as-soon-as-possible on sublayer slots: attention of layer L is slo
 2L − 1, its MLP slot 2L. A block goes in the first slot of its kind after every slot
 that writes a variable it reads, so independent blocks share a layer (parallel heads,
 concatenated hidden units) and the depth is the circuit's longest path.
+
+Allocation is by liveness (:func:`allocate`): a variable that no block reads any more
+and that is not an output is *dead*; its dimension can hold a later variable. The
+residual is additive, so the dead value is first cancelled by two ReLU units in an MLP
+after its last reader (``−ReLU(x) + ReLU(−x) = −x``, exact in floating point: a unit
+reads the one dimension with coefficient 1, and the sum adds exact zeros), and the new
+variable is written after that MLP.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import heapq
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from crasp_compiler.cookbook.blocks import Block, FFNBlock, HeadBlock
+from crasp_compiler.cookbook.ffn import cancel
 from crasp_compiler.model.model import (
     DENSE_LIMIT,
     MLP,
@@ -46,13 +56,90 @@ def schedule(blocks: list[Block], inputs: set[str]) -> list[int]:
     return slots
 
 
-def stored_entries(blocks: list[Block], slots: list[int], width: int) -> int:
+@dataclass
+class Allocation:
+    """Where every variable lives. ``dims[var]`` is its residual dimension; ``cancels``
+    are the blocks that zero dead variables (:func:`~crasp_compiler.cookbook.ffn.cancel`)
+    with their slots; ``occupants[k]`` lists ``(stage, variable)`` for every variable
+    dimension k holds in turn, from the stage (0 = embedding, ``s`` = after slot ``s``)
+    its value is there, with ``""`` from the stage a cancel frees it."""
+
+    dims: dict[str, int]
+    width: int
+    cancels: list[tuple[FFNBlock, int]]
+    occupants: list[list[tuple[int, str]]]
+
+    @property
+    def reuses(self) -> bool:
+        return bool(self.cancels)
+
+
+def allocate(
+    blocks: Sequence[Block],
+    slots: Sequence[int],
+    variables: Sequence[str],
+    fixed: int,
+    kept: set[str],
+    *,
+    reuse: bool = True,
+) -> Allocation:
+    """Residual dimensions for ``variables`` (the first ``fixed`` are inputs: they keep
+    their own dimensions). Without ``reuse`` every variable gets its own; with it, a
+    block-written variable takes the dimension of one that died before it is written:
+    variable X, last read at slot r and last written at slot w, is cancelled in the
+    first MLP slot ``c ≥ max(r, w + 1)`` (an MLP reads the residual before it writes, so
+    X's readers in that MLP still see X) and its dimension is free for writes at slots
+    after c. Variables in ``kept`` (the outputs) live to the end. Greedy in the order
+    variables are first written: O(V log V)."""
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}  # max(last read, last write + 1)
+    for block, slot in zip(blocks, slots, strict=True):
+        for name in block.writes:
+            first.setdefault(name, slot)
+            last[name] = max(last.get(name, 0), slot + 1)
+        for name in block.reads:
+            last[name] = max(last.get(name, 0), slot)
+    dims = {name: k for k, name in enumerate(variables[:fixed])}
+    occupants: list[list[tuple[int, str]]] = [[(0, name)] for name in variables[:fixed]]
+    cancels: list[tuple[FFNBlock, int]] = []
+    dying: list[tuple[int, int]] = []  # (cancel slot, dimension) of mortal occupants
+    free: list[int] = []
+    written = sorted(variables[fixed:], key=lambda name: first.get(name, 0))
+    holder: dict[int, str] = {}
+    for name in written:
+        start = first.get(name, 0)
+        while dying and dying[0][0] < start:
+            free.append(heapq.heappop(dying)[1])
+        if reuse and free:
+            k = free.pop()
+            dead = holder[k]
+            slot = _cancel_slot(last[dead])
+            cancels.append((cancel(dead, label=f"cancel {dead}"), slot))
+            occupants[k] += [(slot, ""), (start, name)]
+        else:
+            k = len(occupants)
+            occupants.append([(start, name)])
+        dims[name] = k
+        holder[k] = name
+        if reuse and name not in kept and name in last:
+            heapq.heappush(dying, (_cancel_slot(last[name]), k))
+    return Allocation(dims, len(occupants), cancels, occupants)
+
+
+def _cancel_slot(after: int) -> int:
+    """The first MLP slot (even) at or after ``after``."""
+    return after + after % 2
+
+
+def stored_entries(
+    blocks: Sequence[Block], slots: Sequence[int], width: int, limit: float = DENSE_LIMIT
+) -> int:
     """The numbers the layers of ``blocks`` (scheduled into ``slots``) will store: every
-    matrix dense up to :data:`~crasp_compiler.model.model.DENSE_LIMIT` entries, its
-    nonzeros beyond (an upper bound: coefficients are not yet summed)."""
+    matrix dense up to ``limit`` entries (:data:`~crasp_compiler.model.model.DENSE_LIMIT`),
+    its nonzeros beyond (an upper bound: coefficients are not yet summed)."""
 
     def size(rows: int, cols: int, nonzero: int) -> int:
-        return rows * cols if rows * cols <= DENSE_LIMIT else nonzero
+        return rows * cols if rows * cols <= limit else nonzero
 
     def entries(forms: list[Mapping[str, float]]) -> int:
         return sum(len(form) for form in forms)
@@ -74,7 +161,7 @@ def stored_entries(blocks: list[Block], slots: list[int], width: int) -> int:
     return total
 
 
-def _stack(forms: list[Mapping[str, float]], index: dict[str, int], width: int) -> Matrix:
+def _stack(forms: list[Mapping[str, float]], index: Mapping[str, int], width: int) -> Matrix:
     """One row per form, over the residual layout."""
     rows, cols, values = [], [], []
     for r, form in enumerate(forms):
@@ -85,11 +172,12 @@ def _stack(forms: list[Mapping[str, float]], index: dict[str, int], width: int) 
     return matrix((len(forms), width), rows, cols, values)
 
 
-def assemble_layers(blocks: list[Block], residual: list[str], slots: list[int]) -> list[Layer]:
-    """Global layers for ``blocks``, scheduled into ``slots`` (:func:`schedule`), over the
-    residual layout ``residual`` (labels)."""
-    index = {var: k for k, var in enumerate(residual)}
-    width = len(residual)
+def assemble_layers(
+    blocks: Sequence[Block], slots: Sequence[int], index: Mapping[str, int], width: int
+) -> list[Layer]:
+    """Global layers for ``blocks``, scheduled into ``slots`` (:func:`schedule`), over a
+    residual of ``width`` dimensions where variable ``v`` lives in ``index[v]``
+    (:func:`allocate`)."""
     depth = (max(slots, default=0) + 1) // 2
     layers = [Layer([], None) for _ in range(depth)]
     mlp_parts: list[list[FFNBlock]] = [[] for _ in range(depth)]
@@ -105,7 +193,7 @@ def assemble_layers(blocks: list[Block], residual: list[str], slots: list[int]) 
     return layers
 
 
-def _head(block: HeadBlock, index: dict[str, int], width: int) -> Head:
+def _head(block: HeadBlock, index: Mapping[str, int], width: int) -> Head:
     def stack(forms: list[Mapping[str, float]]) -> Matrix:
         return _stack(forms or [{}], index, width)
 
@@ -128,7 +216,7 @@ def _head(block: HeadBlock, index: dict[str, int], width: int) -> Head:
     )
 
 
-def _mlp(parts: list[FFNBlock], index: dict[str, int], width: int) -> MLP:
+def _mlp(parts: list[FFNBlock], index: Mapping[str, int], width: int) -> MLP:
     units = [unit for part in parts for unit in part.units]
     w1 = _stack([unit.form for unit in units], index, width)
     b1 = np.array([unit.bias for unit in units])

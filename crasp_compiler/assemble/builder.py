@@ -23,11 +23,18 @@ executor and the torch module run and that saves to the model file format.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from crasp_compiler.assemble.assemble import assemble_layers, schedule, stored_entries
+from crasp_compiler.assemble.assemble import (
+    Allocation,
+    allocate,
+    assemble_layers,
+    schedule,
+    stored_entries,
+)
 from crasp_compiler.cookbook.blocks import Block, Exactness, FFNBlock, Form, HeadBlock, Unit, var
 from crasp_compiler.errors import CraspError
 from crasp_compiler.model.features import check_feature, feature_matrix
@@ -314,6 +321,8 @@ class Builder:
         source: str = "",
         max_parameters: int | None = None,
         filename: str = "<model>",
+        labels: Mapping[str, str] | None = None,
+        reuse: bool | None = None,
     ) -> Model:
         """The model whose named outputs are ``outputs``: ``name -> form`` (rule
         ``value``, the raw number) or ``name -> (form, rule)`` with a rule from
@@ -322,17 +331,32 @@ class Builder:
 
         Before any matrix is made, the numbers the model would store are counted; above
         ``max_parameters`` (default :func:`~crasp_compiler.model.model.parameter_budget`)
-        a :class:`CraspError` (naming ``filename``) says so instead."""
-        residual = self.variables
-        index = {name: k for k, name in enumerate(residual)}
-        width = len(residual)
+        a :class:`CraspError` (naming ``filename``) says so instead.
+
+        ``labels`` names variables for people (default: the variable's own name).
+        ``reuse=True`` lets a dead variable's dimension hold a later one, ``False`` gives
+        every variable its own, and the default ``None`` takes whichever makes the
+        model's matrices smaller (counted dense, as a dense runtime holds them) (:func:`~crasp_compiler.assemble.assemble.allocate`); the
+        model then records which label each dimension holds at each stage
+        (:meth:`Model.labels_at`)."""
+        variables = self.variables
         inputs = set(self._embeddings) | set(self.features) | set(self.numeric_inputs)
         slots = schedule(self.blocks, inputs)
-        features = width * len(self.features)  # W_P: one 1 per feature, sparse when large
-        stored = stored_entries(self.blocks, slots, width) + width * (
-            len(self.vocab) + len(self.numeric_inputs) + len(outputs)
-        )
-        stored += features if features <= DENSE_LIMIT else len(self.features)
+        specs = {
+            name: spec if isinstance(spec, tuple) else (spec, "value")
+            for name, spec in outputs.items()
+        }
+        kept = {variable for form, _ in specs.values() for variable in form}
+        plans = [
+            allocate(self.blocks, slots, variables, len(inputs), kept, reuse=flag)
+            for flag in ((False, True) if reuse is None else (reuse,))
+        ]
+        dense = [self._stored(plan, slots, len(outputs), math.inf) for plan in plans]
+        plan = plans[min(range(len(plans)), key=lambda k: (dense[k], k))]
+        stored = self._stored(plan, slots, len(outputs), DENSE_LIMIT)
+        index, width = plan.dims, plan.width
+        blocks = [*self.blocks, *(block for block, _ in plan.cancels)]
+        slots = [*slots, *(slot for _, slot in plan.cancels)]
         budget = parameter_budget() if max_parameters is None else max_parameters
         if stored > budget:
             raise CraspError(
@@ -361,11 +385,16 @@ class Builder:
                     "finite float64 number (an expression overflows)",
                     filename=filename,
                 )
-        layers = assemble_layers(self.blocks, residual, slots)
+        layers = assemble_layers(blocks, slots, index, width)
+        label_of = dict(labels or {})
+        occupants = [
+            [(stage, label_of.get(variable, variable)) for stage, variable in dimension]
+            for dimension in plan.occupants
+        ]
+        occupied = [[label for _, label in dimension if label] for dimension in occupants]
 
         model_outputs = []
-        for name, spec in outputs.items():
-            form, rule = spec if isinstance(spec, tuple) else (spec, "value")
+        for name, (form, rule) in specs.items():
             if rule not in RULES:
                 raise ValueError(f"output {name!r}: rule must be one of {RULES}, not {rule!r}")
             weights = np.zeros(width)
@@ -386,7 +415,8 @@ class Builder:
             w_p=w_p,
             layers=layers,
             outputs=model_outputs,
-            residual=list(residual),
+            residual=[" → ".join(names) for names in occupied],
+            occupants=occupants if plan.reuses else None,
             guarantee=guarantee or self.guarantee(),
             accept=accept,
             options=dict(options or {}),
@@ -396,6 +426,18 @@ class Builder:
             w_x=w_x if self.numeric_inputs else None,
         )
         return with_kinds(model)  # every head records its kind (crasp_compiler.model.model)
+
+    def _stored(self, plan: Allocation, slots: list[int], outputs: int, limit: float) -> int:
+        """The numbers the model would store under ``plan`` with matrices dense up to
+        ``limit`` entries (:func:`stored_entries`, plus the embeddings, positional and
+        numeric maps and the readout)."""
+        width = plan.width
+        blocks = [*self.blocks, *(block for block, _ in plan.cancels)]
+        every = [*slots, *(slot for _, slot in plan.cancels)]
+        features = width * len(self.features)  # W_P: one 1 per feature, sparse when large
+        stored = stored_entries(blocks, every, width, limit)
+        stored += width * (len(self.vocab) + len(self.numeric_inputs) + outputs)
+        return stored + (features if features <= limit else len(self.features))
 
     def exactness(self) -> list[str]:
         """The distinct exactness conditions of the blocks."""

@@ -257,6 +257,7 @@ def lens_state_dict(
         "guarantee": {"text": model.guarantee.text, "max_len": model.guarantee.max_len},
         "positional_features": list(model.features),
         "residual": list(model.residual),
+        "occupants": model.occupants,
         "mode": model.options.get("mode"),
         "source": model.source,
         "head_dims": [

@@ -73,9 +73,10 @@ from crasp_compiler.model.model import (
 )
 
 FORMAT = "crasp-model"
-VERSION = 2
-# Version 1 differs only in the value of periodic features at BOS (converted on load).
-READABLE_VERSIONS = (1, 2)
+VERSION = 3
+# Version 1 differs only in the value of periodic features at BOS (converted on load);
+# version 2 has no "occupants" (every dimension holds one variable).
+READABLE_VERSIONS = (1, 2, 3)
 
 MAX_MODEL_BYTES = 4 << 30  # default budget for a model's uncompressed size
 BUDGET_VARIABLE = "CRASP_MAX_MODEL_BYTES"
@@ -130,6 +131,7 @@ def model_parts(
         "features": model.features,
         "inputs": model.inputs,
         "residual": model.residual,
+        "occupants": model.occupants,
         "layers": layers,
         "outputs": [{"name": o.name, "rule": o.rule} for o in model.outputs],
         "accept": model.accept,
@@ -560,6 +562,7 @@ def _parse(raw_header: Any, data: _Source) -> Model:
         layers=layers,
         outputs=outputs,
         residual=[str(r) for r in header["residual"]],
+        occupants=_occupants(header.get("occupants"), d, 2 * len(layers)),
         guarantee=guarantee,
         accept=accept,
         options=dict(header.get("options") or {}),
@@ -571,6 +574,38 @@ def _parse(raw_header: Any, data: _Source) -> Model:
     _check_kinds(model)
     _check_origin(model)
     return model
+
+
+def _occupants(raw: Any, width: int, stages: int) -> list[list[tuple[int, str]]] | None:
+    """The header's ``occupants``: null, or per dimension ``[stage, label]`` pairs with
+    stages strictly increasing within 0 … ``stages``."""
+    if raw is None:
+        return None
+    what = "header field 'occupants'"
+    _expect(isinstance(raw, list) and len(raw) == width, f"{what} must list every dimension")
+    out = []
+    for k, dimension in enumerate(raw):
+        _expect(
+            isinstance(dimension, list) and len(dimension) > 0,
+            f"{what}: dimension {k} is malformed",
+        )
+        pairs = []
+        for pair in dimension:
+            _expect(
+                isinstance(pair, list)
+                and len(pair) == 2
+                and type(pair[0]) is int
+                and isinstance(pair[1], str),
+                f"{what}: dimension {k} has an entry that is not [stage, label]",
+            )
+            pairs.append((pair[0], pair[1]))
+        starts = [start for start, _ in pairs]
+        _expect(
+            starts == sorted(set(starts)) and starts[0] >= 0 and starts[-1] <= stages,
+            f"{what}: dimension {k} has stages out of order or outside 0 … {stages}",
+        )
+        out.append(pairs)
+    return out
 
 
 def _check_kinds(model: Model) -> None:

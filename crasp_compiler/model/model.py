@@ -417,6 +417,32 @@ class Provenance:
     size: int | None = None
 
 
+FREE = "(free)"
+"""The label of a residual dimension that holds nothing at a stage (:func:`labels_at`)."""
+
+
+def labels_at(
+    residual: Sequence[str],
+    occupants: Sequence[Sequence[tuple[int, str]]] | None,
+    stage: int,
+    stages: int,
+) -> list[str]:
+    """The label of each residual dimension at ``stage`` of ``0 … stages`` (negative
+    counts from the end): ``residual`` when no dimension is reused (``occupants`` is
+    None), else each dimension's latest occupant from ``stage`` or before, :data:`FREE`
+    where there is none."""
+    if not -stages - 1 <= stage <= stages:
+        raise IndexError(f"stage {stage} out of range (0 … {stages})")
+    if occupants is None:
+        return list(residual)
+    stage %= stages + 1
+    out = []
+    for dimension in occupants:
+        here = [label for start, label in dimension if start <= stage]
+        out.append(here[-1] if here and here[-1] else FREE)
+    return out
+
+
 @dataclass
 class Model:
     """A model of the family (module docstring). ``info`` holds descriptive facts for
@@ -428,7 +454,7 @@ class Model:
     w_p: Matrix  # (d, F)
     layers: list[Layer]
     outputs: list[Output]
-    residual: list[str]  # label of each residual dimension
+    residual: list[str]  # label of each residual dimension (its occupants, joined by " → ")
     guarantee: Guarantee
     accept: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
@@ -436,6 +462,21 @@ class Model:
     info: dict[str, Any] = field(default_factory=dict)
     inputs: list[str] = field(default_factory=list)  # numeric input channels
     w_x: FloatArray | None = None  # (d, len(inputs)); None when there are none
+    # where dimensions are reused: per dimension, (stage, label) of each value it holds in
+    # turn, from the stage it is there on ("" = free: cancelled); None = one label each
+    occupants: list[list[tuple[int, str]]] | None = None
+
+    @property
+    def stages(self) -> int:
+        """The last stage: stage 0 is the embedding, stage 2L − 1 the residual after the
+        attention of layer L, stage 2L after its MLP."""
+        return 2 * len(self.layers)
+
+    def labels_at(self, stage: int) -> list[str]:
+        """The label of what each residual dimension holds at ``stage`` (see
+        :attr:`stages`; negative counts from the end, like a list index):
+        :func:`labels_at`."""
+        return labels_at(self.residual, self.occupants, stage, self.stages)
 
     @property
     def provenance(self) -> Provenance | None:

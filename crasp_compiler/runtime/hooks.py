@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from crasp_compiler.model.model import labels_at
+
 if TYPE_CHECKING:
     from crasp_compiler.runtime.torch_module import TorchTransformer
 
@@ -172,6 +174,23 @@ RESIDUAL_POINTS = frozenset(
 )
 
 
+def _stage(parts: list[str]) -> int:
+    """The residual stage (:attr:`~crasp_compiler.model.model.Model.stages`) a residual
+    point's values are labelled by: what the residual holds after the sublayer that
+    writes them (−1: the last stage)."""
+    point = parts[-1]
+    if point == "hook_resid_final":
+        return -1
+    if parts[0] != "blocks":  # the embeddings
+        return 0
+    layer = int(parts[1])
+    if point == "hook_resid_pre":
+        return 2 * layer
+    if point in ("hook_attn_out", "hook_resid_mid", "hook_result"):
+        return 2 * layer + 1
+    return 2 * layer + 2  # hook_mlp_out, hook_resid_post
+
+
 def point_labels(module: TorchTransformer, name: str, size: int) -> list[str]:
     """Labels of the last axis (``size`` entries) of point ``name`` of ``module``."""
     parts = name.split(".")
@@ -179,7 +198,7 @@ def point_labels(module: TorchTransformer, name: str, size: int) -> list[str]:
     if point == "hook_outputs":
         return list(module.output_names)
     if point in RESIDUAL_POINTS:
-        return list(module.residual)
+        return labels_at(module.residual, module.occupants, _stage(parts), 2 * len(module.layers()))
     if len(parts) >= 3 and parts[0] == "blocks" and parts[2] == "mlp":
         mlp = module.layers()[int(parts[1])].mlp
         assert mlp is not None

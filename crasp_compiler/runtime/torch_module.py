@@ -485,6 +485,7 @@ class TorchTransformer(nn.Module):
         self.output_rules: list[Rule] = [o.rule for o in model.outputs]
         self.vocab = list(model.vocab)
         self.residual = list(model.residual)
+        self.occupants = model.occupants  # per-stage labels where dimensions are reused
         self.guarantee = model.guarantee
         self.accept = model.accept
         self.options, self.source, self.info = dict(model.options), model.source, dict(model.info)
@@ -781,6 +782,7 @@ class TorchTransformer(nn.Module):
                 layers=layers,
                 outputs=outputs,
                 residual=list(self.residual),
+                occupants=self.occupants,
                 guarantee=copy.deepcopy(self.guarantee),
                 accept=self.accept,
                 options=dict(self.options),

@@ -31,11 +31,14 @@ KEPT = ("hook_pattern", "hook_resid_pre", "hook_resid_mid", "hook_resid_post")
 
 @dataclass(frozen=True)
 class Stage:
-    """The residual after one sublayer: ``values`` (T, d), and which rows it changed."""
+    """The residual after one sublayer: ``values`` (T, d), which rows it changed, and
+    the label of what each row holds then (rows are reused where the model frees them:
+    :meth:`~crasp_compiler.model.model.Model.labels_at`)."""
 
     label: str
     values: np.ndarray
     changed: np.ndarray  # (d,) bool
+    rows: list[str]
 
 
 @dataclass(frozen=True)
@@ -105,22 +108,24 @@ def trace(model: Model, item: Any, *, on_beyond: str = "error") -> Trace:
 
     parts = numpy_exec.NumpyParts(model, np.float64)
     forward(NUMPY, parts, ids, lengths, numeric, Observer(hook, patterns=True))
-    points = [("embed", "blocks.0.hook_resid_pre" if model.layers else "hook_resid_final")]
+    points = [("embed", "blocks.0.hook_resid_pre" if model.layers else "hook_resid_final", 0)]
     patterns = []
     for index, layer in enumerate(model.layers):
         if layer.heads:
-            points.append((f"layer {index + 1} attention", f"blocks.{index}.hook_resid_mid"))
+            name = f"blocks.{index}.hook_resid_mid"
+            points.append((f"layer {index + 1} attention", name, 2 * index + 1))
         if layer.mlp is not None:
-            points.append((f"layer {index + 1} mlp", f"blocks.{index}.hook_resid_post"))
+            name = f"blocks.{index}.hook_resid_post"
+            points.append((f"layer {index + 1} mlp", name, 2 * index + 2))
         for h, head in enumerate(layer.heads):
             weights = seen[f"blocks.{index}.attn.heads.{h}.hook_pattern"][0]
             patterns.append(Pattern(index, h, head.label or f"head {h + 1}", np.asarray(weights)))
     kept: list[Stage] = []
     previous: np.ndarray | None = None
-    for label, name in points:
+    for label, name, stage in points:
         now = np.asarray(seen[name][0], dtype=np.float64)
         moved = np.abs(now) if previous is None else np.abs(now - previous)
-        kept.append(Stage(label, now, np.any(moved > CHANGED, axis=0)))
+        kept.append(Stage(label, now, np.any(moved > CHANGED, axis=0), model.labels_at(stage)))
         previous = now
     return Trace(
         rows=list(model.residual),
@@ -155,6 +160,33 @@ def sites(model: Model) -> list[str]:
     return out
 
 
+def occupant_sites(model: Model) -> list[list[tuple[str, str]]]:
+    """For every residual dimension, ``(label, site)`` of each value it holds in turn
+    (one pair unless the model reuses dimensions): the site is the sublayer that writes
+    the value, named as :func:`sites` names them."""
+    first = sites(model)
+    if model.occupants is None:
+        return [[(label, site)] for label, site in zip(model.residual, first, strict=True)]
+    writers: dict[int, list[tuple[str, np.ndarray]]] = {}  # stage -> (site, rows written)
+    for index, layer in enumerate(model.layers):
+        writers[2 * index + 1] = [
+            (f"L{index + 1} head {h + 1}", _nonzero_rows(head.w_o))
+            for h, head in enumerate(layer.heads)
+        ]
+        if layer.mlp is not None:
+            rows = _nonzero_rows(layer.mlp.w2) | (np.asarray(layer.mlp.b2) != 0)
+            writers[2 * index + 2] = [(f"L{index + 1} mlp", rows)]
+    out = []
+    for k, dimension in enumerate(model.occupants):
+        here = []
+        for stage, label in dimension:
+            if label:
+                site = next((s for s, rows in writers.get(stage, []) if rows[k]), first[k])
+                here.append((label, "embed" if stage == 0 else site))
+        out.append(here)
+    return out
+
+
 def _nonzero_rows(matrix: Any) -> np.ndarray:
     if hasattr(matrix, "tocsr"):
         csr = matrix.tocsr()
@@ -169,8 +201,7 @@ def definitions(model: Model) -> list[tuple[str, str, str]]:
     brackets), and the site is the latest sublayer writing
     one of them (the definition exists from there on)."""
     recorded = model.info.get("definitions") or {}
-    where = sites(model)
-    index = {label: k for k, label in enumerate(model.residual)}
+    site_of = {label: site for dim in occupant_sites(model) for label, site in dim}
     order = {site: k for k, site in enumerate(site_order(model))}
     out = []
     for name, form in recorded.items():
@@ -179,8 +210,8 @@ def definitions(model: Model) -> list[tuple[str, str, str]]:
         for label, coef in form.items():
             term = f"[{label}]" if " " in label else label  # a source expression
             terms.append(term if coef == 1 else f"-{term}" if coef == -1 else f"{coef:g}·{term}")
-            if label in index:
-                places.append(where[index[label]])
+            if label in site_of:
+                places.append(site_of[label])
         site = max(places, key=lambda s: order.get(s, -1)) if places else "-"
         out.append((name, " + ".join(terms).replace("+ -", "- "), site))
     return out

@@ -54,11 +54,12 @@ def residual_figure(model: Model, item: Any) -> Any:
     stages = run.stages
     height = max(2.5, 0.2 * len(rows) + 1.3)
     width = max(1.6, 0.28 * len(run.positions) + 0.4)
+    reused = any(stage.rows != run.rows for stage in stages)  # rows relabelled per stage
     fig, axes = plt.subplots(
         1,
         len(stages),
-        figsize=(width * len(stages) + 2.2, height),
-        sharey=True,
+        figsize=((width + 2.2 * reused) * len(stages) + 2.2, height),
+        sharey=not reused,
         squeeze=False,
         layout="constrained",
     )
@@ -76,7 +77,8 @@ def residual_figure(model: Model, item: Any) -> Any:
                         (-0.5, r - 0.5), len(run.positions), 1, fill=False, ec="gold", lw=1.2
                     )
                 )
-    axes[0][0].set_yticks(range(len(rows)), [run.rows[k] for k in rows], fontsize=7)
+    for ax, stage in zip(axes[0] if reused else axes[0][:1], stages, strict=False):
+        ax.set_yticks(range(len(rows)), [stage.rows[k] for k in rows], fontsize=7)
     for ax, stage in zip(axes[0], stages, strict=True):
         changed = [r for r, k in enumerate(rows) if stage.changed[k]]
         ax.set_xlabel(f"{len(changed)} row(s) changed", fontsize=7)

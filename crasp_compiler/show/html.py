@@ -36,7 +36,7 @@ def _views(run: Trace) -> list[dict[str, Any]]:
         views.append(
             {
                 "title": f"residual after {stage.label}",
-                "rows": [run.rows[k] for k in rows],
+                "rows": [stage.rows[k] for k in rows],
                 "columns": run.positions,
                 "changed": [bool(stage.changed[k]) for k in rows],
                 "values": [

@@ -307,4 +307,8 @@ def test_info_summary_is_bounded(tmp_path):
     full = ok("info", "--layout", out).output.splitlines()
     layout = full[full.index("  residual layout:") + 1 :]
     assert len(layout) == model.width
-    assert layout[-1].split()[:2] == [str(model.width - 1), model.residual[-1]]
+    last = model.occupants[-1] if model.occupants else [(0, model.residual[-1])]
+    assert layout[-1].split()[:2] == [str(model.width - 1), last[0][1]]
+    # a reused dimension lists each value it holds, with the sublayer that writes it
+    held = [label for _, label in last if label]
+    assert layout[-1].count(" → ") == len(held) - 1 and layout[-1].count("  [L") == len(held)

@@ -524,7 +524,7 @@ def test_cookbook_constructions_evaluate_as_the_assembled_model(name, data):
 
 
 def bos_residual(builder: Builder, tokens: list[str], **kw) -> dict[str, float]:
-    model = builder.build({})
+    model = builder.build({}, reuse=False)  # every variable keeps its value to the end
     trace = run(model, [tokens], residuals=True, on_overlength="ignore", **kw).residuals
     assert trace is not None
     final = trace[-1][1][0, 0]

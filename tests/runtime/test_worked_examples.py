@@ -427,7 +427,10 @@ def test_dyck_kd(k, depth, weighting, max_len, exhaustive, tmp_path):
     model = dyck.dyck_kd(k, depth, weighting=weighting, max_len=max_len)
     assert len(model.layers) == depth + 1
     assert heads(model) == [3] + [2] * (depth - 1) + [1]  # the balance head is in layer 1
-    assert model.width == 4 * k * depth + 2 * k + 6 + (2 if weighting == "average" else 0)
+    variables = 4 * k * depth + 2 * k + 6 + (2 if weighting == "average" else 0)  # the paper's
+    held = model.occupants or [[(0, label)] for label in model.residual]
+    assert len({label for dimension in held for _, label in dimension if label}) == variables
+    assert model.width <= variables  # dead ones share dimensions where that stores less
     assert model.guarantee.max_len == max_len and model.accept == "accept"
     symbols = [s for pair in dyck.bracket_pairs(k) for s in pair]
     words = all_words(symbols, exhaustive)

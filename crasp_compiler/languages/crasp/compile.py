@@ -45,6 +45,7 @@ def compile_program(
     builder, forms = lowered.builder, lowered.forms
     guarantee = _guarantee(program, lowered.rounding, max_len if mode == "relu" else None)
     readouts = _empty_prefix(program, forms, lowered.at_bos)
+    labels = _labels(program, forms, builder)
     model = builder.build(
         {
             name: (readouts[name], "bool" if program[name].sort == Sort.BOOL else "count")
@@ -61,11 +62,10 @@ def compile_program(
             "class": program.relation_class,
             "dependency_bound": lowered.depth.bound(),
         },
+        labels=labels,
     )
-    residual_vars = builder.variables
-    model.residual = _labels(program, forms, builder)
     model.info["definitions"] = {
-        name: _label_form(form, residual_vars, model.residual) for name, form in forms.items()
+        name: {labels[var]: coef for var, coef in form.items()} for name, form in forms.items()
     }
     return model
 
@@ -119,7 +119,7 @@ def _precision_hint(max_len: int | None) -> str:
     )
 
 
-def _labels(program: Program, forms: dict, builder: Builder) -> list[str]:
+def _labels(program: Program, forms: dict, builder: Builder) -> dict[str, str]:
     """Residual labels: a variable that *is* a definition takes the definition's name,
     any other compiled variable (an internal id such as ``cmp#5``) the source expression
     of the block that writes it, numbered ``[2]``, ``[3]`` … where several share one;
@@ -135,18 +135,13 @@ def _labels(program: Program, forms: dict, builder: Builder) -> list[str]:
         for var in block.writes:
             if "#" in var and var not in names and block.label:
                 names[var] = block.label
-    labels: list[str] = []
+    labels: dict[str, str] = {}
     count: Counter[str] = Counter()
     for var in builder.variables:
         label = names.get(var, var)
         count[label] += 1
-        labels.append(label if count[label] == 1 else f"{label} [{count[label]}]")
+        labels[var] = label if count[label] == 1 else f"{label} [{count[label]}]"
     return labels
-
-
-def _label_form(form: dict, residual_vars: list[str], labels: list[str]) -> dict[str, float]:
-    rename = dict(zip(residual_vars, labels, strict=True))
-    return {rename[var]: coef for var, coef in form.items()}
 
 
 def _empty_prefix(program: Program, forms: dict[str, Form], at_bos: BosValues) -> dict[str, Form]:
