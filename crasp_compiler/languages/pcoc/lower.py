@@ -67,9 +67,11 @@ from crasp_compiler.cookbook import attention, ffn
 from crasp_compiler.cookbook.blocks import (
     Block,
     BosValues,
+    Exactness,
     FFNBlock,
     Form,
     HeadBlock,
+    Unit,
     form_add,
     var,
 )
@@ -116,6 +118,18 @@ def _times(a: float, b: float) -> float:
 def _covers(machines: Sequence[bool], mask: Sequence[bool], where: bool) -> bool:
     """Whether ``machines`` includes every machine whose ``mask`` bit is ``where``."""
     return all(m for m, b in zip(machines, mask, strict=True) if b == where)
+
+
+def _flatten_add(node: Expr) -> list[Expr]:
+    """The terms of a tree of ``+``."""
+    if isinstance(node, Add):
+        return _flatten_add(node.left) + _flatten_add(node.right)
+    return [node]
+
+
+def _data_select(node: Expr) -> bool:
+    """Whether ``node`` is ``if <data comparison> then … else …``."""
+    return isinstance(node, IfExpr) and isinstance(node.cond, Compare)
 
 
 def _flatten(fn: str, node: Expr) -> list[Expr]:
@@ -321,6 +335,9 @@ class _Lowerer:
             case Static(expr):
                 return self.constant(self.static(expr, env))
             case Add(a, b):
+                terms = _flatten_add(node)
+                if sum(map(_data_select, terms)) > 1:
+                    return self.select_sum(terms, scope, env)
                 return self.combine((1, self.expr(a, scope, env)), (1, self.expr(b, scope, env)))
             case Sub(a, b):
                 return self.combine((1, self.expr(a, scope, env)), (-1, self.expr(b, scope, env)))
@@ -563,12 +580,21 @@ class _Lowerer:
 
         if kind == "gt":
             return unit(ffn.gt_zero, self.combine((1, d), (-1, half)))
-        low = unit(ffn.ge_zero, self.combine((1, d), (1, half)))
+        low = self.combine((1, d), (1, half))
         if kind == "ge":
-            return low
-        high = unit(ffn.ge_zero, self.combine((-1, d), (1, half)))
-        both = self.combine((1, low), (1, high), (-1, self.constant([1.0] * self.n)))
-        return replace(both, lo=0.0, hi=1.0, noise=0.0)
+            return unit(ffn.ge_zero, low)
+        # both Heaviside units write one variable (one residual dimension): H(lo) + H(hi)
+        high = self.combine((-1, d), (1, half))
+        out = self.fresh("cmp")
+        block = FFNBlock(
+            [Unit(low.form, 0.0, "heaviside"), Unit(high.form, 0.0, "heaviside")],
+            {out: {0: 1.0, 1: 1.0}},
+            Exactness("exact"),
+            label=self.site(label),
+        )
+        both = Value(self.mlp(block), 1, 2)
+        one = self.constant([1.0] * self.n)
+        return replace(self.combine((1, both), (-1, one)), lo=0.0, hi=1.0, noise=0.0)
 
     def select(self, p: Value, x: Value, y: Value) -> Value:
         """``x`` where ``p = 1``, ``y`` where ``p = 0``.
@@ -618,6 +644,64 @@ class _Lowerer:
         result = self.hull(self.combine((1, y), (1, gate)), [x, y])
         if p.zero_at is not None:
             result = replace(result, same=(y, p.zero_at))
+        return result
+
+    def select_sum(self, terms: list[Expr], scope: dict[str, Value], env: dict[str, int]) -> Value:
+        """``Σ terms`` where several are data selections ``if p_i then x_i else y_i``: the
+        big-M gates ``p_i·(x_i − y_i)`` (:meth:`select`) are the units of one MLP block
+        that writes their sum into one variable, so a sum of s selections (the slot of a
+        compaction, :mod:`crasp_compiler.languages.pcoc.benes`) costs one residual
+        dimension, not s. Every unit outputs an exact 0 or its gated value, as apart."""
+        parts: list[tuple[float, Value]] = []
+        gates: list[tuple[Value, Value, float]] = []  # (p, x − y, M)
+        lo = hi = 0.0
+        for term in terms:
+            if not _data_select(term):
+                value = self.expr(term, scope, env)
+                parts.append((1, value))
+                lo, hi = lo + value.lo, hi + value.hi
+                continue
+            assert isinstance(term, IfExpr) and isinstance(term.cond, Compare)
+            p = self.compare(term.cond, scope, env, selector=True)
+            x, y = self.expr(term.then, scope, env), self.expr(term.otherwise, scope, env)
+            z = self.combine((1, x), (-1, y))
+            if (
+                not z.form
+                or p.const is not None
+                or p.zero_at is not None
+                or (z.const is not None and len(set(z.const)) == 1)
+            ):
+                value = self.select(p, x, y)
+                parts.append((1, value))
+                lo, hi = lo + value.lo, hi + value.hi
+                continue
+            bound = self.require(z.magnitude, z, "this conditional (big-M gating)")
+            gates.append((p, z, bound))
+            parts.append((1, y))
+            lo, hi = lo + min(x.lo, y.lo), hi + max(x.hi, y.hi)
+        if gates:
+            units: list[Unit] = []
+            coefs: dict[int, float] = {}
+            for p, z, bound in gates:
+                one = ffn.conditional_bigm(p.form, z.form, Form(), "gate", bound=bound)
+                for k, coef in one.outputs["gate"].items():
+                    coefs[len(units) + k] = coef
+                units += one.units
+            worst = max(bound for _, _, bound in gates)
+            block = FFNBlock(
+                units,
+                {self.fresh("select"): coefs},
+                Exactness(f"exact for p ∈ {{0, 1}} and |x − y| ≤ {worst:g}"),
+                label=self.site("select"),
+            )
+            inputs = [pair for p, z, bound in gates for pair in ((1.0, z), (bound, p))]
+            gate_lo = sum(min(z.lo, 0.0) for _, z, _ in gates)
+            gate_hi = sum(max(z.hi, 0.0) for _, z, _ in gates)
+            magnitude = sum(2 * bound for _, _, bound in gates)
+            parts.append((1, self.nonlinear(block, inputs, gate_lo, gate_hi, magnitude)))
+        result = self.combine(*parts)
+        if math.isfinite(lo) and math.isfinite(hi):
+            result = replace(result, lo=max(result.lo, lo), hi=min(result.hi, hi))
         return result
 
     def candidates(self, x: Value) -> tuple[tuple[Value, tuple[bool, ...]], ...]:
