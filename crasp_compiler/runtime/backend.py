@@ -26,6 +26,7 @@ from typing import Any, Protocol, Self, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
+from scipy import sparse
 
 from crasp_compiler.model.model import Matrix, matmul_t
 
@@ -133,6 +134,19 @@ class Backend(Protocol[A, W_contra]):
         """``x[..., index]``."""
         ...
 
+    def nonzero(self, w: W_contra | A) -> list[tuple[int, ...]]:
+        """The indices of the nonzero entries of a weight matrix or vector, on the host, in
+        increasing (row-major) order."""
+        ...
+
+    def entry(self, w: W_contra | A, index: tuple[int, ...]) -> A:
+        """The entry ``w[index]`` as a 0-d array of ``w``'s dtype, on its device."""
+        ...
+
+    def add_column(self, x: A, column: int, value: A) -> None:
+        """``x[..., column] += value``, in place (``value`` in ``x``'s dtype)."""
+        ...
+
     def causal_softmax(self, q: A, k: A, v: A, scale: float) -> A:
         """Causal softmax attention ``(B, T, dv)`` with scores ``scale · q_t·k_s`` (only
         where :attr:`fused_attention`)."""
@@ -235,11 +249,23 @@ class NumpyBackend:
         return np.swapaxes(x, -1, -2)
 
     def take_rows(self, table: Matrix, ids: NDAny) -> NDAny:
-        out: NDAny = np.asarray(table)[ids]
-        return out
+        return np.take(np.asarray(table), ids, axis=0)
 
     def take_last(self, x: NDAny, index: Sequence[int]) -> NDAny:
         return x[..., list(index)]
+
+    def nonzero(self, w: Matrix | NDAny) -> list[tuple[int, ...]]:
+        if isinstance(w, np.ndarray):
+            return [tuple(int(i) for i in at) for at in np.argwhere(w != 0)]
+        coo = sparse.coo_array(w)
+        keep = coo.data != 0
+        return sorted(zip(coo.row[keep].tolist(), coo.col[keep].tolist(), strict=True))
+
+    def entry(self, w: Matrix | NDAny, index: tuple[int, ...]) -> NDAny:
+        return np.asarray(w[index], dtype=w.dtype)
+
+    def add_column(self, x: NDAny, column: int, value: NDAny) -> None:
+        np.add(x[..., column], value, out=x[..., column])
 
     def causal_softmax(self, q: NDAny, k: NDAny, v: NDAny, scale: float) -> NDAny:
         raise NotImplementedError("the numpy backend has no fused attention")

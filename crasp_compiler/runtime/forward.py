@@ -20,6 +20,12 @@ never from weight values:
   traced (torch.compile, torch.export) the chunk is the whole length: the graph then
   stays generic in the length, at O(B·T²) memory for such heads.
 
+A layer whose heads are all ``prefix-sums`` and whose W_V, W_O (all heads) and W_2 have
+at most one nonzero per row runs on a *column* plan (:func:`column_layer`) when the pass
+is not observed: each update adds only to the residual columns it writes, in place, one
+weight per column, so the numbers are the general path's bit for bit (a dot product with
+one nonzero term has one rounding, whatever order a BLAS sums in).
+
 The fast paths drop the gradients of what they do not compute: the caller says whether
 they may be taken (``uniform_ok``, ``keyed_ok``: the torch module refuses them while
 gradients flow to the scores).
@@ -59,7 +65,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from crasp_compiler.errors import CraspError
 from crasp_compiler.model.features import feature_table
@@ -191,6 +197,12 @@ class Parts(Protocol[A]):
         """``W_P pos(t)`` for t < size, ``(T, d)``."""
         ...
 
+    @property
+    def positional(self) -> bool:
+        """Whether an unobserved pass adds ``W_P pos(t)``: it may skip it where ``W_P`` has
+        no feature columns (the product is 0) and nothing wants its gradient."""
+        ...
+
     def numeric(self, values: A) -> A:
         """``W_X v``, ``(B, T, d)``."""
         ...
@@ -226,8 +238,11 @@ def forward(
     tokens = see(observe, "hook_embed", parts.tokens(ids))
     if batch == 0:
         return ops.zeros((0, size, parts.output_count), like=tokens)
-    positions = ops.cast(parts.positions(size, tokens), like=tokens)
-    x = tokens + see(observe, "hook_pos_embed", positions)[None]
+    if observe is None and not parts.positional:
+        x = tokens  # + W_P pos(t) = 0
+    else:
+        positions = ops.cast(parts.positions(size, tokens), like=tokens)
+        x = tokens + see(observe, "hook_pos_embed", positions)[None]
     if parts.numeric_names:
         if values is None:
             raise CraspError(
@@ -246,8 +261,13 @@ def block_forward(
     x: A,
     lengths: A,
     observe: Observer[A] | None,
+    columns: ColumnLayer[A, W] | None = None,
 ) -> A:
-    """One layer: ``x + attention(x)``, then ``+ mlp(·)``."""
+    """One layer: ``x + attention(x)``, then ``+ mlp(·)``. With ``columns`` and nothing
+    observing, on the column path (:class:`ColumnLayer`), which updates ``x`` in place:
+    give it only for an ``x`` the pass owns."""
+    if columns is not None and observe is None:
+        return _column_block(columns, attention, mlp, x, lengths)
     x = see(observe, "hook_resid_pre", x)
     if attention is not None:
         update = see(observe, "hook_attn_out", attention(x, lengths, scope(observe, "attn.")))
@@ -291,6 +311,141 @@ def attention_forward(
         result = head(x, lengths, scope(observe, f"heads.{number}."))
         update = result if update is None else update + result
     return ops.zeros(tuple(x.shape), like=x) if update is None else update
+
+
+class ColumnLayer(Generic[A, W]):
+    """A layer whose residual updates are copies of single columns, prepared for the
+    column path (:func:`column_layer`): the residual stays ``(B, T, d)`` and only the
+    columns its heads and MLP write change, in place, with the numbers of the general
+    path (a product with one nonzero weight per row is that weight times one column,
+    however it is summed).
+
+    ``values`` (None: the attention runs as usual): every head of the layer takes the
+    prefix-sums path and each row of ``W_V`` and of the heads' ``W_O`` side by side has
+    at most one nonzero; per value, the residual column it copies, its weight, and the
+    residual columns its running mean is added to, with their weights. ``outputs``
+    (None: the MLP runs as usual): each row of ``W_2`` has at most one nonzero; per
+    residual column the MLP writes, the hidden unit it copies (None: its bias alone),
+    the weight and the bias (None: 0); ``mlp`` is the MLP's parameters. Weights and
+    biases are read when the layer runs (:data:`Entry`), so the plan holds while the
+    weights keep their zeros and ones, in any dtype and on any device."""
+
+    def __init__(
+        self,
+        ops: Backend[A, W],
+        values: list[tuple[int, Entry, list[tuple[int, Entry]]]] | None,
+        mlp: MLPParams[A, W] | None,
+        outputs: list[tuple[int, int | None, Entry, Entry]] | None,
+    ) -> None:
+        self.ops = ops
+        self.values = values
+        self.mlp = mlp
+        self.outputs = outputs
+
+
+def column_layer(
+    ops: Backend[A, W], heads: Sequence[HeadParams[W]], mlp: MLPParams[A, W] | None
+) -> ColumnLayer[A, W] | None:
+    """The layer as a :class:`ColumnLayer` (for a pass whose fast paths may be taken), or
+    None where neither its attention nor its MLP qualifies."""
+    uniform = bool(heads) and all(_prefix_sums(head) for head in heads)
+    values = _column_values(ops, heads) if uniform else None
+    outputs = _column_outputs(ops, mlp) if mlp is not None else None
+    if values is None and outputs is None:
+        return None
+    return ColumnLayer(ops, values, mlp, outputs)
+
+
+# An entry of a weight matrix or bias vector, ``(w, index)``, read when the layer runs;
+# None where it is 1 (a weight: no product) or 0 (a bias: no sum).
+Entry = tuple[Any, tuple[int, ...]] | None
+
+
+def _weight(ops: Backend[A, W], w: W | A, index: tuple[int, ...]) -> Entry:
+    return None if float(ops.entry(w, index)) == 1.0 else (w, index)  # type: ignore[arg-type]
+
+
+def _scaled(ops: Backend[A, W], x: A, weight: Entry) -> A:
+    """``x`` times the entry (``x`` itself for None)."""
+    return x if weight is None else x * ops.entry(weight[0], weight[1])
+
+
+def _one_per_row(entries: Sequence[tuple[int, ...]]) -> bool:
+    rows = [at[0] for at in entries]
+    return len(set(rows)) == len(rows)
+
+
+def _column_values(
+    ops: Backend[A, W], heads: Sequence[HeadParams[W]]
+) -> list[tuple[int, Entry, list[tuple[int, Entry]]]] | None:
+    values: list[tuple[int, Entry, list[tuple[int, Entry]]]] = []
+    written: set[int] = set()
+    for head in heads:
+        reads, writes = ops.nonzero(head.w_v), ops.nonzero(head.w_o)
+        rows = {at[0] for at in writes}
+        if not _one_per_row(reads) or not _one_per_row(writes) or rows & written:
+            return None
+        written |= rows
+        for value, column in reads:
+            targets = [(o, _weight(ops, head.w_o, (o, j))) for o, j in writes if j == value]
+            if targets:
+                values.append((column, _weight(ops, head.w_v, (value, column)), targets))
+    return values
+
+
+def _column_outputs(
+    ops: Backend[A, W], mlp: MLPParams[A, W]
+) -> list[tuple[int, int | None, Entry, Entry]] | None:
+    entries = ops.nonzero(mlp.w2)
+    if not _one_per_row(entries):
+        return None
+    unit = {o: j for o, j in entries}
+    biased = {at[0] for at in ops.nonzero(mlp.b2)}
+    return [
+        (
+            o,
+            unit.get(o),
+            _weight(ops, mlp.w2, (o, unit[o])) if o in unit else None,
+            (mlp.b2, (o,)) if o in biased else None,
+        )
+        for o in sorted(set(unit) | biased)
+    ]
+
+
+def _column_block(
+    layer: ColumnLayer[A, W],
+    attention: Callable[[A, A, Observer[A] | None], A] | None,
+    mlp: Callable[[A, Observer[A] | None], A] | None,
+    x: A,
+    lengths: A,
+) -> A:
+    """:func:`block_forward` on the column path (:class:`ColumnLayer`), ``x`` updated in
+    place: each value's running mean (float64, as :func:`_prefix_mean`) added to the
+    columns it is written to, each MLP output to its column."""
+    ops = layer.ops
+    if layer.values is not None:
+        steps = ops.to_float64(ops.arange(x.shape[1], like=x) + 1)[None]
+        means = []
+        for source, weight, targets in layer.values:
+            v = ops.to_float64(_scaled(ops, x[..., source], weight))
+            means.append((ops.cast(ops.cumsum(v, axis=1) / steps, like=x), targets))
+        for mean, targets in means:
+            for target, scale in targets:
+                ops.add_column(x, target, _scaled(ops, mean, scale))
+    elif attention is not None:
+        x = x + attention(x, lengths, None)
+    if layer.outputs is not None and layer.mlp is not None:
+        hidden = mlp_hidden(ops, layer.mlp, x)
+        for target, unit, weight, bias in layer.outputs:
+            added = None if unit is None else _scaled(ops, hidden[..., unit], weight)
+            if bias is not None:
+                b = ops.entry(bias[0], bias[1])
+                added = b if added is None else added + b
+            assert added is not None  # a column the MLP writes has a unit or a bias
+            ops.add_column(x, target, added)
+    elif mlp is not None:
+        x = x + mlp(x, None)
+    return x
 
 
 def uniform_members(
@@ -369,15 +524,21 @@ def head_path(
     taken; ``patterns``: the full attention pattern is wanted."""
     if patterns:
         return Path.CHUNKED
-    averaging = head.mask is Mask.CAUSAL and head.weighting in _AVERAGING
-    if averaging and uniform_ok and head.kind is HeadKind.UNIFORM:
+    if uniform_ok and _prefix_sums(head):
         return Path.PREFIX_SUMS
+    averaging = head.mask is Mask.CAUSAL and head.weighting in _AVERAGING
     causal_softmax = head.weighting is Weighting.SOFTMAX and head.mask is Mask.CAUSAL
     if fused and causal_softmax and not head.bias:
         return Path.FUSED
     if averaging and keyed_ok and head.kind in (HeadKind.UNIFORM, HeadKind.BOS_KEYED):
         return Path.BOS_KEYED
     return Path.CHUNKED
+
+
+def _prefix_sums(head: HeadParams[W]) -> bool:
+    """Whether ``head`` takes the prefix-sums path where that path may be taken."""
+    averaging = head.mask is Mask.CAUSAL and head.weighting in _AVERAGING
+    return averaging and head.kind is HeadKind.UNIFORM
 
 
 def head_forward(
@@ -573,11 +734,17 @@ def mlp_forward(
     ops: Backend[A, W], mlp: MLPParams[A, W], x: A, observe: Observer[A] | None = None
 ) -> A:
     """``W_2 act(N(W_1 x + b_1)) + b_2``."""
+    return ops.matmul_t(mlp_hidden(ops, mlp, x, observe), mlp.w2) + mlp.b2
+
+
+def mlp_hidden(
+    ops: Backend[A, W], mlp: MLPParams[A, W], x: A, observe: Observer[A] | None = None
+) -> A:
+    """The hidden units ``act(N(W_1 x + b_1))``."""
     z = see(observe, "hook_pre", ops.matmul_t(x, mlp.w1) + mlp.b1)
     if mlp.norm_groups:
         z = see(observe, "hook_normalized", _normalize(ops, z, mlp.norm_groups))
-    hidden = see(observe, "hook_post", _activate(ops, z, mlp))
-    return ops.matmul_t(hidden, mlp.w2) + mlp.b2
+    return see(observe, "hook_post", _activate(ops, z, mlp))
 
 
 def _gelu(ops: Backend[A, W], z: A) -> A:

@@ -31,6 +31,7 @@ from scipy import sparse
 
 from crasp_compiler.errors import CraspError
 from crasp_compiler.model.model import (
+    BOS,
     HARD_TOLERANCE,
     MLP,
     Activation,
@@ -44,6 +45,7 @@ from crasp_compiler.model.model import (
     Weighting,
     head_kinds,
     positional_keys,
+    token_ids,
 )
 from crasp_compiler.runtime import forward as fw
 from crasp_compiler.runtime.backend import NUMPY
@@ -57,6 +59,7 @@ __all__ = [
     "beyond_guarantee",
     "decide",
     "encode",
+    "encode_vocab",
     "numeric_matrix",
     "run",
 ]
@@ -236,10 +239,8 @@ class NumpyParts:
         rows = zip(model.layers, head_kinds(model), positional_keys(model), strict=True)
         for layer, kinds, positional in rows:
             attention = None
+            prepared = [_head(h, kind, dtype) for h, kind in zip(layer.heads, kinds, strict=True)]
             if layer.heads:
-                prepared = [
-                    _head(h, kind, dtype) for h, kind in zip(layer.heads, kinds, strict=True)
-                ]
                 heads: list[Step] = [
                     partial(_banded, h, keys)
                     if keys is not None and h.kind is HeadKind.GENERAL and h.mask is Mask.CAUSAL
@@ -248,15 +249,22 @@ class NumpyParts:
                 ]
                 attention = partial(fw.attention_forward, NUMPY, heads, group=_group(prepared))
             mlp = None
-            if layer.mlp is not None:
-                mlp = partial(fw.mlp_forward, NUMPY, _mlp(layer.mlp, dtype))
-            self.blocks.append(partial(fw.block_forward, attention, mlp))
+            params = _mlp(layer.mlp, dtype) if layer.mlp is not None else None
+            if params is not None:
+                mlp = partial(fw.mlp_forward, NUMPY, params)
+            columns = fw.column_layer(NUMPY, prepared, params)
+            # the blocks run only inside forward(), on a residual it owns
+            self.blocks.append(partial(fw.block_forward, attention, mlp, columns=columns))
 
     def tokens(self, ids: NDAny) -> NDAny:
         return fw.token_embedding(NUMPY, self.w_e, ids)
 
     def positions(self, size: int, like: NDAny) -> NDAny:
         return fw.positional_embedding(NUMPY, self.model.features, self.model.w_p, size, like)
+
+    @property
+    def positional(self) -> bool:
+        return bool(self.model.w_p.shape[1])
 
     def numeric(self, values: NDAny) -> NDAny:
         return fw.numeric_embedding(NUMPY, self.model.numeric_weights, values)
@@ -301,7 +309,7 @@ def run(
     if on_overlength not in ("error", "warn", "ignore"):
         raise ValueError(f"on_overlength must be error, warn or ignore, not {on_overlength!r}")
     float_type: type = np.dtype(dtype).type
-    ids, lengths = encode(model.token_ids, inputs)
+    ids, lengths = encode_vocab(model.vocab, inputs)
     longest = ids.shape[1] - 1
     numeric = None
     if model.inputs or values is not None:
@@ -347,6 +355,37 @@ def encode(
             raise CraspError(str(err), filename="input") from None
     lengths = np.array([len(row) for row in rows], dtype=np.int64)
     ids = np.zeros((len(rows), 1 + (int(lengths.max()) if len(rows) else 0)), dtype=np.int64)
+    for b, row in enumerate(rows):
+        ids[b, 1 : 1 + len(row)] = row
+    return ids, lengths
+
+
+def encode_vocab(
+    vocab: Sequence[str], inputs: Sequence[Sequence[str]]
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """:func:`encode` with the ids of ``vocab`` (:func:`~crasp_compiler.model.model.
+    token_ids`). Where every token of ``vocab`` but BOS is one character, a sequence whose
+    distinct tokens are all such tokens is looked up at once: its characters joined, their
+    code points mapped through a table indexed by code point. Other inputs, bad tokens
+    among them, go through :func:`encode` (which reports them)."""
+    index = {s: k for k, s in enumerate(vocab) if s != BOS}
+    if not inputs or not all(len(s) == 1 for s in index):
+        return encode(partial(token_ids, vocab), inputs)
+    table = np.zeros(1 + max(map(ord, index)), dtype=np.int64)
+    for symbol, k in index.items():
+        table[ord(symbol)] = k
+    symbols = set(index)
+    rows = []
+    for tokens in inputs:
+        try:
+            if not set(tokens) <= symbols:
+                return encode(partial(token_ids, vocab), inputs)
+        except TypeError:  # unhashable tokens
+            return encode(partial(token_ids, vocab), inputs)
+        text = "".join(tokens).encode("utf-32-le")
+        rows.append(np.take(table, np.frombuffer(text, dtype=np.uint32)))
+    lengths = np.array([len(row) for row in rows], dtype=np.int64)
+    ids = np.zeros((len(rows), 1 + int(lengths.max())), dtype=np.int64)
     for b, row in enumerate(rows):
         ids[b, 1 : 1 + len(row)] = row
     return ids, lengths

@@ -90,7 +90,6 @@ from crasp_compiler.model.model import (
     head_kinds,
     require_dense,
     scores_vanish,
-    token_ids,
     with_kinds,
 )
 from crasp_compiler.runtime import forward as fw
@@ -103,7 +102,7 @@ from crasp_compiler.runtime.hooks import (
 )
 from crasp_compiler.runtime.numpy_exec import (
     beyond_guarantee,
-    encode,
+    encode_vocab,
     numeric_matrix,
     units_by_kind,
 )
@@ -198,10 +197,19 @@ class TorchBackend:
         return x.transpose(-1, -2)
 
     def take_rows(self, table: Tensor, ids: Tensor) -> Tensor:
-        return table[ids]
+        return F.embedding(ids, table)
 
     def take_last(self, x: Tensor, index: Sequence[int]) -> Tensor:
         return x[..., list(index)]
+
+    def nonzero(self, w: Tensor) -> list[tuple[int, ...]]:
+        return [tuple(at) for at in torch.nonzero(w.detach()).tolist()]
+
+    def entry(self, w: Tensor, index: tuple[int, ...]) -> Tensor:
+        return w.detach()[index]
+
+    def add_column(self, x: Tensor, column: int, value: Tensor) -> None:
+        x[..., column].add_(value)
 
     def causal_softmax(self, q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
         heads = F.scaled_dot_product_attention(
@@ -419,12 +427,29 @@ class Block(nn.Module):
         self.hook_resid_pre, self.hook_attn_out = HookPoint(), HookPoint()
         self.hook_resid_mid, self.hook_mlp_out = HookPoint(), HookPoint()
         self.hook_resid_post = HookPoint()
+        self.columns: fw.ColumnLayer[Tensor, Tensor] | None = None
+        self.prepare_columns()
 
     def forward(
-        self, x: Tensor, lengths: Tensor, observe: Observer[Tensor] | None = None
+        self,
+        x: Tensor,
+        lengths: Tensor,
+        observe: Observer[Tensor] | None = None,
+        fast: bool = False,
     ) -> Tensor:
+        """``fast``: the caller owns ``x`` and nothing hooks, traces or differentiates the
+        pass (:meth:`TorchTransformer.forward`), so the column path may update ``x`` in
+        place (:class:`~crasp_compiler.runtime.forward.ColumnLayer`)."""
         attention = self.attn if len(self.attn.heads) else None
-        return fw.block_forward(attention, self.mlp, x, lengths, observe)
+        columns = self.columns if fast and observe is None else None
+        return fw.block_forward(attention, self.mlp, x, lengths, observe, columns)
+
+    @torch.no_grad()
+    def prepare_columns(self) -> None:
+        """The layer's column plan, from the zeros and ones of its weights and its head
+        kinds (reads them on the host: when built, and in ``refresh_kinds``)."""
+        heads = self.attn.head_list()
+        self.columns = fw.column_layer(TORCH, heads, self.mlp)
 
 
 class _Parts:
@@ -434,9 +459,10 @@ class _Parts:
         self.module = module
         self.numeric_names = module.numeric.names if module.numeric is not None else []
         self.output_count = len(module.output_names)
-        self.blocks: list[Callable[[Tensor, Tensor, Observer[Tensor] | None], Tensor]] = list(
-            module.blocks
-        )
+        self.fast = module.fast_path_ok()
+        self.blocks: list[Callable[[Tensor, Tensor, Observer[Tensor] | None], Tensor]] = [
+            partial(block, fast=self.fast) for block in module.blocks
+        ]
 
     def tokens(self, ids: Tensor) -> Tensor:
         out: Tensor = self.module.embed(ids)
@@ -445,6 +471,10 @@ class _Parts:
     def positions(self, size: int, like: Tensor) -> Tensor:
         out: Tensor = self.module.pos(size)
         return out
+
+    @property
+    def positional(self) -> bool:
+        return bool(self.module.pos.w_p.shape[1]) or not self.fast
 
     def numeric(self, values: Tensor) -> Tensor:
         assert self.module.numeric is not None
@@ -556,6 +586,8 @@ class TorchTransformer(nn.Module):
             for head, kind in zip(heads, row, strict=True):
                 head.kind = kind
         self._versions = self._parameter_versions()
+        for block in self.layers():
+            block.prepare_columns()
 
     def _check_kinds(self) -> None:
         """Refresh the kinds when a parameter changed since the last check (eager only)."""
@@ -585,6 +617,13 @@ class TorchTransformer(nn.Module):
         if not torch.compiler.is_compiling() and (observe is not None or self._hooks_active()):
             observe = self._observer(observe)
         return fw.forward(TORCH, _Parts(self), ids, lengths, values, observe)
+
+    def fast_path_ok(self) -> bool:
+        """Whether the blocks may take the column path: gradients off, not compiling or
+        exporting, no forward hooks on any submodule (whose calls it skips)."""
+        if torch.is_grad_enabled() or torch.compiler.is_compiling():
+            return False
+        return not any(m._forward_hooks or m._forward_pre_hooks for m in self.modules())
 
     def _hooks_active(self) -> bool:
         if torch.nn.modules.module._global_forward_hooks or self.patterns:
@@ -664,7 +703,7 @@ class TorchTransformer(nn.Module):
         self, inputs: Sequence[Sequence[str]], device: torch.device | str | None = None
     ) -> tuple[Tensor, Tensor]:
         """Token sequences (without BOS) to right-padded ids ``(B, T)`` and lengths."""
-        ids, lengths = encode(partial(token_ids, self.vocab), inputs)
+        ids, lengths = encode_vocab(self.vocab, inputs)
         target = device if device is not None else self.embed.w_e.device
         return torch.from_numpy(ids).to(target), torch.from_numpy(lengths).to(target)
 

@@ -7,7 +7,11 @@
 - MLP activations are applied to the units of each kind only, with the numbers of the
   elementwise formulas;
 - offset lookups on absolute positions (relu mode) sum a band of keys in the numpy
-  executor and give the numbers of the full softmax.
+  executor and give the numbers of the full softmax;
+- single-character vocabularies are tokenised a sequence at a time, with the ids and
+  errors of the token-by-token lookup;
+- layers whose updates copy single residual columns take the column path, with the
+  numbers of the observed pass, and only on a residual the pass owns.
 """
 
 from __future__ import annotations
@@ -21,7 +25,13 @@ from crasp_compiler.errors import CraspError
 from crasp_compiler.model.model import BOS, MLP, Activation, Layer, positional_keys, token_ids
 from crasp_compiler.runtime import forward as fw
 from crasp_compiler.runtime.backend import NUMPY
-from crasp_compiler.runtime.numpy_exec import NumpyParts, encode, run, units_by_kind
+from crasp_compiler.runtime.numpy_exec import (
+    NumpyParts,
+    encode,
+    encode_vocab,
+    run,
+    units_by_kind,
+)
 from crasp_compiler.runtime.torch_module import TorchTransformer
 from tests.runtime.test_executor import make_model
 from tests.support.reference_model import random_inputs, random_model
@@ -194,3 +204,89 @@ def test_banded_lookups_equal_the_general_path(name) -> None:
         for out in fast.outputs:
             np.testing.assert_allclose(fast.outputs[out], general.outputs[out], atol=tol)
             assert np.array_equal(fast.values[out], general.values[out])
+
+
+# ---------------------------------------------------------------- vectorised tokenisation
+
+
+def test_encode_vocab_equals_encode() -> None:
+    model = compile(load(DYCK))
+    cases = [[list("(()"), [], tuple(")"), "()()"], [[]], [], [list("((((")]]
+    for inputs in cases:
+        want = encode(model.token_ids, inputs)
+        got = encode_vocab(model.vocab, inputs)
+        for a, b in zip(got, want, strict=True):
+            assert a.dtype == b.dtype and a.tolist() == b.tolist()
+
+
+@pytest.mark.parametrize("bad", [["(", ""], ["", "()"], ["(", BOS], ["(", 3], [["("]]])
+def test_encode_vocab_reports_bad_tokens_like_encode(bad: list) -> None:
+    model = compile(load(DYCK))
+    with pytest.raises(CraspError) as want:
+        encode(model.token_ids, [list("()"), bad])
+    with pytest.raises(CraspError) as got:
+        encode_vocab(model.vocab, [list("()"), bad])
+    assert str(got.value) == str(want.value)
+
+
+# ---------------------------------------------------------------- the column path
+
+COLUMN_EXAMPLES = [
+    DYCK,
+    "examples/crasp/majority.crasp",
+    "examples/crasp/tomita2.crasp",
+    "examples/crasp/copy8.cr",
+]
+
+
+def test_dyck_layers_take_the_column_path() -> None:
+    model = compile(load(DYCK))
+    parts = NumpyParts(model, np.float32)
+    plans = [block.keywords["columns"] for block in parts.blocks]
+    assert all(p is not None and p.values and p.outputs for p in plans)
+    module = TorchTransformer(model)
+    assert all(
+        block.columns is not None and block.columns.values and block.columns.outputs
+        for block in module.layers()
+    )
+
+
+@pytest.mark.parametrize("path", COLUMN_EXAMPLES)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_column_path_equals_observed_path(path: str, dtype: type) -> None:
+    """Unobserved (column path where the layer has one) and observed passes agree
+    exactly, numpy and torch, on a ragged batch (padding included)."""
+    model = compile(load(path))
+    rng = np.random.default_rng(3)
+    alphabet = [s for s in model.vocab if s != BOS]
+    inputs = [list(rng.choice(alphabet, size=n)) for n in (0, 1, 5, 64, 300)]
+    ids, lengths = encode(model.token_ids, inputs)
+    parts = NumpyParts(model, dtype)
+    plain = fw.forward(NUMPY, parts, ids, lengths, None)
+    observed = fw.forward(NUMPY, parts, ids, lengths, None, fw.Observer(lambda n, v: None))
+    np.testing.assert_array_equal(plain, observed)
+    module = TorchTransformer(model).to(dtype=getattr(torch, np.dtype(dtype).name))
+    t_ids, t_lengths = torch.from_numpy(ids), torch.from_numpy(lengths)
+    with torch.no_grad():
+        fast = module(t_ids, t_lengths)
+        slow = module(t_ids, t_lengths, observe=fw.Observer(lambda n, v: None))
+    assert torch.equal(fast, slow)
+    np.testing.assert_allclose(fast.numpy(), plain, rtol=1e-5 if dtype is np.float32 else 1e-12)
+
+
+def test_column_path_leaves_a_block_input_alone_and_follows_weight_edits() -> None:
+    model = compile(load(DYCK))
+    module = TorchTransformer(model)
+    ids, lengths = module.encode([list("(()())"), list(")(")])
+    block = module.layers()[0]
+    with torch.no_grad():
+        x = module.embed(ids)
+        before = x.clone()
+        block(x, lengths)  # called directly: the general path, x unchanged
+        assert torch.equal(x, before)
+        head = block.attn.heads[0]
+        head.w_v[0, 3] = 0.5  # two nonzeros in a row of W_V: no column path for the layer
+        got = module(ids, lengths)
+    assert block.columns is None or block.columns.values is None
+    want = run(module.to_model(), [list("(()())"), list(")(")]).outputs
+    np.testing.assert_allclose(got[..., 0].numpy(), want[module.output_names[0]], atol=1e-12)
