@@ -91,6 +91,14 @@ def allocate(
     X's readers in that MLP still see X) and its dimension is free for writes at slots
     after c. Variables in ``kept`` (the outputs) live to the end. Greedy in the order
     variables are first written: O(V log V)."""
+    if not reuse:
+        return Allocation(
+            {name: k for k, name in enumerate(variables)},
+            len(variables),
+            [],
+            [[(0, name)] for name in variables[:fixed]]
+            + [[(slot, name)] for name, slot in _first_writes(blocks, slots, variables[fixed:])],
+        )
     first: dict[str, int] = {}
     last: dict[str, int] = {}  # max(last read, last write + 1)
     for block, slot in zip(blocks, slots, strict=True):
@@ -124,6 +132,17 @@ def allocate(
         if reuse and name not in kept and name in last:
             heapq.heappush(dying, (_cancel_slot(last[name]), k))
     return Allocation(dims, len(occupants), cancels, occupants)
+
+
+def _first_writes(
+    blocks: Sequence[Block], slots: Sequence[int], names: Sequence[str]
+) -> list[tuple[str, int]]:
+    """``(name, slot of its first write)`` for each of ``names``."""
+    first: dict[str, int] = {}
+    for block, slot in zip(blocks, slots, strict=True):
+        for name in block.writes:
+            first.setdefault(name, slot)
+    return [(name, first.get(name, 0)) for name in names]
 
 
 def _cancel_slot(after: int) -> int:

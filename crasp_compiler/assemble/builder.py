@@ -73,7 +73,7 @@ def _finite(block: Block) -> bool:
         numbers = [unit.bias for unit in block.units] + list(block.constants.values())
         numbers += [c for coefs in block.outputs.values() for c in coefs.values()]
     numbers += [c for form in forms for c in form.values()]
-    return all(np.isfinite(float(c)) for c in numbers)
+    return bool(np.isfinite(np.asarray(numbers, dtype=np.float64)).all())
 
 
 class Builder:
@@ -186,15 +186,15 @@ class Builder:
         for name in sorted(block.in_place):
             if not self._defined(name):
                 raise ValueError(f"block {label!r} updates {name!r}, which does not exist")
-        for name in sorted(block.reads):
-            if not self._defined(name):
-                raise ValueError(f"block {label!r} reads {name!r}, which is not defined yet")
-        for name in block.writes:
-            if name not in block.in_place:
-                self._check_new(name, label)
-        for name in block.writes:
-            if name not in block.in_place:
-                self._written[name] = label
+        undefined = [name for name in block.reads if not self._defined(name)]
+        if undefined:
+            name = min(undefined)
+            raise ValueError(f"block {label!r} reads {name!r}, which is not defined yet")
+        writes = [name for name in block.writes if name not in block.in_place]
+        for name in writes:
+            self._check_new(name, label)
+        for name in writes:
+            self._written[name] = label
         self.blocks.append(block)
         return var(block.writes[0]) if block.writes else Form()
 

@@ -68,9 +68,14 @@ def var(name: str) -> Form:
 def form_add(*terms: tuple[float, Mapping[str, float]]) -> Form:
     """Σ coefficient · form, with zero coefficients dropped."""
     out: dict[str, float] = {}
+    get = out.get
     for coef, form in terms:
-        for name, value in form.items():
-            out[name] = out.get(name, 0) + coef * value
+        if coef == 1:
+            for name, value in form.items():
+                out[name] = get(name, 0) + value
+        else:
+            for name, value in form.items():
+                out[name] = get(name, 0) + coef * value
     return Form({name: value for name, value in out.items() if value != 0})
 
 

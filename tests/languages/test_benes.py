@@ -211,6 +211,19 @@ def test_compiled_routing_at_large_n(n, batch):
     assert np.array_equal(got, interpret_pcoc_batch(program, n, inputs).outputs["x"])
 
 
+@pytest.mark.parametrize(
+    ("n", "layers", "width", "nonzero"),
+    [(8, 17, 106, 6_000), (16, 22, 334, 32_500), (32, 27, 1_110, 175_000)],
+)
+def test_routing_stays_narrow(n, layers, width, nonzero):
+    """The depth the module docstring of benes states (5k + 2 layers), and a regression
+    guard on width and nonzero weights (the values measured when it was written)."""
+    model = compile_pcoc(_program(), n)
+    k = (n - 1).bit_length()
+    assert len(model.layers) == layers == 5 * k + 2
+    assert model.width <= width and model.nonzero_count() <= nonzero
+
+
 @pytest.mark.parametrize("n", [2, 4, 8])
 def test_softmax_model_with_sends_is_within_its_stated_bound(n):
     """The softmax model of a send program stays within its stated bound of the hard

@@ -34,6 +34,21 @@ The construction, for ``p = 2^k`` virtual machines and memory ``s = 2^{k−1}`` 
 - **Recombination** (fused into the last collection round): every copy carries the same
   payload, so the result is the payload of the first valid copy, or the default.
 
+**Size** (p = 2^k machines, s = 2^{k−1}, hard mode). A collection step's compactions
+test ``key_z = j`` for the pairs j ≤ z < 2s, j < s, stay and go: 3s² + s equality tests,
+each two Heaviside units writing one residual dimension, lowered once though every field
+reads it; the next MLP gates every field of every tuple by them (2 units a gate, O(s²k)
+hidden units) and writes one dimension per slot and field, the slot's valid flag included
+(a ReLU of its sum, so no test outlives that MLP). So the residual holds about 3s² test
+dimensions for one sublayer plus O(s·k) tuple fields, and a send round of permute.pcoc
+takes 5k + 2 layers for its 2k − 1 rounds (2.5 a round plus a constant: at most 3 a round
+from n = 32 on): 17 / 22 / 27 / 32 layers for n = 8 / 16 / 32 / 64, width
+106 / 334 / 1 110 / 3 878 (``tests/languages/test_benes.py`` holds these). The
+trade-off: a test that lived only in hidden units would need its payload gated in the
+same MLP, and a real payload cannot be gated exactly by a test computed beside it (an
+exact 0 off the slot needs the test as an input), so the tests take residual
+dimensions for one sublayer rather than the model taking a layer more per round.
+
 The first routing round reads the original DEST and SLOT directly (the tuple layout is
 computed after the receive), and the original round's receives and statements run in the
 last routing round (the routing rounds write only their own slots), so a send round
@@ -317,7 +332,9 @@ class _Sender:
         out = []
         for j in range(width):
             hits = [(z, Compare("==", keys[z], Num(float(j)), 0.5)) for z in range(j, len(flags))]
-            tup = {"v": _sum([hit for _, hit in hits])}
+            # relu (of a sum ≥ 0) makes the flag one variable, written in the MLP of the
+            # selections: the equality tests then die there instead of living on in it
+            tup: dict[str, Expr] = {"v": Call("relu", (_sum([hit for _, hit in hits]),))}
             for field in fields:
                 if field != "v":
                     tup[field] = _sum([IfExpr(hit, tuples[z][field], Num(0.0)) for z, hit in hits])

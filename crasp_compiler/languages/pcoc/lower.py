@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import TypeVar
 
 import numpy as np
@@ -118,6 +118,17 @@ def _times(a: float, b: float) -> float:
 def _covers(machines: Sequence[bool], mask: Sequence[bool], where: bool) -> bool:
     """Whether ``machines`` includes every machine whose ``mask`` bit is ``where``."""
     return all(m for m, b in zip(machines, mask, strict=True) if b == where)
+
+
+def _read_names(node: object) -> list[str]:
+    """The names an expression reads, in order (with repeats)."""
+    if isinstance(node, Read):
+        return [node.name]
+    if isinstance(node, tuple):
+        return [name for item in node for name in _read_names(item)]
+    if not is_dataclass(node):
+        return []
+    return [name for f in fields(node) for name in _read_names(getattr(node, f.name))]
 
 
 def _flatten_add(node: Expr) -> list[Expr]:
@@ -209,6 +220,10 @@ class _Lowerer:
         self.span: Span | None = None
         self.rounds: list[RoundReport] = []
         self.comparisons: list[Comparison] = []
+        self.compared: dict[tuple, tuple[Value, Compare, tuple[Value | None, ...]]] = {}
+        self.constants: dict[tuple[float, ...], Value] = {}
+        self.uniforms: dict[float, Value] = {}
+        self.names: dict[int, tuple[Compare, list[str]]] = {}  # id(node) -> names it reads
         self.partial: dict[str, Span | None] = {}
         self.round_number = 0
         # the machines where the statements being lowered take effect (per-machine branches)
@@ -254,8 +269,17 @@ class _Lowerer:
         return form_add(*((v, self.feature(i + 1)) for i, v in enumerate(values) if v))
 
     def constant(self, values: Sequence[float]) -> Value:
-        values = tuple(float(v) for v in values)
-        return Value(self.positional(values), min(values), max(values), const=values)
+        values = tuple(map(float, values))
+        if values not in self.constants:  # Values are immutable: one per distinct vector
+            form = self.positional(values)
+            self.constants[values] = Value(form, min(values), max(values), const=values)
+        return self.constants[values]
+
+    def uniform(self, value: float) -> Value:
+        """The constant ``value`` at every machine."""
+        if value not in self.uniforms:
+            self.uniforms[value] = self.constant([value] * self.n)
+        return self.uniforms[value]
 
     def fresh(self, stem: str) -> str:
         return self.builder.fresh(stem)
@@ -329,16 +353,16 @@ class _Lowerer:
     def expr(self, node: Expr, scope: dict[str, Value], env: dict[str, int]) -> Value:
         match node:
             case Num(value):
-                return self.constant([value] * self.n)
+                return self.uniform(value)
             case Read(name, span):
                 return self.read(name, scope, span)
             case Static(expr):
                 return self.constant(self.static(expr, env))
-            case Add(a, b):
+            case Add():
                 terms = _flatten_add(node)
                 if sum(map(_data_select, terms)) > 1:
                     return self.select_sum(terms, scope, env)
-                return self.combine((1, self.expr(a, scope, env)), (1, self.expr(b, scope, env)))
+                return self.add_tree(node, scope, env)
             case Sub(a, b):
                 return self.combine((1, self.expr(a, scope, env)), (-1, self.expr(b, scope, env)))
             case Scale(factor, arg):
@@ -369,6 +393,17 @@ class _Lowerer:
                     self.bases = saved
                 return self.select(p, x, y)
         raise self.error(f"unknown expression {node!r}")  # pragma: no cover
+
+    def add_tree(self, node: Expr, scope: dict[str, Value], env: dict[str, int]) -> Value:
+        """A tree of ``+`` pair by pair, as written (its terms are flattened once, by the
+        caller)."""
+        if isinstance(node, Add):
+            left, right = (
+                self.add_tree(node.left, scope, env),
+                self.add_tree(node.right, scope, env),
+            )
+            return self.combine((1, left), (1, right))
+        return self.expr(node, scope, env)
 
     def within(self, p: Value, taken: bool, lower: Callable[[], _T]) -> _T:
         """``lower()`` with the context narrowed to the machines where the static ``p`` is
@@ -437,7 +472,7 @@ class _Lowerer:
                 return self.constant([min(max(v, low), high) for v in x.const])
             out = self.fresh("clamp")
             if low == high:
-                return self.constant([low] * self.n)
+                return self.uniform(low)
             try:  # flat pieces of width max(1, |bound|): a unit step vanishes next to 1e300
                 block = ffn.clamp(x.form, low, high, out, label=self.site("clamp"))
             except ValueError:
@@ -506,6 +541,22 @@ class _Lowerer:
         inside per-machine branches is also exactly 0 on the machines outside them."""
         if node.op not in COMPARISONS:
             raise self.error(f"unknown comparison {node.op!r}")
+        # the same comparison of the same values (one test read by several selections,
+        # as a compaction's equality tests are by every field) is lowered once
+        if id(node) not in self.names:  # the entry holds the node, so its id stays its own
+            self.names[id(node)] = (node, _read_names(node))
+        reads = tuple(scope.get(name) for name in self.names[id(node)][1])
+        folds = selector and not all(self.context)  # only then is a selector different
+        key = (id(node), folds, self.context, tuple(sorted(env.items())), tuple(map(id, reads)))
+        if key in self.compared:
+            return self.compared[key][0]
+        value = self._compare(node, scope, env, selector)
+        self.compared[key] = (value, node, reads)  # held, so the ids in the key stay theirs
+        return value
+
+    def _compare(
+        self, node: Compare, scope: dict[str, Value], env: dict[str, int], selector: bool
+    ) -> Value:
         left, right = self.expr(node.left, scope, env), self.expr(node.right, scope, env)
         if left.const is not None and right.const is not None:
             test = {
@@ -561,7 +612,7 @@ class _Lowerer:
                 block, [(lipschitz, d)], 0.0, 1.0, _times(lipschitz, d.magnitude) + 1
             )
         if node.op == "!=":
-            p = self.combine((1, self.constant([1.0] * self.n)), (-1, p))
+            p = self.combine((1, self.uniform(1.0)), (-1, p))
         if folded:
             p = replace(p, zero_at=tuple(outside))
         return p
@@ -572,7 +623,7 @@ class _Lowerer:
         (eq). Where ``d`` is outside its margin they give exactly 0 or 1 as long as ``d``
         is computed to within m/2, which the compiler checks against the rounding of the
         float type (:mod:`crasp_compiler.languages.pcoc.compile`); so the result carries no error."""
-        half = self.constant([margin / 2] * self.n)
+        half = self.uniform(margin / 2)
 
         def unit(make, z: Value) -> Value:
             out = self.fresh("cmp")
@@ -593,7 +644,7 @@ class _Lowerer:
             label=self.site(label),
         )
         both = Value(self.mlp(block), 1, 2)
-        one = self.constant([1.0] * self.n)
+        one = self.uniform(1.0)
         return replace(self.combine((1, both), (-1, one)), lo=0.0, hi=1.0, noise=0.0)
 
     def select(self, p: Value, x: Value, y: Value) -> Value:
@@ -664,7 +715,8 @@ class _Lowerer:
             assert isinstance(term, IfExpr) and isinstance(term.cond, Compare)
             p = self.compare(term.cond, scope, env, selector=True)
             x, y = self.expr(term.then, scope, env), self.expr(term.otherwise, scope, env)
-            z = self.combine((1, x), (-1, y))
+            zero = y.const is not None and not any(y.const)  # `else 0`, as a compaction has
+            z = x if zero else self.combine((1, x), (-1, y))
             if (
                 not z.form
                 or p.const is not None
@@ -677,7 +729,8 @@ class _Lowerer:
                 continue
             bound = self.require(z.magnitude, z, "this conditional (big-M gating)")
             gates.append((p, z, bound))
-            parts.append((1, y))
+            if not zero:
+                parts.append((1, y))
             lo, hi = lo + min(x.lo, y.lo), hi + max(x.hi, y.hi)
         if gates:
             units: list[Unit] = []
