@@ -608,11 +608,10 @@ def conditional_bigm(
     ``conditional_bigm(p, x, Form(), …) = p·x`` is 2 units. Exact for p ∈ {0, 1} and
     ``|x|, |y| ≤ M``; 4 units."""
     m = _number("bound", bound)
-    p, x, y = as_form(p), as_form(x), as_form(y)
     units: list[Unit] = []
-    if x:
+    if any(x.values()):  # the unit forms drop zero coefficients themselves
         units += [Unit(form_add((1, x), (m, p)), -m), Unit(form_add((-1, x), (m, p)), -m)]
-    if y:
+    if any(y.values()):
         units += [Unit(form_add((1, y), (-m, p)), 0.0), Unit(form_add((-1, y), (-m, p)), 0.0)]
     coefs = {k: (1.0 if k % 2 == 0 else -1.0) for k in range(len(units))}
     text = f"exact for p ∈ {{0, 1}} and |x|, |y| ≤ {_g(m)}"
