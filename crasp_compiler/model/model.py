@@ -204,7 +204,8 @@ def matmul_t(x: NDArray[Any], w: Matrix) -> NDArray[Any]:
     return out
 
 
-# The torch module and the exports hold dense weights: at most this many parameters.
+# The exports hold dense weights, and the torch module every matrix but those it keeps
+# sparse (:func:`kept_sparse`): at most this many numbers held dense.
 TORCH_DENSE_LIMIT = 1 << 27
 # Builders refuse models that would store more numbers than this (1 GiB in float64),
 # unless the environment variable names another budget.
@@ -223,15 +224,27 @@ def parameter_budget() -> int:
     return int(text)
 
 
-def require_dense(model: Model, what: str) -> None:
-    """CraspError when ``model`` is too large to hold densely (``what`` needs that)."""
-    count = model.parameter_count()
+def kept_sparse(w: Matrix) -> bool:
+    """Whether a runtime that keeps large sparse matrices sparse (the torch module) keeps
+    ``w`` so: it is stored sparse and has more than :data:`DENSE_LIMIT` entries."""
+    return is_sparse(w) and w.shape[0] * w.shape[1] > DENSE_LIMIT
+
+
+def require_dense(model: Model, what: str, keep_sparse: bool = False) -> None:
+    """CraspError when ``model`` is too large to hold densely (``what`` needs that); with
+    ``keep_sparse``, only the matrices that stay dense count (not :func:`kept_sparse`)."""
+    count = sum(math.prod(a.shape) for a in model.weights() if not (keep_sparse and kept_sparse(a)))
     if count > TORCH_DENSE_LIMIT:
+        held = (
+            f"dense weights but for its large sparse matrices, and this model has {count:,} "
+            "parameters in the others"
+            if keep_sparse
+            else f"dense weights, and this model has {count:,} parameters"
+        )
         raise CraspError(
-            f"{what} holds dense weights, and this model has {count:,} parameters "
-            f"({count * 8 / 2**30:.1f} GiB in float64; {model.nonzero_count():,} nonzero); "
-            "run it with the numpy executor (`crasp run`, runtime.numpy_exec.run), which "
-            "keeps large matrices sparse"
+            f"{what} holds {held} ({count * 8 / 2**30:.1f} GiB in float64; "
+            f"{model.nonzero_count():,} nonzero in all); run it with the numpy executor "
+            "(`crasp run`, runtime.numpy_exec.run), which keeps large matrices sparse"
         )
 
 

@@ -8,7 +8,9 @@ and torch tensors share: :class:`Array`): creating position ranges and zeros, ca
 choices go beyond the common ground:
 
 - :meth:`Backend.matmul_t` takes the weight-matrix type of the backend: numpy's accepts
-  ``scipy.sparse.csr_array`` weights (compiled models are mostly zeros);
+  ``scipy.sparse.csr_array`` weights (compiled models are mostly zeros), torch's its
+  :class:`~crasp_compiler.runtime.torch_module.SparseWeight` (stored entries as buffers,
+  summed in scipy's order), and so do :meth:`Backend.nonzero` and :meth:`Backend.entry`;
 - :attr:`Backend.fused_attention` / :meth:`Backend.causal_softmax`: torch runs causal
   softmax heads without bias through ``scaled_dot_product_attention`` (fused kernels, no
   T × T matrix); numpy has no such kernel.

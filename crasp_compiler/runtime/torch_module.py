@@ -1,7 +1,7 @@
 """The model family as a ``torch.nn.Module`` (equations in :mod:`crasp_compiler.model.model`).
 
-``TorchTransformer(model)`` holds every weight as a parameter under names that hooks and
-interpretability tools can address::
+``TorchTransformer(model)`` holds every weight as a parameter (large sparse matrices
+aside: below) under names that hooks and interpretability tools can address::
 
     embed.w_e                     (V, d)      token embedding (row 0 is BOS)
     pos.w_p                       (d, F)      positional features -> residual
@@ -9,6 +9,23 @@ interpretability tools can address::
     blocks[i].attn.heads[h]       w_q, w_k (dk, d), w_v (dv, d), w_o (d, dv)
     blocks[i].mlp                 w1 (h, d), b1 (h,), w2 (d, h), b2 (d,)
     readout.weight                (K, d)      one row per named output
+
+Sparse weights. A matrix the model stores sparse and larger than
+:data:`~crasp_compiler.model.model.DENSE_LIMIT` entries
+(:func:`~crasp_compiler.model.model.kept_sparse`; compiled PCOC routing at large n) stays
+sparse: a :class:`SparseWeight` submodule at the same name (``blocks[i].mlp.w1`` …) whose
+buffers ``rows``, ``cols``, ``values`` hold its stored entries in CSR order. Its products
+add each entry's product in that order (``index_put_`` with accumulation, sequential on
+the CPU), so they are the numpy executor's (scipy's) bit for bit. Every other matrix (all
+of every C-RASP example) is a dense parameter as above; the module refuses a model whose
+dense matrices alone exceed :data:`~crasp_compiler.model.model.TORCH_DENSE_LIMIT`. Sparse
+weights are for inference: they are buffers, so optimizers never see them and they get
+no gradient (gradients do flow through their products to the activations and the dense
+parameters); ``.to(dtype)`` / ``.to(device)``, ``state_dict`` / ``load_state_dict`` (same
+entries count) and hooks work as for dense weights, ``to_model()`` gives them back as
+scipy CSR matrices, and the exports (:mod:`crasp_compiler.export`), which need dense
+weights, keep refusing models beyond the limit. ``torch.compile`` / ``torch.export`` of a
+sparse model are untested.
 
 ``forward(ids, lengths)`` takes BOS-prefixed, right-padded token ids ``(B, T)`` and
 returns the raw outputs ``(B, T, K)``. Each submodule's ``forward`` is one function of the
@@ -43,7 +60,8 @@ are checked again from the weights, once per update and never per ``forward``:
 - :meth:`TorchTransformer.refresh_kinds` does it (one reduction per weight, one transfer
   to the host), and whoever changes weights in a way torch does not count may call it;
 - ``load_state_dict`` calls it (a post hook);
-- in eager mode ``forward`` compares the parameters' version counters (``p._version``,
+- in eager mode ``forward`` compares the parameters' (and sparse weights' ``values``)
+  version counters (``p._version``,
   host integers that every in-place update such as ``optimizer.step()`` or
   ``p.copy_()`` increments) with those of the last check, and refreshes when one moved.
   Updates that bypass the counter (``p.data = …``, ``p.data.add_(…)``) need an explicit
@@ -68,6 +86,7 @@ from typing import Any, cast
 import numpy as np
 import torch
 import torch.nn.functional as F
+from scipy import sparse
 from torch import nn
 
 from crasp_compiler.errors import CraspError
@@ -80,14 +99,15 @@ from crasp_compiler.model.model import (
     HeadShape,
     Layer,
     Mask,
+    Matrix,
     Model,
     Output,
     Rule,
     Weighting,
     classify_heads,
     dense,
-    densified,
     head_kinds,
+    kept_sparse,
     require_dense,
     scores_vanish,
     with_kinds,
@@ -139,9 +159,168 @@ def torch_device(name: str, dtype: str = "float64") -> torch.device:
 # ---------------------------------------------------------------- the array shim
 
 
+class SparseWeight(nn.Module):
+    """A weight matrix ``(out, in)`` kept sparse: its stored entries in the order of the
+    model's CSR matrix (row-major), as buffers ``rows``, ``cols`` (int64) and ``values``
+    (the float type of the module). Buffers, not parameters: the entries get no gradient
+    (gradients still flow through the product to the activations), optimizers do not see
+    them, and ``.to(dtype)`` / ``.to(device)`` / ``state_dict`` handle them as any buffer
+    (``load_state_dict`` needs the same number of entries)."""
+
+    rows: Tensor
+    cols: Tensor
+    values: Tensor
+
+    def __init__(self, rows: Tensor, cols: Tensor, values: Tensor, shape: tuple[int, int]) -> None:
+        super().__init__()
+        self.register_buffer("rows", rows)
+        self.register_buffer("cols", cols)
+        self.register_buffer("values", values)
+        self.shape = (int(shape[0]), int(shape[1]))
+        self._positions: dict[tuple[int, int], int] | None = None
+
+    @classmethod
+    def of(cls, w: Matrix) -> SparseWeight:
+        """The stored entries of a scipy CSR matrix, in their stored order."""
+        csr = sparse.csr_array(w)
+        counts = np.diff(csr.indptr)
+        rows = np.repeat(np.arange(csr.shape[0], dtype=np.int64), counts)
+        return cls(
+            torch.from_numpy(rows),
+            torch.from_numpy(np.array(csr.indices, dtype=np.int64)),
+            torch.tensor(np.asarray(csr.data, dtype=np.float64)),
+            csr.shape,
+        )
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.values.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.values.device
+
+    def extra_repr(self) -> str:
+        return f"shape={self.shape}, nnz={self.values.numel()}, dtype={self.values.dtype}"
+
+    def position(self, index: tuple[int, ...]) -> int | None:
+        """Where entry ``index`` is stored (None: not stored, so 0); the map is built on
+        the host once, and dropped when the structure may have changed (:meth:`forget`)."""
+        if self._positions is None:
+            rows, cols = self.rows.tolist(), self.cols.tolist()
+            self._positions = {}
+            for at, key in enumerate(zip(rows, cols, strict=True)):
+                self._positions.setdefault(key, at)
+        return self._positions.get((int(index[0]), int(index[1])))
+
+    def forget(self) -> None:
+        """Drop the host map of :meth:`position` (after a load)."""
+        self._positions = None
+
+    def to_scipy(self) -> Matrix:
+        """The entries as a float64 scipy CSR matrix (stored order and zeros kept)."""
+        rows = self.rows.cpu().numpy()
+        indptr = np.zeros(self.shape[0] + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=self.shape[0]), out=indptr[1:])
+        values = self.values.detach().to("cpu", torch.float64).numpy().copy()
+        out: Matrix = sparse.csr_array(
+            (values, self.cols.cpu().numpy().copy(), indptr), shape=self.shape
+        )
+        return out
+
+
+# A weight matrix of the torch module: dense, or kept sparse.
+Weight = Tensor | SparseWeight
+
+# Entries materialised at once by a sparse product (stored entries × rows of x).
+SPARSE_BUDGET = 1 << 24
+
+
+def _sparse_matmul_t(x: Tensor, w: SparseWeight) -> Tensor:
+    """``x @ w.T`` for a sparse ``w``: every stored entry's product with its column of
+    ``x``, summed into its row in the stored order (``index_put_`` with accumulation is
+    sequential on the CPU), so the sums are those of scipy's CSR product bit for bit."""
+    flat = x.reshape(-1, x.shape[-1]).T.contiguous()  # (in, N)
+    count = flat.shape[1]
+    nnz = max(1, w.values.numel())
+    step = count if TORCH.tracing() else max(1, SPARSE_BUDGET // nnz)
+    dtype = torch.promote_types(flat.dtype, w.values.dtype)  # as scipy's product
+    flat, values = flat.to(dtype), w.values.to(dtype)[:, None]
+    parts = []
+    for start in range(0, max(count, 1), step):
+        block = flat[:, start : start + step]
+        out = torch.zeros(w.shape[0], block.shape[1], dtype=flat.dtype, device=flat.device)
+        products = torch.index_select(block, 0, w.cols).mul_(values)
+        parts.append(out.index_put_((w.rows,), products, accumulate=True))
+    out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+    return out.T.reshape(*x.shape[:-1], w.shape[0])
+
+
+def _stack(ws: Sequence[Weight], axis: int) -> Weight:
+    """Weights stacked along ``axis`` (0: rows, 1: columns); sparse when one is, with the
+    entries in the order of scipy's ``vstack`` / ``hstack`` of their CSR forms (each dense
+    one's nonzeros in row-major order), as the numpy executor stacks them."""
+    if all(isinstance(w, Tensor) for w in ws):
+        return torch.cat([cast(Tensor, w) for w in ws], dim=axis)
+    rows, cols, values = [], [], []
+    offset = 0
+    for w in ws:
+        if isinstance(w, SparseWeight):
+            r, c, v = w.rows, w.cols, w.values
+        else:
+            at = torch.nonzero(w)
+            r, c = at[:, 0], at[:, 1]
+            v = w[r, c]
+        if axis == 0:
+            r = r + offset
+        else:
+            c = c + offset
+        rows.append(r)
+        cols.append(c)
+        values.append(v.to(ws[0].dtype))
+        offset += w.shape[axis]
+    row, col, value = torch.cat(rows), torch.cat(cols), torch.cat(values)
+    if axis == 1:
+        order = torch.sort(row, stable=True).indices
+        row, col, value = row[order], col[order], value[order]
+    first = ws[0].shape
+    shape = (offset, first[1]) if axis == 0 else (first[0], offset)
+    return SparseWeight(row, col, value, shape)
+
+
+def _nonzero_rows(w: Weight, columns: Sequence[int] | None = None) -> Tensor:
+    """Which rows of ``w`` hold a nonzero entry (in ``columns`` only, if given)."""
+    if isinstance(w, Tensor):
+        part = w if columns is None else w[:, list(columns)]
+        return (part != 0).any(1)
+    keep = w.values != 0
+    if columns is not None:
+        keep &= torch.isin(w.cols, torch.tensor(list(columns), device=w.cols.device))
+    out = torch.zeros(w.shape[0], dtype=torch.bool, device=w.device)
+    return out.index_fill_(0, w.rows[keep], True)
+
+
+def _nonzero_columns(w: Weight) -> Tensor:
+    """Which columns of ``w`` hold a nonzero entry."""
+    if isinstance(w, Tensor):
+        return (w != 0).any(0)
+    out = torch.zeros(w.shape[1], dtype=torch.bool, device=w.device)
+    return out.index_fill_(0, w.cols[w.values != 0], True)
+
+
+def _any_nonzero(w: Weight) -> Tensor:
+    """Whether ``w`` has a nonzero entry, as a 1-element tensor."""
+    return ((w if isinstance(w, Tensor) else w.values) != 0).any()[None]
+
+
+def _wants_grad(w: Weight) -> bool:
+    return isinstance(w, Tensor) and w.requires_grad
+
+
 class TorchBackend:
-    """:class:`crasp_compiler.runtime.backend.Backend` over torch tensors (dense weights),
-    with ``scaled_dot_product_attention`` for causal softmax heads without bias."""
+    """:class:`crasp_compiler.runtime.backend.Backend` over torch tensors, with weights
+    dense or kept sparse (:class:`SparseWeight`), and ``scaled_dot_product_attention`` for
+    causal softmax heads without bias."""
 
     name = "torch"
     fused_attention = True
@@ -181,13 +360,15 @@ class TorchBackend:
     def cast(self, x: Tensor, like: Tensor) -> Tensor:
         return x.to(like.dtype)
 
-    def cast_for(self, x: Tensor, w: Tensor) -> Tensor:
+    def cast_for(self, x: Tensor, w: Weight) -> Tensor:
         return x.to(w.dtype)
 
     def equal(self, x: Tensor, value: float) -> Tensor:
         return x == value
 
-    def matmul_t(self, x: Tensor, w: Tensor) -> Tensor:
+    def matmul_t(self, x: Tensor, w: Weight) -> Tensor:
+        if isinstance(w, SparseWeight):
+            return _sparse_matmul_t(x, w)
         return x @ w.T
 
     def matmul(self, a: Tensor, b: Tensor) -> Tensor:
@@ -196,17 +377,27 @@ class TorchBackend:
     def swap_last(self, x: Tensor) -> Tensor:
         return x.transpose(-1, -2)
 
-    def take_rows(self, table: Tensor, ids: Tensor) -> Tensor:
+    def take_rows(self, table: Weight, ids: Tensor) -> Tensor:
+        assert isinstance(table, Tensor)  # embeddings are dense
         return F.embedding(ids, table)
 
     def take_last(self, x: Tensor, index: Sequence[int]) -> Tensor:
         return x[..., list(index)]
 
-    def nonzero(self, w: Tensor) -> list[tuple[int, ...]]:
-        return [tuple(at) for at in torch.nonzero(w.detach()).tolist()]
+    def nonzero(self, w: Weight) -> list[tuple[int, ...]]:
+        if isinstance(w, Tensor):
+            return [tuple(at) for at in torch.nonzero(w.detach()).tolist()]
+        keep = (w.values != 0).cpu().numpy()
+        rows, cols = w.rows.cpu().numpy()[keep], w.cols.cpu().numpy()[keep]
+        return sorted(zip(rows.tolist(), cols.tolist(), strict=True))  # as numpy's
 
-    def entry(self, w: Tensor, index: tuple[int, ...]) -> Tensor:
-        return w.detach()[index]
+    def entry(self, w: Weight, index: tuple[int, ...]) -> Tensor:
+        if isinstance(w, Tensor):
+            return w.detach()[index]
+        at = w.position(index)
+        if at is None:
+            return torch.zeros((), dtype=w.dtype, device=w.device)
+        return w.values[at]
 
     def add_column(self, x: Tensor, column: int, value: Tensor) -> None:
         x[..., column].add_(value)
@@ -279,6 +470,12 @@ def _parameter(array: Any) -> nn.Parameter:
     return nn.Parameter(torch.tensor(np.asarray(array)))
 
 
+def _weight(w: Matrix) -> Weight:
+    """A weight matrix of the model: kept sparse where :func:`~crasp_compiler.model.model.
+    kept_sparse` says so, else a dense parameter."""
+    return SparseWeight.of(w) if kept_sparse(w) else _parameter(dense(w))
+
+
 class Embedding(nn.Module):
     def __init__(self, w_e: np.ndarray[Any, Any]) -> None:
         super().__init__()
@@ -304,13 +501,16 @@ class PositionalFeatures(nn.Module):
     """``W_P · pos(t)`` for t = 0..T-1; the features are computed on ``w_p``'s device for
     every length."""
 
-    def __init__(self, names: list[str], w_p: np.ndarray[Any, Any]) -> None:
+    w_p: Weight
+
+    def __init__(self, names: list[str], w_p: Matrix) -> None:
         super().__init__()
         self.names = list(names)
-        self.w_p = _parameter(w_p)
+        self.w_p = _weight(w_p)
 
     def forward(self, size: int) -> Tensor:
-        return fw.positional_embedding(TORCH, self.names, self.w_p, size, like=self.w_p)
+        like = self.w_p if isinstance(self.w_p, Tensor) else self.w_p.values
+        return fw.positional_embedding(TORCH, self.names, self.w_p, size, like=like)
 
 
 class AttentionHead(nn.Module):
@@ -318,12 +518,17 @@ class AttentionHead(nn.Module):
     returns the head's contribution ``W_O(…)`` to the residual. ``kind`` is the head's
     structural kind (module docstring)."""
 
+    w_q: Weight
+    w_k: Weight
+    w_v: Weight
+    w_o: Weight
+
     def __init__(self, head: Head, kind: HeadKind) -> None:
         super().__init__()
-        self.w_q = _parameter(dense(head.w_q))
-        self.w_k = _parameter(dense(head.w_k))
-        self.w_v = _parameter(dense(head.w_v))
-        self.w_o = _parameter(dense(head.w_o))
+        self.w_q = _weight(head.w_q)
+        self.w_k = _weight(head.w_k)
+        self.w_v = _weight(head.w_v)
+        self.w_o = _weight(head.w_o)
         self.scale = float(head.scale)
         self.bias = dict(sorted(head.bias.items()))  # in increasing order of offsets
         self.weighting: Weighting = head.weighting
@@ -349,11 +554,11 @@ class AttentionHead(nn.Module):
     def uniform_ok(self) -> bool:
         """Whether the prefix-sums path loses no gradient (module docstring)."""
         grad = torch.is_grad_enabled()
-        return not (grad and (self.w_q.requires_grad or self.w_k.requires_grad))
+        return not (grad and (_wants_grad(self.w_q) or _wants_grad(self.w_k)))
 
     def keyed_ok(self, x: Tensor) -> bool:
         """Whether the O(T) BOS-keyed path loses no gradient (module docstring)."""
-        return not (torch.is_grad_enabled() and (x.requires_grad or self.w_k.requires_grad))
+        return not (torch.is_grad_enabled() and (x.requires_grad or _wants_grad(self.w_k)))
 
     def has_module_hooks(self) -> bool:
         """Whether forward hooks are registered on this head module itself (then the
@@ -387,8 +592,8 @@ class Attention(nn.Module):
             if len(members) > 1:
                 group = fw.UniformGroup(
                     members,
-                    torch.cat([heads[m].w_v for m in members], dim=0),
-                    torch.cat([heads[m].w_o for m in members], dim=1),
+                    _stack([heads[m].w_v for m in members], axis=0),
+                    _stack([heads[m].w_o for m in members], axis=1),
                 )
         return fw.attention_forward(TORCH, heads, x, lengths, observe, group)
 
@@ -397,11 +602,14 @@ class FeedForward(nn.Module):
     """``W_2 act(N(W_1 x + b_1)) + b_2`` with per-unit activations and the selective
     layer norm N over ``norm_groups`` (ε = 0; a zero-variance group gives 0)."""
 
+    w1: Weight
+    w2: Weight
+
     def __init__(self, mlp: MLP) -> None:
         super().__init__()
-        self.w1 = _parameter(dense(mlp.w1))
+        self.w1 = _weight(mlp.w1)
         self.b1 = _parameter(mlp.b1)
-        self.w2 = _parameter(dense(mlp.w2))
+        self.w2 = _weight(mlp.w2)
         self.b2 = _parameter(mlp.b2)
         self.activations = list(mlp.activations)
         self.labels = list(mlp.labels)
@@ -427,7 +635,7 @@ class Block(nn.Module):
         self.hook_resid_pre, self.hook_attn_out = HookPoint(), HookPoint()
         self.hook_resid_mid, self.hook_mlp_out = HookPoint(), HookPoint()
         self.hook_resid_post = HookPoint()
-        self.columns: fw.ColumnLayer[Tensor, Tensor] | None = None
+        self.columns: fw.ColumnLayer[Tensor, Weight] | None = None
         self.prepare_columns()
 
     def forward(
@@ -496,11 +704,10 @@ class TorchTransformer(nn.Module):
 
     def __init__(self, model: Model) -> None:
         super().__init__()
-        require_dense(model, "the torch module")
+        require_dense(model, "the torch module", keep_sparse=True)
         kinds = head_kinds(model)
-        model = densified(model)
         self.embed = Embedding(model.w_e)
-        self.pos = PositionalFeatures(model.features, dense(model.w_p))
+        self.pos = PositionalFeatures(model.features, model.w_p)
         # only a model with numeric inputs has this submodule (and numeric.w_x)
         self.numeric = NumericInputs(model.inputs, model.numeric_weights) if model.inputs else None
         self.blocks = nn.ModuleList(
@@ -540,26 +747,33 @@ class TorchTransformer(nn.Module):
         """The heads of each layer."""
         return [block.attn.head_list() for block in self.layers()]
 
+    def sparse_weights(self) -> list[SparseWeight]:
+        """The weight matrices kept sparse."""
+        return [m for m in self.modules() if isinstance(m, SparseWeight)]
+
     def _parameter_versions(self) -> tuple[int, ...]:
-        return tuple(int(p._version) for p in self.parameters())
+        versions = [int(p._version) for p in self.parameters()]
+        return tuple(versions + [int(w.values._version) for w in self.sparse_weights()])
 
     @torch.no_grad()
     def refresh_kinds(self) -> None:
         """Check every head's kind against the current weights (the structural check of
         :func:`~crasp_compiler.model.model.derive_kinds`) and record what they bear out;
         one reduction per weight and a single transfer to the host."""
+        for weight in self.sparse_weights():
+            weight.forget()  # a load may have changed where entries are stored
         pieces = [(self.embed.w_e[1:] != 0).any(0)]
         keep = [f for f, name in enumerate(self.pos.names) if not zero_at_tokens(name)]
         if keep:
-            pieces.append((self.pos.w_p[:, keep] != 0).any(1))
+            pieces.append(_nonzero_rows(self.pos.w_p, keep))
         if self.numeric is not None:
             pieces.append((self.numeric.w_x != 0).any(1))
         for block, heads in zip(self.layers(), self.head_rows(), strict=True):
             for head in heads:
-                pieces += [(head.w_q != 0).any()[None], (head.w_k != 0).any(0)]
-                pieces.append((head.w_o != 0).any(1))
+                pieces += [_any_nonzero(head.w_q), _nonzero_columns(head.w_k)]
+                pieces.append(_nonzero_rows(head.w_o))
             if block.mlp is not None:
-                pieces.append((block.mlp.w2 != 0).any(1) | (block.mlp.b2 != 0))
+                pieces.append(_nonzero_rows(block.mlp.w2) | (block.mlp.b2 != 0))
         flat = torch.cat([p.reshape(-1) for p in pieces]).cpu().numpy()
         d, at = len(self.residual), 0
 
@@ -775,16 +989,20 @@ class TorchTransformer(nn.Module):
             )
             return out
 
+        def weight(w: Weight) -> Matrix:
+            """A matrix kept sparse goes back as scipy CSR."""
+            return w.to_scipy() if isinstance(w, SparseWeight) else array(w)
+
         layers = []
         for block, attention in zip(self.layers(), self.head_rows(), strict=True):
             heads = []
             for h in attention:
                 heads.append(
                     Head(
-                        array(h.w_q),
-                        array(h.w_k),
-                        array(h.w_v),
-                        array(h.w_o),
+                        weight(h.w_q),
+                        weight(h.w_k),
+                        weight(h.w_v),
+                        weight(h.w_o),
                         h.scale,
                         dict(h.bias),
                         h.weighting,
@@ -796,9 +1014,9 @@ class TorchTransformer(nn.Module):
             if block.mlp is not None:
                 m = block.mlp
                 mlp = MLP(
-                    array(m.w1),
+                    weight(m.w1),
                     array(m.b1),
-                    array(m.w2),
+                    weight(m.w2),
                     array(m.b2),
                     list(m.activations),
                     list(m.labels),
@@ -815,7 +1033,7 @@ class TorchTransformer(nn.Module):
                 vocab=list(self.vocab),
                 w_e=array(self.embed.w_e),
                 features=list(self.pos.names),
-                w_p=array(self.pos.w_p),
+                w_p=weight(self.pos.w_p),
                 inputs=list(self.numeric.names) if self.numeric is not None else [],
                 w_x=array(self.numeric.w_x) if self.numeric is not None else None,
                 layers=layers,
