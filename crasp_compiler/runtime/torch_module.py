@@ -734,6 +734,9 @@ class TorchTransformer(nn.Module):
         self.hook_resid_final, self.hook_outputs = HookPoint(), HookPoint()
         self.patterns = False  # materialise every head's pattern (for hook_pattern)
         self.hook_dict: dict[str, HookPoint] = name_points(self)
+        # the submodules, listed once: every forward checks their weights' versions and
+        # hooks (a submodule added after construction is not seen)
+        self._submodules: list[nn.Module] = list(self.modules())
         self._versions = self._parameter_versions()
         self.register_load_state_dict_post_hook(_refresh_after_load)  # type: ignore[no-untyped-call]
 
@@ -749,11 +752,17 @@ class TorchTransformer(nn.Module):
 
     def sparse_weights(self) -> list[SparseWeight]:
         """The weight matrices kept sparse."""
-        return [m for m in self.modules() if isinstance(m, SparseWeight)]
+        return [m for m in self._submodules if isinstance(m, SparseWeight)]
 
     def _parameter_versions(self) -> tuple[int, ...]:
-        versions = [int(p._version) for p in self.parameters()]
-        return tuple(versions + [int(w.values._version) for w in self.sparse_weights()])
+        """The version counter of every parameter (and sparse weight's values), read from
+        each submodule's own parameters: a replaced parameter object counts too."""
+        versions = []
+        for module in self._submodules:
+            versions += [int(p._version) for p in module._parameters.values() if p is not None]
+            if isinstance(module, SparseWeight):
+                versions.append(int(module.values._version))
+        return tuple(versions)
 
     @torch.no_grad()
     def refresh_kinds(self) -> None:
@@ -837,7 +846,7 @@ class TorchTransformer(nn.Module):
         exporting, no forward hooks on any submodule (whose calls it skips)."""
         if torch.is_grad_enabled() or torch.compiler.is_compiling():
             return False
-        return not any(m._forward_hooks or m._forward_pre_hooks for m in self.modules())
+        return not any(m._forward_hooks or m._forward_pre_hooks for m in self._submodules)
 
     def _hooks_active(self) -> bool:
         if torch.nn.modules.module._global_forward_hooks or self.patterns:
