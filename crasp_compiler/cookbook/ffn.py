@@ -610,12 +610,19 @@ def conditional_bigm(
     m = _number("bound", bound)
     units: list[Unit] = []
     if any(x.values()):  # the unit forms drop zero coefficients themselves
-        units += [Unit(form_add((1, x), (m, p)), -m), Unit(form_add((-1, x), (m, p)), -m)]
+        units += gate_units(p, x, m)
     if any(y.values()):
         units += [Unit(form_add((1, y), (-m, p)), 0.0), Unit(form_add((-1, y), (-m, p)), 0.0)]
     coefs = {k: (1.0 if k % 2 == 0 else -1.0) for k in range(len(units))}
     text = f"exact for p ∈ {{0, 1}} and |x|, |y| ≤ {_g(m)}"
     return _block(units, {output_name(out): coefs}, Exactness(text), label)
+
+
+def gate_units(p: Form, x: Form, m: float) -> list[Unit]:
+    """The pair ``ReLU(x + Mp − M)``, ``ReLU(−x + Mp − M)`` of :func:`conditional_bigm`,
+    whose difference (out: +1, −1) is ``p·x`` for p ∈ {0, 1} and ``|x| ≤ M``: several
+    pairs with their outputs summed into one variable are a sum of gated values."""
+    return [Unit(form_add((1, x), (m, p)), -m), Unit(form_add((-1, x), (m, p)), -m)]
 
 
 def soft_gate(p: Form, x: Form, out: str, *, bound: float, label: str = "") -> FFNBlock:

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from crasp_compiler.assemble.builder import Builder
 from crasp_compiler.cookbook import ffn
-from crasp_compiler.cookbook.blocks import FFNBlock, Form, var
+from crasp_compiler.cookbook.blocks import EXACT, FFNBlock, Form, var
 from crasp_compiler.runtime.numpy_exec import run
 from tests.support.block_harness import evaluate
 
@@ -618,6 +618,34 @@ def test_conditional_bigm(bound, cases):
     np.testing.assert_allclose(gated, p * with_bos(xs), atol=1e-9)
     assert len(ffn.conditional_bigm(var("p"), var("x"), var("y"), "out", bound=bound).units) == 4
     assert len(ffn.conditional_bigm(var("p"), var("x"), Form(), "out", bound=bound).units) == 2
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2), st.floats(-1, 1, allow_nan=False)), min_size=1, max_size=6
+    )
+)
+def test_gate_units_sum_gated_values(cases):
+    """Pairs of gate_units whose outputs add into one variable: Σ_i [k = i]·x_i, the x_i
+    of the one selected (every other pair outputs an exact 0), for |x| ≤ M; the selected
+    value carries the rounding of x + M − M, as conditional_bigm's does."""
+    bound = 4.0
+    cols = {f"x{i}": [x * bound for _, x in cases] for i in range(3)}
+    cols["k"] = [float(k) for k, _ in cases]
+    cols.update({f"p{i}": [float(k == i) for k, _ in cases] for i in range(3)})
+
+    def make(v):
+        units, coefs = [], {}
+        for i in range(3):
+            coefs[len(units)], coefs[len(units) + 1] = 1.0, -1.0
+            units += ffn.gate_units(v[f"p{i}"], v[f"x{i}"], bound)
+        return FFNBlock(units, {"out": coefs}, EXACT, label="sum of gates")
+
+    got = run_block(cols, make)
+    want = with_bos([x * bound for _, x in cases])  # x_k, the same value in every column
+    np.testing.assert_allclose(got, want, rtol=0, atol=bound * 2**-52)
+    assert len(ffn.gate_units(var("p"), var("x"), bound)) == 2
 
 
 def test_conditional_bigm_rejects_bad_bounds():

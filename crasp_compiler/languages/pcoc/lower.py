@@ -715,7 +715,7 @@ class _Lowerer:
             assert isinstance(term, IfExpr) and isinstance(term.cond, Compare)
             p = self.compare(term.cond, scope, env, selector=True)
             x, y = self.expr(term.then, scope, env), self.expr(term.otherwise, scope, env)
-            zero = y.const is not None and not any(y.const)  # `else 0`, as a compaction has
+            zero = y is self.uniform(0.0)  # `else 0`, as a compaction has
             z = x if zero else self.combine((1, x), (-1, y))
             if (
                 not z.form
@@ -736,10 +736,8 @@ class _Lowerer:
             units: list[Unit] = []
             coefs: dict[int, float] = {}
             for p, z, bound in gates:
-                one = ffn.conditional_bigm(p.form, z.form, Form(), "gate", bound=bound)
-                for k, coef in one.outputs["gate"].items():
-                    coefs[len(units) + k] = coef
-                units += one.units
+                coefs[len(units)], coefs[len(units) + 1] = 1.0, -1.0
+                units += ffn.gate_units(p.form, z.form, bound)
             worst = max(bound for _, _, bound in gates)
             block = FFNBlock(
                 units,
