@@ -12,8 +12,10 @@ limits, as ratios measured in one run.
 3. **PCOC sends.** ``examples/pcoc_sends/permute.pcoc`` for n in ``--ns``: residual width,
    stored and nonzero parameters, layers, compile CPU time, one forward pass over 8 random
    inputs (numpy, float64), with the exponent of a least-squares fit ``log y = a + e log n``.
-4. **tracr.** Whether ``tracr`` is importable. It is not on PyPI, so this environment has
-   none and no side-by-side table is measured here; the section says so.
+4. **tracr.** Where ``tracr`` is importable, the side-by-side table of
+   ``benchmarks/tracr_side.py`` (Dyck-1 and shuffle-Dyck-2: compile time, width,
+   parameters, wrong decisions, tokens/s at each N tracr compiles); elsewhere the section
+   says to run that script in an environment that has tracr (it is not on PyPI).
 
 Usage::
 
@@ -161,11 +163,15 @@ def markdown(data: dict) -> str:
         )
     fitted = ", ".join(f"{k} ∝ n^{v}" for k, v in pcoc["exponents"].items() if v is not None)
     lines += ["", f"Fitted exponents: {fitted}.", "", "### tracr", ""]
-    lines.append(
-        "importable, but this script does not yet measure the side-by-side table"
-        if data["tracr_importable"]
-        else "not importable in this environment (not on PyPI): no side-by-side table"
-    )
+    if data.get("tracr"):
+        from tracr_side import markdown_rows
+
+        lines.append(markdown_rows(data["tracr"]))
+    else:
+        lines.append(
+            "not importable in this environment (not on PyPI): run "
+            "`benchmarks/tracr_side.py` where it is"
+        )
     return "\n".join(lines)
 
 
@@ -191,6 +197,10 @@ def main() -> None:
         "pcoc": pcoc_rows([int(n) for n in args.ns.split(",")]),
         "tracr_importable": importlib.util.find_spec("tracr") is not None,
     }
+    if data["tracr_importable"]:
+        from tracr_side import side_by_side
+
+        data["tracr"] = side_by_side([8, 16, 32], budget=60.0)
     data["total_seconds"] = round(time.perf_counter() - started, 1)
     text = json.dumps(data, indent=1)
     if args.out:
