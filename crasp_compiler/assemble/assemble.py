@@ -42,14 +42,15 @@ def schedule(blocks: list[Block], inputs: set[str]) -> list[int]:
     last_read: dict[str, int] = {}
     slots = []
     for block in blocks:
-        earliest = max((ready[var] for var in block.reads), default=0) + 1
+        reads = block.reads  # a property that builds a set: read once
+        earliest = max((ready[var] for var in reads), default=0) + 1
         for var in block.in_place:  # after the last write, not before any old reader
             earliest = max(earliest, ready[var] + 1, last_read.get(var, 0))
         want_attention = isinstance(block, HeadBlock)
         if (earliest % 2 == 1) != want_attention:
             earliest += 1
         slots.append(earliest)
-        for var in block.reads:
+        for var in reads:
             last_read[var] = max(last_read.get(var, 0), earliest)
         for var in block.writes:
             ready[var] = earliest
@@ -235,6 +236,9 @@ def _head(block: HeadBlock, index: Mapping[str, int], width: int) -> Head:
     )
 
 
+_ACTIVATIONS = {str(a): a for a in Activation}
+
+
 def _mlp(parts: list[FFNBlock], index: Mapping[str, int], width: int) -> MLP:
     units = [unit for part in parts for unit in part.units]
     w1 = _stack([unit.form for unit in units], index, width)
@@ -256,5 +260,5 @@ def _mlp(parts: list[FFNBlock], index: Mapping[str, int], width: int) -> MLP:
         labels += [part.label] * len(part.units)
         start += len(part.units)
     w2 = matrix((width, len(units)), rows, cols, values)
-    activations = [Activation(unit.activation) for unit in units]
+    activations = [_ACTIVATIONS[unit.activation] for unit in units]
     return MLP(w1, b1, w2, b2, activations, labels, groups)

@@ -67,7 +67,7 @@ def var(name: str) -> Form:
 
 def form_add(*terms: tuple[float, Mapping[str, float]]) -> Form:
     """Σ coefficient · form, with zero coefficients dropped."""
-    out: dict[str, float] = {}
+    out = Form()
     get = out.get
     for coef, form in terms:
         if coef == 1:
@@ -76,7 +76,10 @@ def form_add(*terms: tuple[float, Mapping[str, float]]) -> Form:
         else:
             for name, value in form.items():
                 out[name] = get(name, 0) + coef * value
-    return Form({name: value for name, value in out.items() if value != 0})
+    if 0 in out.values():  # a scan in C; cancelled terms are rare
+        for name in [name for name, value in out.items() if value == 0]:
+            del out[name]
+    return out
 
 
 def as_form(x: Mapping[str, float]) -> Form:

@@ -145,8 +145,13 @@ def assign(name: str, value: Form, *, label: str = "") -> FFNBlock:
 
 def cancel(name: str, *, label: str = "") -> FFNBlock:
     """In place, ``name := 0`` (cancelling the residual, §4.2): :func:`assign` of the
-    zero form, i.e. adds ``−ReLU(name) + ReLU(−name)``. Exact; 2 units."""
-    return assign(name, Form(), label=label)
+    zero form, i.e. adds ``−ReLU(name) + ReLU(−name)``. Exact; 2 units. (Built directly:
+    the assembler makes one per reused dimension, tens of thousands in a large model.)"""
+    name = output_name(name)
+    units = [Unit(Form({name: -1.0}), 0.0), Unit(Form({name: 1.0}), 0.0)]
+    block = FFNBlock(units, {name: {0: 1.0, 1: -1.0}}, EXACT, label)
+    block.in_place = frozenset({name})
+    return block
 
 
 # ---------------------------------------------------------------------------- CPWL

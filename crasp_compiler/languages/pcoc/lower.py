@@ -138,6 +138,15 @@ def _flatten_add(node: Expr) -> list[Expr]:
     return [node]
 
 
+def _left_chain(node: Expr) -> bool:
+    """Whether ``node`` is a term or ``((a + b) + c) + …`` (no ``+`` on any right)."""
+    while isinstance(node, Add):
+        if isinstance(node.right, Add):
+            return False
+        node = node.left
+    return True
+
+
 def _data_select(node: Expr) -> bool:
     """Whether ``node`` is ``if <data comparison> then … else …``."""
     return isinstance(node, IfExpr) and isinstance(node.cond, Compare)
@@ -330,6 +339,50 @@ class _Lowerer:
             unbounded=unbounded,
         )
 
+    def linear(self, *terms: tuple[float, Form]) -> Form:
+        """``Σ c · form``, refused where a coefficient overflows float64."""
+        form = form_add(*terms)
+        if not all(math.isfinite(c) for c in form.values()):
+            raise self.error("this expression overflows float64 (a coefficient beyond ±1.8e308)")
+        return form
+
+    def chain(self, values: Sequence[Value]) -> Value:
+        """``((v₁ + v₂) + v₃) + …``: what :meth:`combine` gives pair by pair, left to
+        right (the same interval, constant, leak, and noise with each partial sum's
+        magnitude counted), with the form built once: O(total size), not quadratic in
+        the number of terms."""
+        if len(values) == 1:
+            return values[0]
+        form = form_add(*((1, v.form) for v in values))
+        if not all(math.isfinite(c) for c in form.values()):
+            raise self.error("this expression overflows float64 (a coefficient beyond ±1.8e308)")
+        lo = hi = noise = leak = 0.0
+        const: list[float] | None = [0.0] * self.n
+        for k, v in enumerate(values):
+            if k >= 2:  # the partial sum of the first k terms is an operand
+                noise += 2 * max(abs(lo), abs(hi))
+            noise += v.noise + 2 * v.magnitude
+            leak += _times(1.0, v.leak)
+            lo, hi = lo + v.lo, hi + v.hi
+            if const is not None and v.const is not None:
+                const = [a + b for a, b in zip(const, v.const, strict=True)]
+                if k >= 1:
+                    lo, hi = min(const), max(const)
+            else:
+                const = None
+        unbounded = frozenset().union(*(v.unbounded for v in values))
+        if math.isfinite(lo) and math.isfinite(hi):
+            unbounded = frozenset()
+        return Value(
+            form,
+            lo,
+            hi,
+            leak=leak,
+            noise=noise,
+            const=None if const is None else tuple(const),
+            unbounded=unbounded,
+        )
+
     def nonlinear(
         self,
         block: FFNBlock,
@@ -395,15 +448,15 @@ class _Lowerer:
         raise self.error(f"unknown expression {node!r}")  # pragma: no cover
 
     def add_tree(self, node: Expr, scope: dict[str, Value], env: dict[str, int]) -> Value:
-        """A tree of ``+`` pair by pair, as written (its terms are flattened once, by the
-        caller)."""
-        if isinstance(node, Add):
-            left, right = (
-                self.add_tree(node.left, scope, env),
-                self.add_tree(node.right, scope, env),
-            )
-            return self.combine((1, left), (1, right))
-        return self.expr(node, scope, env)
+        """A tree of ``+`` pair by pair, as written; a chain ``((a + b) + c) + …`` (what
+        long sums are) in one pass (:meth:`chain`)."""
+        if not isinstance(node, Add):
+            return self.expr(node, scope, env)
+        if _left_chain(node):
+            return self.chain([self.expr(term, scope, env) for term in _flatten_add(node)])
+        left = self.add_tree(node.left, scope, env)
+        right = self.add_tree(node.right, scope, env)
+        return self.combine((1, left), (1, right))
 
     def within(self, p: Value, taken: bool, lower: Callable[[], _T]) -> _T:
         """``lower()`` with the context narrowed to the machines where the static ``p`` is
@@ -625,27 +678,26 @@ class _Lowerer:
         float type (:mod:`crasp_compiler.languages.pcoc.compile`); so the result carries no error."""
         half = self.uniform(margin / 2)
 
-        def unit(make, z: Value) -> Value:
+        def unit(make, z: Form) -> Value:
             out = self.fresh("cmp")
-            return Value(self.mlp(make(z.form, out, tolerance=0.0, label=self.site(label))), 0, 1)
+            return Value(self.mlp(make(z, out, tolerance=0.0, label=self.site(label))), 0, 1)
 
+        # only forms are needed (a step's result is exactly 0 or 1, with no error)
         if kind == "gt":
-            return unit(ffn.gt_zero, self.combine((1, d), (-1, half)))
-        low = self.combine((1, d), (1, half))
+            return unit(ffn.gt_zero, self.linear((1, d.form), (-1, half.form)))
+        low = self.linear((1, d.form), (1, half.form))
         if kind == "ge":
             return unit(ffn.ge_zero, low)
         # both Heaviside units write one variable (one residual dimension): H(lo) + H(hi)
-        high = self.combine((-1, d), (1, half))
+        high = self.linear((-1, d.form), (1, half.form))
         out = self.fresh("cmp")
         block = FFNBlock(
-            [Unit(low.form, 0.0, "heaviside"), Unit(high.form, 0.0, "heaviside")],
+            [Unit(low, 0.0, "heaviside"), Unit(high, 0.0, "heaviside")],
             {out: {0: 1.0, 1: 1.0}},
             Exactness("exact"),
             label=self.site(label),
         )
-        both = Value(self.mlp(block), 1, 2)
-        one = self.uniform(1.0)
-        return replace(self.combine((1, both), (-1, one)), lo=0.0, hi=1.0, noise=0.0)
+        return Value(self.linear((1, self.mlp(block)), (-1, self.uniform(1.0).form)), 0.0, 1.0)
 
     def select(self, p: Value, x: Value, y: Value) -> Value:
         """``x`` where ``p = 1``, ``y`` where ``p = 0``.
@@ -750,7 +802,7 @@ class _Lowerer:
             gate_hi = sum(max(z.hi, 0.0) for _, z, _ in gates)
             magnitude = sum(2 * bound for _, _, bound in gates)
             parts.append((1, self.nonlinear(block, inputs, gate_lo, gate_hi, magnitude)))
-        result = self.combine(*parts)
+        result = self.chain([value for _, value in parts])  # as the sum was written
         if math.isfinite(lo) and math.isfinite(hi):
             result = replace(result, lo=max(result.lo, lo), hi=min(result.hi, hi))
         return result
