@@ -98,7 +98,16 @@ _NUMERIC_ONLY = ("numeric_kind", "n", "scales")
     show_default=True,
     help="Positional encoding (sequence tasks): ape, nope, sin or random.",
 )
-@click.option("--steps", type=click.IntRange(min=1), default=30_000, show_default=True)
+@click.option(
+    "--preset",
+    type=click.Choice(["quick", "paper"]),
+    default="quick",
+    show_default=True,
+    help="Run size: quick (1000 steps, 200 test samples, minutes on a CPU) or paper (30000 "
+    "steps, 2000 test samples, an evaluation every 500 steps: hours on a CPU); --steps, "
+    "--test-size and --eval-every override it.",
+)
+@click.option("--steps", type=click.IntRange(min=1), default=1_000, show_default=True)
 @click.option(
     "--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Training seed."
 )
@@ -114,7 +123,7 @@ _NUMERIC_ONLY = ("numeric_kind", "n", "scales")
 @click.option(
     "--test-size",
     type=click.IntRange(min=1),
-    default=2000,
+    default=200,
     show_default=True,
     help="Test examples per length bin or value scale.",
 )
@@ -134,7 +143,7 @@ _NUMERIC_ONLY = ("numeric_kind", "n", "scales")
 @click.option(
     "--eval-every",
     type=click.IntRange(min=1),
-    default=500,
+    default=200,
     show_default=True,
     help="Steps between in-distribution evaluations (early stop at 100%).",
 )
@@ -171,7 +180,9 @@ def train_command(ctx: click.Context, task: str, **options) -> None:
 
     Sequence tasks: accuracy per length bin of the trained and the compiled model and
     their agreement; numeric tasks: MSE and close-accuracy per value scale. Writes
-    model.safetensors, config.json and results.json to --out."""
+    model.safetensors, config.json and results.json to --out. The defaults take minutes
+    on a CPU (--preset paper: hours); a run expected to train for 30 s or more says how
+    long after its first steps (unless --quiet)."""
     from crasp_compiler.experiments.tasks.base import NumericTask
     from crasp_compiler.experiments.tasks.registry import get_task
 
@@ -194,6 +205,11 @@ def train_command(ctx: click.Context, task: str, **options) -> None:
             [Diagnostic(f"unknown positional encoding {options['pe']!r}", hint=", ".join(PES))]
         )
     _check_device(options["device"])
+    from crasp_compiler.experiments.train.loop import PRESETS
+
+    for name, value in PRESETS[options.pop("preset")].items():
+        if ctx.get_parameter_source(name) == click.core.ParameterSource.DEFAULT:
+            options[name] = value
     config = _train_config(found, options)
     try:
         results = train(config)
@@ -344,52 +360,56 @@ def _train_summary(results: dict) -> str:
     type=click.IntRange(min=1),
     help="Local worker processes (default: the grid file's workers).",
 )
-def sweep_command(grid: str, ray_address: str | None, workers: int | None) -> None:
-    """Train every run of the GRID file not finished yet (see crasp_compiler.experiments.train.sweep
-    for the format), then print one line per finished run. Ctrl-C stops every run (exit
-    status 130); the same command then resumes."""
-    need_torch()
-    from crasp_compiler.experiments.train.sweep import collect, load_grid, run_sweep
+@click.option(
+    "--bar/--no-bar",
+    default=None,
+    help="The progress bar on stderr (default: when stderr is a terminal; otherwise a "
+    "progress line after every run).",
+)
+@click.option("--quiet", is_flag=True, help="No progress bar or lines: only the runs' lines.")
+def sweep_command(
+    grid: str, ray_address: str | None, workers: int | None, bar: bool | None, quiet: bool
+) -> None:
+    """Train every run of the GRID file not finished yet (the format: docs/grids.md).
 
-    runs, _ = load_grid(grid)  # refuses unknown tasks and encodings before anything trains
+    Prints one line per run: first those finished earlier, then each run as it ends
+    (steps and accuracy per bin, or MSE per scale, and its time), with a progress bar of
+    the whole sweep on stderr (runs done, failed and left, elapsed, estimated time left).
+    Ctrl-C stops every run (exit status 130); the same command then resumes."""
+    need_torch()
+    from crasp_compiler.experiments.train.sweep import (
+        SweepProgress,
+        finished,
+        load_grid,
+        run_sweep,
+    )
+
+    runs, settings = load_grid(grid)  # refuses unknown tasks and encodings before anything trains
+    earlier = [(run, results) for run in runs if (results := finished(run)) is not None]
+    todo = len(runs) - len(earlier)
+    count = workers or settings["workers"]
+    where = f"Ray at {ray_address}" if ray_address else f"{count} worker{'s' * (count != 1)}"
+    if not quiet:
+        click.echo(
+            f"{grid}: {len(runs)} runs, {len(earlier)} finished earlier, {todo} to train ({where})",
+            err=True,
+        )
+    progress = SweepProgress([run.name for run in runs], todo, bar=bar, quiet=quiet)
+    for run, results in earlier:
+        progress.earlier(run, results)
     interrupted = False
     try:
-        run_sweep(grid, ray_address=ray_address, workers=workers)
+        run_sweep(grid, ray_address=ray_address, workers=workers, on_finish=progress.finished)
     except KeyboardInterrupt:
         interrupted = True
-    finished = collect(grid)
-    width = max((len(r["run"]) for r in finished), default=0)
-    for results in finished:
-        click.echo(f"{results['run'].ljust(width)}  {_sweep_line(results)}")
-    click.echo(f"{len(finished)} of {len(runs)} runs finished")
+    finally:
+        progress.close()
+        done = sum(finished(run) is not None for run in runs)
+        failed = f", {progress.failed} failed" if progress.failed else ""
+        click.echo(f"{done} of {len(runs)} runs finished{failed}")
     if interrupted:
         click.echo("interrupted; the same command resumes the unfinished runs", err=True)
         sys.exit(130)
-
-
-def _scale_metrics(metrics: dict | None, scale: float) -> dict | None:
-    """The metrics of one scale factor (keys are ``str(c)``: "1" or "1.0")."""
-    for key, value in (metrics or {}).items():
-        if float(key) == scale:
-            return value
-    return None
-
-
-def _sweep_line(results: dict) -> str:
-    """Steps, then accuracy per bin (sequence) or MSE at c = 1 and 10 (numeric)."""
-    steps = f"{results['steps']:>6} steps"
-    if results["kind"] == "sequence":
-        return f"{steps}  " + "  ".join(
-            f"{name}: {value:.3f}" for name, value in results["accuracy"].items()
-        )
-    parts = []
-    for c in (1, 10):
-        trained = _scale_metrics(results["metrics"], c)
-        compiled = _scale_metrics(results.get("compiled_metrics"), c)
-        if trained is not None:
-            ref = "" if compiled is None else f" (compiled {compiled['mse']:.3g})"
-            parts.append(f"mse c={c}: {trained['mse']:.3g}{ref}")
-    return f"{steps}  " + "  ".join(parts)
 
 
 @click.command("finetune")

@@ -22,12 +22,28 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from crasp_compiler.errors import CraspError
+from crasp_compiler.errors import PROGRAM, CraspError
 from crasp_compiler.experiments.tasks.base import Example, NumericTask, SequenceTask
 from crasp_compiler.experiments.train.data import IGNORE, encode, label_ids
 from crasp_compiler.experiments.train.models import NumericModel, SequenceModel
 
 ATTENTION_BUDGET = 2**26  # attention-matrix entries per evaluation chunk (memory cap)
+
+
+def one_line(err: BaseException) -> str:
+    """An error as one line to put inside another message: a CraspError as ``file:line:
+    col: message (hint)`` per diagnostic, joined by ``; ``, without its ``error:`` prefix
+    (its formatted text has one and several lines); other exceptions as their text."""
+    if not isinstance(err, CraspError):
+        return " ".join(str(err).split())
+    parts = []
+    for d in err.diagnostics:
+        where = "" if err.filename == PROGRAM else err.filename
+        if d.span is not None:
+            where += f":{d.span.line}:{d.span.column}"
+        text = d.message + (f" ({d.hint})" if d.hint else "")
+        parts.append(" ".join((f"{where}: {text}" if where else text).split()))
+    return "; ".join(parts)
 
 
 @torch.no_grad()
@@ -133,7 +149,7 @@ def evaluate_sequence(
         try:
             reference = compiled_predictions(task, examples, backend)
         except (CraspError, NotImplementedError) as exc:
-            result["compiled_error"] = str(exc)
+            result["compiled_error"] = one_line(exc)
             result["compiled_accuracy"] = result["agreement"] = None
             continue
         right = same_where_scored(targets, reference, targets)
@@ -202,7 +218,7 @@ def evaluate_numeric(
         try:
             values = np.asarray(task.compiled_values(inputs, mode=mode, backend=backend))
         except (CraspError, NotImplementedError) as exc:
-            result["compiled_error"] = str(exc)
+            result["compiled_error"] = one_line(exc)
             result["compiled_metrics"] = None
             continue
         result["compiled_metrics"][scale] = numeric_metrics(values.astype(np.float64), targets)

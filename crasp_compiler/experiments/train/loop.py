@@ -50,6 +50,7 @@ import io
 import json
 import math
 import os
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -78,6 +79,7 @@ from crasp_compiler.experiments.train.data import (
 from crasp_compiler.experiments.train.evaluate import (
     evaluate_numeric,
     evaluate_sequence,
+    one_line,
     predict,
     same_where_scored,
     target_ids,
@@ -98,6 +100,18 @@ CONFIG_CLASSES = {"SequenceModel": SequenceModelConfig, "NumericModel": NumericM
 RANDOM_PE_POSITIONS = 2048  # default max_positions for randomized PE (the paper's L)
 MAX_LEN = 100_000  # the longest LEN a bin or train_max may ask for
 CHECKPOINT = "checkpoint.pt"
+# Run sizes. The defaults (``quick``) finish in minutes on a 2-core CPU; ``paper`` is the
+# scale of the C-RASP paper (30k steps, 2,000 test samples per bin): hours on a CPU.
+PRESETS: dict[str, dict[str, int]] = {
+    "quick": {"steps": 1_000, "test_size": 200, "eval_every": 200},
+    "paper": {"steps": 30_000, "test_size": 2_000, "eval_every": 500},
+}
+# The expected training time is printed when it is at least LONG_RUN_S seconds; it is
+# measured on the run's own first steps: from the end of the first step (which pays
+# one-time costs) until ESTIMATE_STEPS more steps or ESTIMATE_S seconds have passed.
+LONG_RUN_S = 30.0
+ESTIMATE_STEPS = 10
+ESTIMATE_S = 2.0
 ParamFilter = Callable[[str, nn.Parameter], bool]
 
 
@@ -207,11 +221,16 @@ class TrainConfig:
     ``device``: ``"auto"`` is CUDA when available; ``out_dir``: ``None`` writes nothing.
     Every field is checked (:data:`FIELD_RULES`) when the config is made and when it is
     trained: a bad value is a :class:`CraspError` naming the field.
+    Sizes: ``steps``, ``test_size`` and ``eval_every`` default to :data:`PRESETS`
+    ``"quick"`` (1,000 steps, 200 test samples, an evaluation every 200 steps: minutes on
+    a 2-core CPU); ``PRESETS["paper"]`` holds the paper-scale ones. With ``progress``, a
+    run expected to take :data:`LONG_RUN_S` seconds or more says so on stderr after its
+    first steps (:func:`estimate_message`).
     """
 
     task: str | Task
     pe: str = "ape"
-    steps: int = 30_000
+    steps: int = PRESETS["quick"]["steps"]
     seed: int = 0
     batch_size: int = 64
     lr: float = 1e-3
@@ -224,9 +243,9 @@ class TrainConfig:
     random_base: str = "sin"
     warmup_steps: int = 0
     grad_clip: float | None = 1.0
-    eval_every: int = 500
+    eval_every: int = PRESETS["quick"]["eval_every"]
     early_stop: bool = True
-    test_size: int = 2000
+    test_size: int = PRESETS["quick"]["test_size"]
     test_seed: int = 0
     eval_batch_size: int = 256
     bins: list[tuple[int, int]] | None = None
@@ -384,7 +403,8 @@ def _resume(path: Path | None, config: TrainConfig, parts: dict) -> dict | None:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch.load raises many kinds; a bad checkpoint is only lost time
         warnings.warn(
-            f"{path}: unreadable checkpoint ({err}); training from the start", stacklevel=3
+            f"{path}: unreadable checkpoint ({one_line(err)}); training from the start",
+            stacklevel=3,
         )
         return None
     if not isinstance(state, dict) or state.get("config") != train_key(config):
@@ -393,6 +413,47 @@ def _resume(path: Path | None, config: TrainConfig, parts: dict) -> dict | None:
         parts[name].load_state_dict(state[name])
     parts["randomness"].restore(state["randomness"])
     return state
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` for people: ``40 s``, ``3 min``, ``2 h 05 min``."""
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 90 else f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+def estimate_message(name: str, steps: int, rate: float, measured: int) -> str:
+    """What a long run says before it goes on: the time ``steps`` more steps take at
+    ``rate`` steps/s (measured over ``measured`` steps)."""
+    return (
+        f"{name}: about {duration(steps / rate)} of training ({steps:,} steps at "
+        f"~{rate:.3g} steps/s, timed on its first {measured} steps; less if it stops "
+        "early, plus the evaluations)"
+    )
+
+
+class _Estimate:
+    """Times a run's first steps; :meth:`step` returns None while measuring, then once
+    the message of :func:`estimate_message`, or ``""`` for a short run."""
+
+    def __init__(self, name: str, steps: int) -> None:
+        self.name, self.steps = name, steps
+        self.first: tuple[int, float] | None = None
+
+    def step(self, step: int) -> str | None:
+        now = time.perf_counter()
+        if self.first is None:
+            self.first = (step, now)
+            return None
+        measured, seconds = step - self.first[0], now - self.first[1]
+        if measured < ESTIMATE_STEPS and seconds < ESTIMATE_S and step < self.steps:
+            return None
+        rate = measured / max(seconds, 1e-9)
+        left = self.steps - step
+        if left / rate < LONG_RUN_S:
+            return ""
+        return estimate_message(self.name, left, rate, measured)
 
 
 def _fit(
@@ -422,6 +483,7 @@ def _fit(
     bar = tqdm(
         total=config.steps, initial=step, desc=name, disable=not config.progress, leave=False
     )
+    timer = _Estimate(name, config.steps) if config.progress else None
     while step < config.steps and not stopped:
         loss = batch_loss()
         optimizer.zero_grad(set_to_none=True)
@@ -434,6 +496,10 @@ def _fit(
         window = window + loss.detach()
         window_steps += 1
         bar.update(1)
+        if timer is not None and (message := timer.step(step)) is not None:
+            timer = None  # measured: no more timing
+            if message:
+                bar.write(message, file=sys.stderr)
         if step % config.eval_every == 0 or step == config.steps:
             mean_loss = float(window) / window_steps
             loss_history.append([step, mean_loss])
@@ -691,6 +757,7 @@ def _read_meta(out_dir: str | Path) -> dict:
 
 
 __all__ = [
+    "PRESETS",
     "TrainConfig",
     "build_model",
     "load",

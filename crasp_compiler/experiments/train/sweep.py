@@ -1,9 +1,11 @@
 """Sweeps: a grid of training runs from a TOML file, run locally or as Ray tasks.
 
-A grid file::
+The grid format, every key with its type and default, is documented in ``docs/grids.md``.
+In short::
 
     out = "runs/length"        # one subdirectory per run (relative to the grid file)
     workers = 2                # local worker processes (one torch thread each)
+    preset = "quick"           # run sizes under [base]: quick (default) or paper
 
     [base]                     # TrainConfig fields shared by every run
     steps = 2000
@@ -16,6 +18,10 @@ A grid file::
 
     [task.d2]                  # overrides for the runs of one task
     lr = 1e-4
+
+A run's configuration is, key by key, the first of: its ``[task.NAME]`` table, its
+``[grid]`` values, ``[base]``, the ``preset``'s sizes
+(:data:`~crasp_compiler.experiments.train.loop.PRESETS`), the TrainConfig defaults.
 
 Run directories: each run writes ``OUT/<name>-<hash>/`` (the files of
 :func:`~crasp_compiler.experiments.train.loop.train`). ``name`` joins the run's grid values
@@ -38,9 +44,20 @@ status 130).
 Given a Ray address, every run is one Ray task (one CPU, or one GPU when the task asks
 for it with ``gpus``), so a large grid spreads over a cluster without code changes.
 
+Progress: :func:`run_sweep` calls ``on_finish(run, error)`` in the calling process as
+each run ends, in the order they end, whether the runs go in this process, in local
+worker processes (:func:`concurrent.futures.as_completed`) or as Ray tasks
+(:func:`ray.wait`); :class:`SweepProgress` turns that into one line per run and the
+progress bar of ``crasp sweep``.
+
 :func:`load_grid` checks the whole file before anything runs: unknown keys, values of the
 wrong type or range, empty lists, tables that are not tables, unknown tasks; each error
-names the key and, where it is found, its line.
+names the key path (``[grid] bins[1]``, ``[base] bins[0] = [9, 3]``) and the position in
+the file: line and column from the TOML parser for syntax errors; for a bad value, the
+line of the key's assignment, found by scanning the text (tomllib gives values no
+positions): the first ``key =`` in the key's ``[table]`` section, else the first
+``.key =``, ``{key =`` or ``, key =`` (dotted keys, inline tables) on a line naming the
+table, else anywhere; with no such line the message names the key only.
 """
 
 from __future__ import annotations
@@ -52,15 +69,27 @@ import json
 import math
 import re
 import signal
+import sys
+import time
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path, PurePosixPath
+from typing import TextIO
 
-from crasp_compiler.errors import PROGRAM, CraspError, Diagnostic, Span, source_lines
-from crasp_compiler.experiments.train.loop import TrainConfig, field_problem, train_key
+from crasp_compiler.errors import CraspError, Diagnostic, Span, source_lines
+from crasp_compiler.experiments.train.evaluate import one_line
+from crasp_compiler.experiments.train.loop import (
+    MAX_LEN,
+    PRESETS,
+    TrainConfig,
+    duration,
+    field_problem,
+    train_key,
+)
 from crasp_compiler.files import writable_dir
 
-KEYS = ("out", "workers", "gpus", "base", "grid", "task")
+KEYS = ("out", "workers", "gpus", "preset", "base", "grid", "task")
 FIELDS = [f.name for f in fields(TrainConfig)]
 SET_BY_SWEEP = ("progress",)
 MAX_RUNS = 10_000
@@ -124,15 +153,32 @@ class _GridFile:
                 if found:
                     start = len(line) - len(line.lstrip()) + 1
                     return Span(number, start, number, start + len(key) + 2 * len(found[1]))
+        if key is None:
+            return None
+        # a dotted key (base.steps = 3) or an inline table (base = {steps = 3}): the first
+        # line that assigns the key after a dot, a brace or a comma, or at a line's start
+        pattern = rf"(^\s*|[.{{,]\s*)([\"']?){re.escape(key)}\2\s*="
+        near = table.rsplit(".", 1)[-1] if table else ""
+        lines = list(enumerate(source_lines(self.source), 1))
+        for number, line in [(n, t) for n, t in lines if near in t] + lines:
+            found = re.search(pattern, line)
+            if found:
+                start = found.start(2) + 1
+                return Span(number, start, number, found.end(2) + len(key) + len(found[2]) + 1)
         return None
 
 
-def _check_value(grid: _GridFile, table: str, key: str, value: object) -> None:
-    """Refuse ``key = value`` in ``[table]`` unless it is a usable TrainConfig field."""
+def _check_value(
+    grid: _GridFile, table: str, key: str, value: object, index: int | None = None
+) -> None:
+    """Refuse ``key = value`` in ``[table]`` (``index``: the value is that element of a
+    ``[grid]`` list) unless it is a usable TrainConfig field."""
     from crasp_compiler.experiments.tasks.registry import get_task
 
+    path = key if index is None else f"{key}[{index}]"
+
     def fail(message: str, hint: str | None = None) -> CraspError:
-        return grid.error(f"[{table}] {key}{message}", table, key, hint)
+        return grid.error(f"[{table}] {path}{message}", table, key, hint)
 
     if key not in FIELDS:
         close = difflib.get_close_matches(key, FIELDS, n=1)
@@ -150,6 +196,9 @@ def _check_value(grid: _GridFile, table: str, key: str, value: object) -> None:
             raise fail(f": {err.diagnostics[0].message}", err.diagnostics[0].hint) from None
         return
     problem = field_problem(key, value)
+    bad = _bad_bin(value) if problem and key == "bins" else None
+    if bad:  # name the bin: bins[1] = [9, 3]: lo is above hi
+        raise fail(f"{bad[0]}: {bad[1]}", f"bins {problem.partition(', not ')[0]}")
     if problem:
         raise fail(f" {problem}")
     if key == "out_dir":
@@ -163,6 +212,23 @@ def _check_value(grid: _GridFile, table: str, key: str, value: object) -> None:
             )
         if any(len(part.encode()) > MAX_NAME for part in parts):
             raise fail(f": a directory name in it is longer than {MAX_NAME} bytes")
+
+
+def _bad_bin(value: object) -> tuple[str, str] | None:
+    """The first bad bin of a ``bins`` list: its index path (``[1]``) and what is wrong."""
+    if not isinstance(value, list):
+        return None
+    for k, bin_ in enumerate(value):
+        where = f"[{k}] = {bin_!r}"
+        if not (isinstance(bin_, list) and len(bin_) == 2 and all(type(x) is int for x in bin_)):
+            return where, "not a pair of integers [lo, hi]"
+        if bin_[0] < 0:
+            return where, "lo is negative"
+        if bin_[0] > bin_[1]:
+            return where, "lo is above hi"
+        if bin_[1] > MAX_LEN:
+            return where, f"hi is above {MAX_LEN}"
+    return None
 
 
 def _readable(values: dict) -> str:
@@ -191,6 +257,9 @@ def load_grid(path: str | Path) -> tuple[list[Run], dict]:
     gpus = spec.get("gpus", 0)
     if isinstance(gpus, bool) or not isinstance(gpus, int | float) or not 0 <= gpus < math.inf:
         raise error(f"gpus must be a number >= 0, not {gpus!r}", None, "gpus")
+    preset = spec.get("preset", "quick")
+    if not isinstance(preset, str) or preset not in PRESETS:
+        raise error(f"preset must be one of {', '.join(PRESETS)}, not {preset!r}", None, "preset")
     for key in ("base", "grid", "task"):
         if not isinstance(spec.get(key, {}), dict):
             raise error(f"{key} must be a table ([{key}]), not {spec[key]!r}", None, key)
@@ -204,8 +273,8 @@ def load_grid(path: str | Path) -> tuple[list[Run], dict]:
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
             raise error(f"[grid] {key} must be a non-empty list", "grid", key)
-        for value in values:
-            _check_value(grid_file, "grid", key, value)
+        for index, value in enumerate(values):
+            _check_value(grid_file, "grid", key, value, index)
     if "task" not in grid and "task" not in base:
         raise error("no task: give [base] task or a [grid] task list")
     count = math.prod(len(values) for values in grid.values())
@@ -218,7 +287,7 @@ def load_grid(path: str | Path) -> tuple[list[Run], dict]:
     runs: dict[Path, Run] = {}
     for combo in itertools.product(*grid.values()):
         values = dict(zip(grid, combo, strict=True))
-        config = {**base, **values}
+        config = {**PRESETS[preset], **base, **values}
         config.update(per_task.get(config["task"], {}))
         given = config.pop("out_dir", None)
         key = train_key({**config, "progress": False})  # every field was checked above
@@ -263,38 +332,52 @@ def _run_one(config: dict) -> str | None:
     try:
         train(TrainConfig.from_dict(config))
     except CraspError as err:
-        where = "" if err.filename == PROGRAM else f"{err.filename}: "
-        return where + "; ".join(
-            _flat(d.message + (f" ({d.hint})" if d.hint else "")) for d in err.diagnostics
-        )
+        return one_line(err)
     except Exception as err:  # one failed run must not stop the sweep; reported at the end
         return _flat(f"{type(err).__name__}: {err}")
     return None
 
 
+OnFinish = Callable[[Run, "str | None"], None]
+
+
 def run_sweep(
-    path: str | Path, ray_address: str | None = None, workers: int | None = None
+    path: str | Path,
+    ray_address: str | None = None,
+    workers: int | None = None,
+    on_finish: OnFinish | None = None,
 ) -> list[Path]:
     """Run every run of the grid file not finished yet; returns the run directories.
 
     Locally with ``workers`` processes (default: the file's ``workers``), or, given
     ``ray_address`` (``"auto"``, ``"local"`` or ``"ray://host:port"``), as Ray tasks.
-    Failed runs are reported together at the end (a CraspError, one line per run)."""
+    ``on_finish(run, error)`` is called in this process as each run ends, in the order
+    they end (``error``: None, or what went wrong), e.g. :class:`SweepProgress`'s
+    :meth:`~SweepProgress.finished`. Failed runs are reported together at the end (a
+    CraspError, one line per run)."""
     runs, settings = load_grid(path)
     writable_dir(settings["out"])
     todo = [run for run in runs if finished(run) is None]
-    configs = [run.config for run in todo]
     count = workers or settings["workers"]
+    errors: dict[int, str | None] = {}
+
+    def done(index: int, error: str | None) -> None:
+        errors[index] = error
+        if on_finish is not None:
+            on_finish(todo[index], error)
+
+    configs = [run.config for run in todo]
     if ray_address is not None:
-        errors = _run_ray(configs, ray_address, settings["gpus"])
+        _run_ray(configs, ray_address, settings["gpus"], done)
     elif count <= 1 or len(configs) <= 1:
-        errors = [_run_one(config) for config in configs]
+        for index, config in enumerate(configs):
+            done(index, _run_one(config))
     else:
-        errors = _run_pool(configs, count)
+        _run_pool(configs, count, done)
     failed = [
-        Diagnostic(f"run {run.name} failed: {error}")
-        for run, error in zip(todo, errors, strict=True)
-        if error
+        Diagnostic(f"run {run.name} failed: {errors[index]}")
+        for index, run in enumerate(todo)
+        if errors.get(index)
     ]
     if failed:
         raise CraspError(failed, filename=str(path))
@@ -306,22 +389,23 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _run_pool(configs: list[dict], count: int) -> list[str | None]:
-    """The runs on ``count`` worker processes. A KeyboardInterrupt cancels the pending
-    runs and terminates the workers before it propagates; a worker that dies (killed,
-    e.g. out of memory) fails its run and those still pending instead of hanging."""
-    from concurrent.futures import ProcessPoolExecutor
+def _run_pool(configs: list[dict], count: int, done: Callable[[int, str | None], None]) -> None:
+    """The runs on ``count`` worker processes, ``done(index, error)`` as each ends. A
+    KeyboardInterrupt cancels the pending runs and terminates the workers before it
+    propagates; a worker that dies (killed, e.g. out of memory) fails its run and those
+    still pending instead of hanging."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures.process import BrokenProcessPool
 
     pool = ProcessPoolExecutor(min(count, len(configs)), initializer=_ignore_sigint)
     try:
-        futures = [pool.submit(_run_one, config) for config in configs]
-        errors = []
-        for future in futures:
+        futures = {pool.submit(_run_one, config): k for k, config in enumerate(configs)}
+        for future in as_completed(futures):
             try:
-                errors.append(future.result())
+                error = future.result()
             except BrokenProcessPool:
-                errors.append("a worker process died (killed, out of memory?)")
+                error = "a worker process died (killed, out of memory?)"
+            done(futures[future], error)
     except BaseException:
         # no public way to stop running workers before Python 3.14's terminate_workers()
         for process in list(getattr(pool, "_processes", {}).values()):
@@ -329,10 +413,12 @@ def _run_pool(configs: list[dict], count: int) -> list[str | None]:
         pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown()
-    return errors
 
 
-def _run_ray(configs: list[dict], address: str, gpus: float) -> list[str | None]:
+def _run_ray(
+    configs: list[dict], address: str, gpus: float, done: Callable[[int, str | None], None]
+) -> None:
+    """The runs as Ray tasks, ``done(index, error)`` as each ends (:func:`ray.wait`)."""
     try:
         import ray
     except ImportError:
@@ -342,12 +428,150 @@ def _run_ray(configs: list[dict], address: str, gpus: float) -> list[str | None]
     ray.init(address=None if address == "local" else address, ignore_reinit_error=True)
     remote = ray.remote(num_cpus=1, num_gpus=gpus)(_run_one)
     refs = [remote.remote(config) for config in configs]
+    index = {ref: k for k, ref in enumerate(refs)}
+    pending = list(refs)
     try:
-        return ray.get(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            for ref in ready:
+                try:
+                    error = ray.get(ref)
+                except KeyboardInterrupt:
+                    raise
+                except Exception as err:  # the task's worker died, or Ray failed it
+                    error = _flat(f"{type(err).__name__}: {err}")
+                done(index[ref], error)
     except KeyboardInterrupt:
-        for ref in refs:
+        for ref in pending:
             ray.cancel(ref, force=True)
         raise
+
+
+def _scale_metrics(metrics: dict | None, scale: float) -> dict | None:
+    """The metrics of one scale factor (keys are ``str(c)``: "1" or "1.0")."""
+    for key, value in (metrics or {}).items():
+        if float(key) == scale:
+            return value
+    return None
+
+
+def summary_line(results: dict) -> str:
+    """A finished run in one line: steps, then accuracy per bin (sequence tasks) or MSE at
+    c = 1 and 10 (numeric tasks, with the compiled model's)."""
+    steps = f"{results['steps']:>6} steps"
+    if results["kind"] == "sequence":
+        return f"{steps}  " + "  ".join(
+            f"{name}: {value:.3f}" for name, value in results["accuracy"].items()
+        )
+    parts = []
+    for c in (1, 10):
+        trained = _scale_metrics(results["metrics"], c)
+        compiled = _scale_metrics(results.get("compiled_metrics"), c)
+        if trained is not None:
+            ref = "" if compiled is None else f" (compiled {compiled['mse']:.3g})"
+            parts.append(f"mse c={c}: {trained['mse']:.3g}{ref}")
+    return f"{steps}  " + "  ".join(parts)
+
+
+def _clock(seconds: float) -> str:
+    """``m:ss`` or ``h:mm:ss``."""
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+class SweepProgress:
+    """What ``crasp sweep`` shows while it runs: one line per run on ``out`` as it
+    finishes (``NAME  STEPS  RESULTS  TIME``, or ``NAME  failed: WHY``), and the whole
+    sweep's state on ``err``: a tqdm bar (runs done / failed / left, elapsed, estimated
+    time left) when ``bar`` (default: ``err`` is a terminal), else a ``progress:`` line
+    after every run (logs). ``quiet``: the lines of the runs only.
+
+    The estimate is elapsed × left / ended (tqdm's rate for the bar): rough until a few
+    runs have ended, since runs of one sweep differ in length."""
+
+    def __init__(
+        self,
+        names: list[str],
+        todo: int,
+        *,
+        out: TextIO | None = None,
+        err: TextIO | None = None,
+        bar: bool | None = None,
+        quiet: bool = False,
+    ) -> None:
+        self.out = out or sys.stdout
+        self.err = err or sys.stderr
+        self.width = max((len(name) for name in names), default=0)
+        self.todo, self.ok, self.failed = todo, 0, 0
+        self.start = time.monotonic()
+        if bar is None:
+            bar = bool(getattr(self.err, "isatty", lambda: False)())
+        self.bar = None
+        self.plain = not quiet and not bar
+        if bar and not quiet and todo:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(
+                total=todo,
+                unit="run",
+                desc="sweep",
+                file=self.err,
+                dynamic_ncols=True,
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} runs "
+                "[{elapsed}<{remaining}{postfix}]",
+            )
+            self._postfix()
+
+    def _postfix(self, refresh: bool = True) -> None:
+        if self.bar is not None:
+            left = self.todo - self.ok - self.failed
+            text = f"done {self.ok}, failed {self.failed}, left {left}"
+            self.bar.set_postfix_str(text, refresh=refresh)
+
+    def line(self, name: str, text: str) -> None:
+        """Print ``name  text`` on ``out`` (above the bar)."""
+        row = f"{name.ljust(self.width)}  {text}"
+        if self.bar is not None:
+            self.bar.write(row, file=self.out)
+        else:
+            print(row, file=self.out)
+        self.out.flush()
+
+    def earlier(self, run: Run, results: dict) -> None:
+        """A run finished by an earlier sweep."""
+        self.line(run.name, f"{summary_line(results)}  (earlier)")
+
+    def finished(self, run: Run, error: str | None) -> None:
+        """A run of this sweep ended (``error``: None, or why it failed)."""
+        results = None if error else finished(run)
+        if results is None:
+            self.failed += 1
+            self.line(run.name, f"failed: {error or 'no results.json written'}")
+        else:
+            self.ok += 1
+            took = results.get("wall_time_s", 0) + results.get("eval_time_s", 0)
+            self.line(run.name, f"{summary_line(results)}  ({duration(took)})")
+        if self.bar is not None:
+            self._postfix(refresh=False)
+            self.bar.update(1)
+            self.bar.refresh()
+        elif self.plain:
+            ended = self.ok + self.failed
+            elapsed = time.monotonic() - self.start
+            left = self.todo - ended
+            estimate = f", about {_clock(elapsed * left / ended)} left" if left else ""
+            print(
+                f"progress: {ended} of {self.todo} runs ended ({self.ok} done, {self.failed} "
+                f"failed, {left} left); {_clock(elapsed)} elapsed{estimate}",
+                file=self.err,
+            )
+            self.err.flush()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
 
 def collect(path: str | Path) -> list[dict]:
