@@ -183,7 +183,7 @@ class Builder:
         """Add ``block`` and return the form of its first output (read any others with
         :func:`~crasp_compiler.cookbook.blocks.var`)."""
         label = block.label or type(block).__name__
-        for name in sorted(block.in_place):
+        for name in sorted(block.in_place) if block.in_place else ():
             if not self._defined(name):
                 raise ValueError(f"block {label!r} updates {name!r}, which does not exist")
         undefined = [name for name in block.reads if not self._defined(name)]

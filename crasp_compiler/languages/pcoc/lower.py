@@ -415,6 +415,8 @@ class _Lowerer:
                 terms = _flatten_add(node)
                 if sum(map(_data_select, terms)) > 1:
                     return self.select_sum(terms, scope, env)
+                if _left_chain(node):
+                    return self.chain([self.expr(term, scope, env) for term in terms])
                 return self.add_tree(node, scope, env)
             case Sub(a, b):
                 return self.combine((1, self.expr(a, scope, env)), (-1, self.expr(b, scope, env)))
@@ -600,7 +602,7 @@ class _Lowerer:
             self.names[id(node)] = (node, _read_names(node))
         reads = tuple(scope.get(name) for name in self.names[id(node)][1])
         folds = selector and not all(self.context)  # only then is a selector different
-        key = (id(node), folds, self.context, tuple(sorted(env.items())), tuple(map(id, reads)))
+        key = (id(node), folds, self.context, tuple(env.items()), tuple(map(id, reads)))
         if key in self.compared:
             return self.compared[key][0]
         value = self._compare(node, scope, env, selector)
