@@ -90,8 +90,55 @@ _SEQUENCE_ONLY = ("pe", "bins", "train_max")
 _NUMERIC_ONLY = ("numeric_kind", "n", "scales")
 
 
+def _parse_range(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> tuple[int, int] | None:
+    """``"1-50"`` as ``(1, 50)``."""
+    bins = _parse_bins(ctx, param, value)
+    if bins is None:
+        return None
+    if len(bins) != 1:
+        raise click.BadParameter(f"{value!r} is not one LO-HI range", ctx, param)
+    return bins[0]
+
+
+def _parse_alphabet(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> tuple[str, ...] | None:
+    """``"a,b,c"`` as ``("a", "b", "c")``."""
+    if value is None:
+        return None
+    symbols = tuple(part.strip() for part in value.split(","))
+    if not all(symbols):
+        raise click.BadParameter(f"{value!r}: an empty symbol", ctx, param)
+    return symbols
+
+
+_PROGRAM_ONLY = ("alphabet", "lengths")
+
+
 @click.command("train")
-@click.argument("task")
+@click.argument("task", required=False)
+@click.option(
+    "--program",
+    metavar="PROG.cr",
+    type=click.Path(dir_okay=False),
+    help="Train on this C-RASP program instead of a TASK: the label at every position is "
+    "the program's output on that prefix (reference interpreter); the compiled program is "
+    "the reference. See the README, 'Trained vs compiled'.",
+)
+@click.option(
+    "--alphabet",
+    metavar="A,B,...",
+    callback=_parse_alphabet,
+    help="With --program: the alphabet (default: the program's declared or inferred one).",
+)
+@click.option(
+    "--lengths",
+    metavar="LO-HI",
+    callback=_parse_range,
+    help="With --program: the training range of LEN (default 1-50; the first default test bin).",
+)
 @click.option(
     "--pe",
     default="ape",
@@ -129,6 +176,8 @@ _NUMERIC_ONLY = ("numeric_kind", "n", "scales")
 )
 @click.option(
     "--bins",
+    "--test-bins",
+    "bins",
     metavar="LO-HI,...",
     callback=_parse_bins,
     help='Length bins (sequence tasks), e.g. "1-50,51-100,101-150,151-500"; the first is '
@@ -175,8 +224,9 @@ _NUMERIC_ONLY = ("numeric_kind", "n", "scales")
 @click.option("--no-compiled", is_flag=True, help="Do not evaluate the compiled program.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.pass_context
-def train_command(ctx: click.Context, task: str, **options) -> None:
-    """Train a transformer on TASK and compare it with the task's compiled program.
+def train_command(ctx: click.Context, task: str | None, **options) -> None:
+    """Train a transformer on TASK (or on the program of --program) and compare it with
+    the compiled program.
 
     Sequence tasks: accuracy per length bin of the trained and the compiled model and
     their agreement; numeric tasks: MSE and close-accuracy per value scale. Writes
@@ -186,7 +236,30 @@ def train_command(ctx: click.Context, task: str, **options) -> None:
     from crasp_compiler.experiments.tasks.base import NumericTask
     from crasp_compiler.experiments.tasks.registry import get_task
 
-    found = get_task(task)
+    program = options.pop("program")
+    if program is not None and task is not None:
+        raise click.UsageError("give a TASK or --program, not both")
+    if program is None and task is None:
+        raise click.UsageError("give a TASK (see `crasp tasks`) or --program PROG.cr")
+    alphabet, lengths = options.pop("alphabet"), options.pop("lengths")
+    if program is None:
+        given = [
+            "--" + name
+            for name in _PROGRAM_ONLY
+            if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT
+        ]
+        if given:
+            raise click.UsageError(f"{', '.join(given)}: only with --program")
+    elif ctx.get_parameter_source("train_max") != click.core.ParameterSource.DEFAULT:
+        raise click.UsageError("--train-max: with --program, give the range as --lengths LO-HI")
+    if program is not None:
+        from crasp_compiler.experiments.tasks.program import ProgramTask
+
+        found: Task = ProgramTask.from_file(program, alphabet, lengths or (1, 50))
+        options["train_max"] = found.train_max
+    else:
+        assert task is not None
+        found = get_task(task)
     numeric = isinstance(found, NumericTask)
     misplaced = [
         "--" + name.replace("_", "-")
@@ -255,7 +328,7 @@ def _train_config(task: Task, options: dict) -> TrainConfig:
         train_max = min(task.train_max, options["bins"][0][1])
     extra = {"scales": options["scales"]} if options["scales"] else {}
     return TrainConfig(
-        task=task.name,
+        task=task if task.family == "program" else task.name,  # a program task is no name
         pe=options["pe"],
         steps=options["steps"],
         seed=options["seed"],
@@ -309,6 +382,8 @@ def _train_summary(results: dict) -> str:
         )
         head = f"{results['task']} ({results['family']}), pe {config['pe']}, seed {config['seed']}"
         measure = "accuracy: fraction of test sequences exactly right"
+        if results["family"] == "program":
+            table, measure = _program_table(results), _PROGRAM_MEASURE
     else:
         compiled = results.get("compiled_metrics") or {}
         rows = [["scale", "mse trained", "mse compiled", "close trained", "close compiled"]]
@@ -346,6 +421,41 @@ def _train_summary(results: dict) -> str:
     if config.get("out_dir"):
         lines.append(f"files: model.safetensors, config.json, results.json in {config['out_dir']}")
     return "\n".join(lines)
+
+
+_PROGRAM_MEASURE = (
+    "trained, compiled: fraction of test sequences right at every position; agreement: "
+    "trained = compiled at every position\n"
+    "balanced: mean per-label recall over positions; positions: fraction of positions right\n"
+    "labels: share of each label over all positions / at the last position (the sampler: "
+    "half uniform, half steered toward acceptance)"
+)
+
+
+def _program_table(results: dict) -> str:
+    """The ``crasp train --program`` table: accuracies, agreement and label balance per bin."""
+    compiled = results.get("compiled_accuracy") or {}
+    agreement = results.get("agreement") or {}
+    balance = results.get("label_balance") or {}
+    rows = [["bin", "trained", "balanced", "positions", "compiled", "agreement", "labels"]]
+    for name, value in results["accuracy"].items():
+        shares = balance.get(name, {})
+        labels = " / ".join(
+            " ".join(f"{label}:{share:.0%}" for label, share in shares.get(part, {}).items())
+            for part in ("positions", "last")
+        )
+        rows.append(
+            [
+                name,
+                _fmt(value),
+                _fmt(results["balanced_accuracy"].get(name)),
+                _fmt(results["position_accuracy"].get(name)),
+                _fmt(compiled.get(name)),
+                _fmt(agreement.get(name)),
+                labels,
+            ]
+        )
+    return _table(rows)
 
 
 @click.command("sweep")
@@ -402,6 +512,7 @@ def sweep_command(
         run_sweep(grid, ray_address=ray_address, workers=workers, on_finish=progress.finished)
     except KeyboardInterrupt:
         interrupted = True
+        progress.catch_up(runs)  # runs that ended as the interrupt came
     finally:
         progress.close()
         done = sum(finished(run) is not None for run in runs)

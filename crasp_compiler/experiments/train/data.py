@@ -97,9 +97,12 @@ def default_bins(task: SequenceTask, train_max: int | None = None) -> list[Bin]:
 def sample_examples(
     task: SequenceTask, rng: np.random.Generator, lengths: Sequence[int], count: int
 ) -> list[Example]:
-    """``count`` examples, each of a LEN drawn uniformly from ``lengths``."""
+    """``count`` examples, each of a LEN drawn uniformly from ``lengths`` (all at once by
+    ``task.sample_batch(rng, lens)`` when the task has it, e.g. a program task)."""
     if not lengths:
         raise CraspError(f"task {task.name!r} has no feasible length in the requested range")
+    if hasattr(task, "sample_batch"):
+        return task.sample_batch(rng, [int(rng.choice(lengths)) for _ in range(count)])
     return [task.sample(rng, int(rng.choice(lengths))) for _ in range(count)]
 
 

@@ -6,6 +6,11 @@ Definitions:
 
 - a sequence is *right* when the prediction equals the target at every scored position
   (targets that are not ``None``); *accuracy* is the fraction of right sequences;
+- *balanced accuracy*: over the scored positions of a bin, the mean over the labels that
+  occur there of the fraction of their positions predicted right (per-class recall);
+  *position accuracy*: the fraction of scored positions predicted right;
+  *label balance*: the fraction of each label over the scored positions (``positions``)
+  and over each sequence's last scored position (``last``);
 - *agreement*: the fraction of sequences on which the trained and the compiled model
   predict the same label at every scored position (right or wrong alike);
 - numeric, per scale factor c (inputs scaled by c): ``mse`` and ``mae`` (means over every
@@ -107,6 +112,40 @@ def same_where_scored(
     )
 
 
+def position_scores(
+    targets: Sequence[np.ndarray], predicted: Sequence[np.ndarray]
+) -> tuple[float | None, float | None]:
+    """Balanced accuracy and position accuracy over the scored positions (module
+    docstring); None when nothing is scored."""
+    scored = [t != IGNORE for t in targets]
+    truth = np.concatenate([t[s] for t, s in zip(targets, scored, strict=True)] or [[]])
+    guess = np.concatenate([p[s] for p, s in zip(predicted, scored, strict=True)] or [[]])
+    if truth.size == 0:
+        return None, None
+    right = truth == guess
+    recalls = [float(right[truth == label].mean()) for label in np.unique(truth)]
+    return float(np.mean(recalls)), float(right.mean())
+
+
+def label_balance(task: SequenceTask, examples: Sequence[Example]) -> dict[str, dict[str, float]]:
+    """The fraction of each label over the scored positions (``positions``) and over each
+    example's last scored position (``last``), labels in ``task.labels`` order."""
+    positions = dict.fromkeys(task.labels, 0)
+    last = dict.fromkeys(task.labels, 0)
+    for example in examples:
+        scored = [t for t in example.targets if t is not None]
+        for label in scored:
+            positions[label] = positions.get(label, 0) + 1
+        if scored:
+            last[scored[-1]] = last.get(scored[-1], 0) + 1
+
+    def fractions(counts: dict[str, int]) -> dict[str, float]:
+        total = sum(counts.values()) or 1
+        return {label: n / total for label, n in counts.items() if n}
+
+    return {"positions": fractions(positions), "last": fractions(last)}
+
+
 def compiled_predictions(
     task: SequenceTask, examples: Sequence[Example], backend: str = "compiled"
 ) -> list[np.ndarray]:
@@ -125,8 +164,10 @@ def evaluate_sequence(
     offsets: bool = False,
     compiled: bool = True,
     backend: str = "compiled",
+    per_position: bool = False,
 ) -> dict:
-    """Per bin: ``accuracy``; and, when ``compiled`` and the task has a program,
+    """Per bin: ``accuracy``; with ``per_position`` also ``balanced_accuracy``,
+    ``position_accuracy`` and ``label_balance`` (module docstring); and, when ``compiled`` and the task has a program,
     ``compiled_accuracy`` and ``agreement`` (else ``None``). ``compiled_error`` holds the
     message if the program could not be run (CraspError or NotImplementedError)."""
     result: dict = {
@@ -135,6 +176,8 @@ def evaluate_sequence(
         "agreement": None,
         "compiled_error": None,
     }
+    if per_position:
+        result |= {"balanced_accuracy": {}, "position_accuracy": {}, "label_balance": {}}
     use_compiled = compiled and task.program is not None
     if use_compiled:
         result["compiled_accuracy"], result["agreement"] = {}, {}
@@ -144,6 +187,11 @@ def evaluate_sequence(
             model, task, examples, device=device, batch_size=batch_size, seed=seed, offsets=offsets
         )
         result["accuracy"][name] = float(same_where_scored(targets, trained, targets).mean())
+        if per_position:
+            balanced, positions = position_scores(targets, trained)
+            result["balanced_accuracy"][name] = balanced
+            result["position_accuracy"][name] = positions
+            result["label_balance"][name] = label_balance(task, examples)
         if not use_compiled or result["compiled_error"] is not None:
             continue
         try:

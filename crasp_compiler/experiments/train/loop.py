@@ -35,6 +35,8 @@ written.
 - sequence tasks: ``bins`` (``{"lo-hi": [lo, hi]}``), ``test_size``, ``max_positions``,
   ``accuracy`` (``{"lo-hi": fraction of sequences exactly right}``), and, for tasks with
   a program (``None`` otherwise), ``compiled_accuracy`` and ``agreement`` (same keys);
+  for tasks with ``per_position_metrics`` (program tasks) also ``balanced_accuracy``,
+  ``position_accuracy`` and ``label_balance`` (same keys; see :mod:`.evaluate`);
 - numeric tasks: ``n``, ``scales``, ``test_size``, ``metrics``
   (``{"c": {"mse", "mae", "rel_error", "close_accuracy"}}``) and ``compiled_metrics``
   (same shape, or ``None``).
@@ -281,7 +283,9 @@ class TrainConfig:
     def to_dict(self) -> dict:
         """A JSON-ready dict (a Task object is stored by its name)."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
-        data["task"] = self.task if isinstance(self.task, str) else self.task.name
+        task = self.task
+        # a task object made from a file (ProgramTask) is recorded with a digest of it
+        data["task"] = task if isinstance(task, str) else getattr(task, "identity", task.name)
         data["bins"] = None if self.bins is None else [list(b) for b in self.bins]
         data["scales"] = list(self.scales)
         return data
@@ -606,6 +610,7 @@ def _train_sequence(
             offsets=config.test_offsets,
             compiled=config.compare_compiled,
             backend=config.compiled_backend,
+            per_position=getattr(task, "per_position_metrics", False),
         )
     )
     results["eval_time_s"] = time.perf_counter() - start

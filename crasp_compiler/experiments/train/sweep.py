@@ -504,6 +504,7 @@ class SweepProgress:
         self.err = err or sys.stderr
         self.width = max((len(name) for name in names), default=0)
         self.todo, self.ok, self.failed = todo, 0, 0
+        self.reported: set[str] = set()  # runs with a line already
         self.start = time.monotonic()
         if bar is None:
             bar = bool(getattr(self.err, "isatty", lambda: False)())
@@ -540,10 +541,12 @@ class SweepProgress:
 
     def earlier(self, run: Run, results: dict) -> None:
         """A run finished by an earlier sweep."""
+        self.reported.add(run.name)
         self.line(run.name, f"{summary_line(results)}  (earlier)")
 
     def finished(self, run: Run, error: str | None) -> None:
         """A run of this sweep ended (``error``: None, or why it failed)."""
+        self.reported.add(run.name)
         results = None if error else finished(run)
         if results is None:
             self.failed += 1
@@ -567,6 +570,13 @@ class SweepProgress:
                 file=self.err,
             )
             self.err.flush()
+
+    def catch_up(self, runs: list[Run]) -> None:
+        """A line for every run that finished but has none yet: after an interrupt, a
+        run whose worker wrote its results just before the parent heard of it."""
+        for run in runs:
+            if run.name not in self.reported and finished(run) is not None:
+                self.finished(run, None)
 
     def close(self) -> None:
         if self.bar is not None:
