@@ -87,7 +87,7 @@ def _parse_scales(
 
 
 _SEQUENCE_ONLY = ("pe", "bins", "train_max")
-_NUMERIC_ONLY = ("numeric_kind", "n", "scales")
+_NUMERIC_ONLY = ("numeric_kind", "numeric_sampling", "n", "scales")
 
 
 def _parse_range(
@@ -211,6 +211,14 @@ _PROGRAM_ONLY = ("alphabet", "lengths")
     default="positional",
     show_default=True,
     help="Numeric tasks: positional attention or a standard transformer.",
+)
+@click.option(
+    "--numeric-sampling",
+    type=click.Choice(["interval", "uniform"]),
+    default="interval",
+    show_default=True,
+    help="Numeric tasks: values uniform in a random sub-interval, test intervals outside "
+    "the training range (the papers'), or every value uniform in the range.",
 )
 @click.option(
     "--n", type=click.IntRange(min=1), default=8, show_default=True, help="Numeric tasks: n."
@@ -345,6 +353,7 @@ def _train_config(task: Task, options: dict) -> TrainConfig:
         device=options["device"],
         out_dir=out,
         numeric_kind=options["numeric_kind"],
+        numeric_sampling=options["numeric_sampling"],
         numeric_n=options["n"],
         compare_compiled=not options["no_compiled"],
         progress=not options["quiet"],

@@ -144,3 +144,26 @@ def test_bad_calls():
     with pytest.raises(CraspError, match="shape"):
         task.compiled_values(np.zeros(4))
     assert task.compiled_values(np.zeros((0, 4))).shape == (0, 4)
+
+
+def test_interval_sampling_is_the_papers():
+    """§5.2: training vectors are uniform in a random sub-interval of [−2, 2]; at a test
+    scale c > 1 the interval is redrawn until it leaves [−2, 2], so few test vectors are
+    in range (the paper's bound p_in ≤ 0.0034 for n = 8, c = 10; ≤ 0.4375 for n = 2,
+    c = 2); uniform sampling keeps the earlier scheme."""
+    task = BY_NAME["num_cumsum"]
+    rng = np.random.default_rng(0)
+    train = np.stack([task.sample(rng, 8).inputs for _ in range(2000)])
+    assert np.all(np.abs(train) <= 2.0)
+    spans = train.max(axis=1) - train.min(axis=1)
+    assert np.median(spans) < 2.0  # a sub-interval each, not the whole range (median 4·…)
+    for n, c, bound in ((8, 10, 0.0034), (2, 2, 0.4375)):
+        test = np.stack([task.sample(rng, n, c).inputs for _ in range(2000)])
+        inside = np.mean(np.all(np.abs(test) <= 2.0, axis=1))
+        assert inside <= bound + 0.03, (n, c, inside)
+        assert np.all(np.abs(test) <= 2.0 * c)
+    a = task.sample(np.random.default_rng(5), 8, 3.0, "uniform").inputs
+    b = 3.0 * np.random.default_rng(5).uniform(-2.0, 2.0, size=8)
+    assert np.array_equal(a, b)
+    with pytest.raises(ValueError, match="sampling must be one of"):
+        task.sample(rng, 8, 1.0, "gaussian")

@@ -91,10 +91,14 @@ class SequenceTask(Task):
         raise NotImplementedError(f"task {self.name!r} has no program")
 
 
+SAMPLINGS = ("interval", "uniform")
+"""How numeric inputs are drawn (:meth:`NumericTask.sample`)."""
+
+
 @dataclass
 class NumericTask(Task):
-    """Vectors of ``n`` reals: training values uniform in ``[-value_range, value_range]``,
-    test values scaled by a factor ``c`` (value generalisation)."""
+    """Vectors of ``n`` reals in ``[-R c, R c]`` (R = ``value_range``; c = 1 in training,
+    the scale factor c of a value-generalisation test)."""
 
     value_range: float = 2.0
 
@@ -110,6 +114,25 @@ class NumericTask(Task):
         (``mode`` hard or softmax; compiled once per (n, mode) and cached)."""
         raise NotImplementedError(f"task {self.name!r} has no program")
 
-    def sample(self, rng: np.random.Generator, n: int, scale: float = 1.0) -> NumericExample:
-        inputs = scale * rng.uniform(-self.value_range, self.value_range, size=n)
+    def sample(
+        self, rng: np.random.Generator, n: int, scale: float = 1.0, sampling: str = "interval"
+    ) -> NumericExample:
+        """One vector of ``n`` values at scale factor ``scale`` (c).
+
+        ``"interval"`` (the papers' scheme, positional-attention paper §5.2 and its code):
+        draw γ_l ≤ γ_u uniformly in [−Rc, Rc], then the n values uniformly in [γ_l, γ_u];
+        for c > 1 the interval is drawn again until it leaves [−R, R] (γ_l < −R or
+        γ_u > R), so a test vector is not an in-range one. ``"uniform"``: every value
+        uniform in [−Rc, Rc] (the harness's earlier scheme)."""
+        r = self.value_range
+        if sampling == "uniform":
+            inputs = scale * rng.uniform(-r, r, size=n)
+        elif sampling == "interval":
+            while True:
+                low, high = np.sort(rng.uniform(-r * scale, r * scale, size=2))
+                if scale <= 1 or low < -r or high > r:
+                    break
+            inputs = rng.uniform(low, high, size=n)
+        else:
+            raise ValueError(f"sampling must be one of {SAMPLINGS}, not {sampling!r}")
         return NumericExample(inputs, self.target(inputs))

@@ -12,10 +12,11 @@ n reals in, n reals out (machine / position i gets ``y_i``), as the papers defin
 - ``num_max_subarray``: the *cumulative* maximum-sum subarray
   ``y_i = max_{j <= k <= i} (x_j + ... + x_k)`` over non-empty subarrays (Kadane).
 
-Training values are uniform in [−2, 2] (``value_range`` 2); a test at scale c draws them
-uniform in [−2c, 2c] (:meth:`NumericTask.sample` with ``scale=c``). (The papers draw
-each vector from a random sub-interval [γ_l, γ_u] of that range, and reject test
-vectors inside [−2, 2]ⁿ; §5.2.) The programs (``programs/num_*.pcoc``) declare bounds
+Inputs are drawn as the papers do (§5.2; :meth:`NumericTask.sample`, ``value_range``
+R = 2): γ_l ≤ γ_u uniform in [−Rc, Rc] (c = 1 in training, the scale factor of a test),
+the n values uniform in [γ_l, γ_u], and at a test with c > 1 the interval is redrawn
+until it leaves [−R, R]. ``sampling="uniform"`` (``TrainConfig.numeric_sampling``)
+draws every value uniform in [−Rc, Rc] instead, as the harness did before. The programs (``programs/num_*.pcoc``) declare bounds
 of 1e9, far beyond c = 10 (see each file).
 """
 

@@ -121,10 +121,15 @@ def make_test_sets(
 
 
 def numeric_batch(
-    task: NumericTask, rng: np.random.Generator, size: int, n: int, scale: float = 1.0
+    task: NumericTask,
+    rng: np.random.Generator,
+    size: int,
+    n: int,
+    scale: float = 1.0,
+    sampling: str = "interval",
 ) -> tuple[np.ndarray, np.ndarray]:
     """``size`` examples of n values from ``task.sample``: inputs and targets ``(size, n)``."""
-    examples = [task.sample(rng, n, scale) for _ in range(size)]
+    examples = [task.sample(rng, n, scale, sampling) for _ in range(size)]
     return (
         np.stack([ex.inputs for ex in examples]).astype(np.float64),
         np.stack([ex.targets for ex in examples]).astype(np.float64),
@@ -132,10 +137,16 @@ def numeric_batch(
 
 
 def make_numeric_test_sets(
-    task: NumericTask, n: int, scales: Iterable[float], size: int, seed: int
+    task: NumericTask,
+    n: int,
+    scales: Iterable[float],
+    size: int,
+    seed: int,
+    sampling: str = "interval",
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """One fixed test set per scale factor c (values scaled by c), keyed by ``str(c)``."""
+    """One fixed test set per scale factor c (:meth:`NumericTask.sample` at scale c),
+    keyed by ``str(c)``."""
     return {
-        str(c): numeric_batch(task, np.random.default_rng([seed, index]), size, n, c)
+        str(c): numeric_batch(task, np.random.default_rng([seed, index]), size, n, c, sampling)
         for index, c in enumerate(scales)
     }

@@ -31,6 +31,11 @@ PARAMS = ("all", "values")
 OPTIMIZERS = ("adamw", "sgd")
 
 
+# fine-tuning draws values uniformly in [−2c, 2c], in training at train_scale c as at
+# test (the papers' interval scheme rejects in-range intervals for c > 1, a test notion)
+UNIFORM = "uniform"
+
+
 @dataclass
 class FinetuneConfig:
     task: str = "num_cumsum"
@@ -110,7 +115,9 @@ def finetune(config: FinetuneConfig) -> dict:
         opt = torch.optim.SGD(trainable, lr=config.lr, weight_decay=config.weight_decay)
 
     tests = {
-        c: np.stack([task.sample(rng, config.n, scale=c).inputs for _ in range(config.test_size)])
+        c: np.stack(
+            [task.sample(rng, config.n, c, UNIFORM).inputs for _ in range(config.test_size)]
+        )
         for c in config.scales
     }
     before = _evaluate(module, task, tests, output)
@@ -120,7 +127,7 @@ def finetune(config: FinetuneConfig) -> dict:
     for _ in range(config.steps):
         inputs = np.stack(
             [
-                task.sample(rng, config.n, scale=config.train_scale).inputs
+                task.sample(rng, config.n, config.train_scale, UNIFORM).inputs
                 for _ in range(config.batch_size)
             ]
         )

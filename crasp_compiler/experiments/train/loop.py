@@ -66,7 +66,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from crasp_compiler.errors import CraspError, Diagnostic
-from crasp_compiler.experiments.tasks.base import NumericTask, SequenceTask, Task
+from crasp_compiler.experiments.tasks.base import SAMPLINGS, NumericTask, SequenceTask, Task
 from crasp_compiler.experiments.train.data import (
     IGNORE,
     bin_name,
@@ -171,6 +171,7 @@ FIELD_RULES: dict[str, tuple[str, Callable[[object], bool]]] = {
     "train_max": _integer(0, MAX_LEN),
     "test_offsets": _BOOL,
     "numeric_kind": _one_of(NUMERIC_KINDS),
+    "numeric_sampling": _one_of(SAMPLINGS),
     "numeric_n": _SIZE,
     "scales": (
         "a non-empty list of positive numbers",
@@ -218,7 +219,9 @@ class TrainConfig:
     ``early_stop`` (sequence tasks only); at the end on every bin / scale. ``bins``: ``None`` for
     :func:`~crasp_compiler.experiments.train.data.default_bins`; ``train_max``: ``None`` for the
     task's; ``test_offsets``: random APE offsets at test too. ``numeric_n``: the n of
-    numeric tasks; ``scales``: the scale factors c tested. ``compare_compiled``: also
+    numeric tasks; ``scales``: the scale factors c tested;
+    ``numeric_sampling``: ``interval`` (the papers') or ``uniform``
+    (:meth:`~crasp_compiler.experiments.tasks.base.NumericTask.sample`). ``compare_compiled``: also
     evaluate the task's compiled program (``compiled_backend``, ``compiled_mode``).
     ``device``: ``"auto"`` is CUDA when available; ``out_dir``: ``None`` writes nothing.
     Every field is checked (:data:`FIELD_RULES`) when the config is made and when it is
@@ -254,6 +257,7 @@ class TrainConfig:
     train_max: int | None = None
     test_offsets: bool = False
     numeric_kind: str = "positional"
+    numeric_sampling: str = "interval"
     numeric_n: int = 8
     scales: tuple[float, ...] = field(default_factory=lambda: tuple(range(1, 11)))
     compare_compiled: bool = True
@@ -630,7 +634,9 @@ def _train_numeric(
     n = config.numeric_n
     if not config.scales:
         raise CraspError("scales is empty: give at least one scale factor")
-    test_sets = make_numeric_test_sets(task, n, config.scales, config.test_size, config.test_seed)
+    test_sets = make_numeric_test_sets(
+        task, n, config.scales, config.test_size, config.test_seed, config.numeric_sampling
+    )
     torch.manual_seed(config.seed)
     if model is None:
         model = build_model(config, task)
@@ -639,7 +645,9 @@ def _train_numeric(
     first_scale, in_distribution = next(iter(test_sets.items()))
 
     def batch_loss() -> Tensor:
-        inputs, targets = numeric_batch(task, rng, config.batch_size, n)
+        inputs, targets = numeric_batch(
+            task, rng, config.batch_size, n, sampling=config.numeric_sampling
+        )
         predicted = model(torch.as_tensor(inputs, dtype=torch.float32, device=device))
         return F.mse_loss(predicted, torch.as_tensor(targets, dtype=torch.float32, device=device))
 
