@@ -532,3 +532,21 @@ def test_a_checkpoint_of_another_config_is_not_resumed(tmp_path, monkeypatch):
     monkeypatch.undo()
     config.lr = 0.5
     assert train(config)["resumed_from"] is None
+
+
+def test_randomized_positions_see_one_length_per_batch(monkeypatch):
+    """Ruoss et al.: a training batch has one length, so every sequence gets the whole
+    sorted sample of positions; at test too, each chunk is one length."""
+    seen: list[set[int]] = []
+    original = SequenceModel.sample_positions
+
+    def spy(self, lengths, width, **kw):
+        seen.append(set(lengths.tolist()))
+        return original(self, lengths, width, **kw)
+
+    monkeypatch.setattr(SequenceModel, "sample_positions", spy)
+    train(quick("d2", pe="random", steps=6, eval_every=6, test_size=30, compare_compiled=False))
+    assert len(seen) > 6 and all(len(lengths) == 1 for lengths in seen)
+    seen.clear()
+    train(quick("d2", pe="ape", steps=6, eval_every=6, test_size=30, compare_compiled=False))
+    assert any(len(lengths) > 1 for lengths in seen)  # other encodings mix lengths

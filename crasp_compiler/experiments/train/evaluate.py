@@ -67,7 +67,8 @@ def predict(
     Examples are run in chunks sorted by length; positions come from
     ``model.sample_positions(train=False)`` with a CPU generator seeded by ``seed`` (so
     randomized positions are drawn afresh for every chunk, reproducibly), ``offsets`` asks
-    for random APE offsets at test.
+    for random APE offsets at test. With randomized positions a chunk holds one length
+    only (its sorted sample then spans the range for every sequence, as in training).
     """
     was_training = model.training
     model.eval()
@@ -80,6 +81,10 @@ def predict(
         width = len(examples[order[min(start + batch_size, len(order)) - 1]].tokens)
         rows = max(1, min(batch_size, ATTENTION_BUDGET // (heads * max(width, 1) ** 2)))
         chunk = order[start : start + rows]
+        if model.config.pe == "random":
+            first = len(examples[chunk[0]].tokens)
+            chunk = [i for i in chunk if len(examples[i].tokens) == first]
+            rows = len(chunk)
         batch = encode(task, [examples[i] for i in chunk])
         positions = model.sample_positions(
             batch.lengths, batch.tokens.shape[1], offsets=offsets, generator=generator

@@ -575,7 +575,10 @@ def _train_sequence(
     in_distribution = next(iter(test_sets.values()))
 
     def batch_loss() -> Tensor:
-        batch = encode(task, sample_examples(task, rng, train_lengths, config.batch_size))
+        # randomized positions (Ruoss et al.): one length per batch, so its sorted sample
+        # of positions spreads over the whole range for every sequence of the batch
+        lengths = [int(rng.choice(train_lengths))] if config.pe == "random" else train_lengths
+        batch = encode(task, sample_examples(task, rng, lengths, config.batch_size))
         positions = model.sample_positions(
             batch.lengths, batch.tokens.shape[1], train=True, generator=generator
         )

@@ -10,7 +10,8 @@ Positional encodings of :class:`SequenceModel` (``pe``):
 - ``"sin"``: sinusoidal (Vaswani), positions ``0..T-1``, layout ``[sin ‖ cos]``.
 - ``"random"``: randomized positional encodings (Ruoss et al. 2023): once per batch, the
   positions are a sorted sample of ``T`` distinct values of ``[0, max_positions)``, in
-  training and at test alike; the base encoding is sinusoidal (``random_base="sin"``,
+  training and at test alike, and every batch has one length (the training loop draws
+  one per batch; evaluation runs each length apart), as in the paper; the base encoding is sinusoidal (``random_base="sin"``,
   the default) or a learned table (``"learned"``).
 
 With a sinusoidal base the token embedding is multiplied by ``sqrt(d_model)`` before the
