@@ -380,17 +380,26 @@ def _train_summary(results: dict) -> str:
     if results["kind"] == "sequence":
         compiled = results.get("compiled_accuracy") or {}
         agreement = results.get("agreement") or {}
+        tokens = results.get("position_accuracy")
         table = _table(
             [
-                ["bin", "trained", "compiled", "agreement"],
+                ["bin", "trained", *(["per token"] if tokens else []), "compiled", "agreement"],
                 *(
-                    [name, _fmt(value), _fmt(compiled.get(name)), _fmt(agreement.get(name))]
+                    [
+                        name,
+                        _fmt(value),
+                        *([_fmt(tokens.get(name))] if tokens else []),
+                        _fmt(compiled.get(name)),
+                        _fmt(agreement.get(name)),
+                    ]
                     for name, value in results["accuracy"].items()
                 ),
             ]
         )
         head = f"{results['task']} ({results['family']}), pe {config['pe']}, seed {config['seed']}"
         measure = "accuracy: fraction of test sequences exactly right"
+        if tokens:
+            measure += "; per token: fraction of scored output positions right"
         if results["family"] == "program":
             table, measure = _program_table(results), _PROGRAM_MEASURE
     else:

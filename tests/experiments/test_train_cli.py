@@ -717,3 +717,17 @@ def test_value_scales_plot_floors_a_zero_compiled_mse(tmp_path):
     assert axes.get_yscale() == "log"
     assert plot_value_scales(runs, tmp_path) == [tmp_path / "value_scales_num_cumsum.png"]
     assert plot_length_bins(runs, tmp_path) == []  # no sequence results
+
+
+def test_chomsky_runs_report_per_token_accuracy(tmp_path):
+    """The randomized-PE paper scores per output token: Chomsky runs report it per bin
+    (in results.json and in the table), next to whole-sequence accuracy."""
+    out = tmp_path / "parity"
+    result = ok("train", "parity_check", *TINY, "--out", out)
+    results = json.loads((out / "results.json").read_text())
+    tokens = results["position_accuracy"]
+    assert set(tokens) == set(results["accuracy"]) and all(0 <= v <= 1 for v in tokens.values())
+    # parity has one output position per sequence: per token is per sequence here
+    assert all(tokens[b] == pytest.approx(results["accuracy"][b]) for b in tokens)
+    header = next(line for line in result.output.splitlines() if line.startswith("bin"))
+    assert header.split()[:4] == ["bin", "trained", "per", "token"]

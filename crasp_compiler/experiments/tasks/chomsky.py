@@ -26,6 +26,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import pairwise
+from typing import ClassVar
 
 import numpy as np
 
@@ -56,6 +57,9 @@ class ChomskyTask(SequenceTask):
 
     level: str = "R"
     permutation_invariant: bool = False
+    # results also give per-token accuracy (over output positions; chance is 1/|labels|),
+    # the randomized-PE paper's measure, next to whole-sequence accuracy
+    per_position_metrics: ClassVar[bool] = True
     generator: Generator | None = field(default=None, repr=False)
     output_length_of: Callable[[int], int] | None = field(default=None, repr=False)
 

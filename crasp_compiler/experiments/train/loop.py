@@ -35,7 +35,7 @@ written.
 - sequence tasks: ``bins`` (``{"lo-hi": [lo, hi]}``), ``test_size``, ``max_positions``,
   ``accuracy`` (``{"lo-hi": fraction of sequences exactly right}``), and, for tasks with
   a program (``None`` otherwise), ``compiled_accuracy`` and ``agreement`` (same keys);
-  for tasks with ``per_position_metrics`` (program tasks) also ``balanced_accuracy``,
+  for tasks with ``per_position_metrics`` (program and Chomsky tasks) also ``balanced_accuracy``,
   ``position_accuracy`` and ``label_balance`` (same keys; see :mod:`.evaluate`);
 - numeric tasks: ``n``, ``scales``, ``test_size``, ``metrics``
   (``{"c": {"mse", "mae", "rel_error", "close_accuracy"}}``) and ``compiled_metrics``
