@@ -94,14 +94,13 @@ def test_numpy_groups_are_prepared_once_per_parts() -> None:
     assert _layer_groups(parts) == groups  # the same objects: nothing rebuilt per block call
 
 
-@pytest.mark.parametrize("path", [DYCK, "examples/crasp/copy8.cr", "examples/crasp/c_near_a.cr"])
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_grouped_heads_equal_heads_one_by_one(path: str, dtype: type) -> None:
-    """The plain pass (grouped) and an observed pass (heads one by one) agree exactly."""
-    model = compile(load(path))
-    rng = np.random.default_rng(0)
+def fast_equals_observed(model, sizes, seed: int, dtype: type):
+    """Run random inputs of ``sizes`` (a ragged batch) unobserved (the fast paths) and
+    observed (one by one), numpy and torch, and require each pair to agree exactly;
+    return numpy's and torch's unobserved outputs."""
+    rng = np.random.default_rng(seed)
     alphabet = [s for s in model.vocab if s != BOS]
-    inputs = [list(rng.choice(alphabet, size=n)) for n in (0, 1, 7, 40)]
+    inputs = [list(rng.choice(alphabet, size=n)) for n in sizes]
     ids, lengths = encode(model.token_ids, inputs)
     parts = NumpyParts(model, dtype)
     plain = fw.forward(NUMPY, parts, ids, lengths, None)
@@ -113,6 +112,14 @@ def test_grouped_heads_equal_heads_one_by_one(path: str, dtype: type) -> None:
         fast = module(t_ids, t_lengths)
         slow = module(t_ids, t_lengths, observe=fw.Observer(lambda n, v: None))
     assert torch.equal(fast, slow)
+    return plain, fast
+
+
+@pytest.mark.parametrize("path", [DYCK, "examples/crasp/copy8.cr", "examples/crasp/c_near_a.cr"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_grouped_heads_equal_heads_one_by_one(path: str, dtype: type) -> None:
+    """The plain pass (grouped) and an observed pass (heads one by one) agree exactly."""
+    fast_equals_observed(compile(load(path)), (0, 1, 7, 40), 0, dtype)
 
 
 def test_grouped_heads_match_on_random_models() -> None:
@@ -256,21 +263,7 @@ def test_dyck_layers_take_the_column_path() -> None:
 def test_column_path_equals_observed_path(path: str, dtype: type) -> None:
     """Unobserved (column path where the layer has one) and observed passes agree
     exactly, numpy and torch, on a ragged batch (padding included)."""
-    model = compile(load(path))
-    rng = np.random.default_rng(3)
-    alphabet = [s for s in model.vocab if s != BOS]
-    inputs = [list(rng.choice(alphabet, size=n)) for n in (0, 1, 5, 64, 300)]
-    ids, lengths = encode(model.token_ids, inputs)
-    parts = NumpyParts(model, dtype)
-    plain = fw.forward(NUMPY, parts, ids, lengths, None)
-    observed = fw.forward(NUMPY, parts, ids, lengths, None, fw.Observer(lambda n, v: None))
-    np.testing.assert_array_equal(plain, observed)
-    module = TorchTransformer(model).to(dtype=getattr(torch, np.dtype(dtype).name))
-    t_ids, t_lengths = torch.from_numpy(ids), torch.from_numpy(lengths)
-    with torch.no_grad():
-        fast = module(t_ids, t_lengths)
-        slow = module(t_ids, t_lengths, observe=fw.Observer(lambda n, v: None))
-    assert torch.equal(fast, slow)
+    plain, fast = fast_equals_observed(compile(load(path)), (0, 1, 5, 64, 300), 3, dtype)
     np.testing.assert_allclose(fast.numpy(), plain, rtol=1e-5 if dtype is np.float32 else 1e-12)
 
 

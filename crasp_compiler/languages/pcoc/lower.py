@@ -138,6 +138,14 @@ def _flatten_add(node: Expr) -> list[Expr]:
     return [node]
 
 
+def _unbounded(values: Sequence[Value], lo: float, hi: float) -> frozenset[str]:
+    """The slots whose missing bound leaves a sum of ``values`` unbounded (none when its
+    interval [lo, hi] is finite)."""
+    if math.isfinite(lo) and math.isfinite(hi):
+        return frozenset()
+    return frozenset().union(*(v.unbounded for v in values))
+
+
 def _left_chain(node: Expr) -> bool:
     """Whether ``node`` is a term or ``((a + b) + c) + …`` (no ``+`` on any right)."""
     while isinstance(node, Add):
@@ -314,9 +322,7 @@ class _Lowerer:
 
     def combine(self, *terms: tuple[float, Value]) -> Value:
         """``Σ c · value``: a form (no block)."""
-        form = form_add(*((c, v.form) for c, v in terms))
-        if not all(math.isfinite(c) for c in form.values()):
-            raise self.error("this expression overflows float64 (a coefficient beyond ±1.8e308)")
+        form = self.linear(*((c, v.form) for c, v in terms))
         lo = sum(c * (v.lo if c > 0 else v.hi) for c, v in terms if c)
         hi = sum(c * (v.hi if c > 0 else v.lo) for c, v in terms if c)
         const = None
@@ -326,9 +332,6 @@ class _Lowerer:
                 for i in range(self.n)
             )
             lo, hi = min(const), max(const)
-        unbounded = frozenset().union(*(v.unbounded for c, v in terms if c))
-        if math.isfinite(lo) and math.isfinite(hi):
-            unbounded = frozenset()
         return Value(
             form,
             lo,
@@ -336,7 +339,7 @@ class _Lowerer:
             leak=sum(_times(abs(c), v.leak) for c, v in terms),
             noise=sum(abs(c) * (v.noise + 2 * v.magnitude) for c, v in terms if c),
             const=const,
-            unbounded=unbounded,
+            unbounded=_unbounded([v for c, v in terms if c], lo, hi),
         )
 
     def linear(self, *terms: tuple[float, Form]) -> Form:
@@ -353,9 +356,7 @@ class _Lowerer:
         the number of terms."""
         if len(values) == 1:
             return values[0]
-        form = form_add(*((1, v.form) for v in values))
-        if not all(math.isfinite(c) for c in form.values()):
-            raise self.error("this expression overflows float64 (a coefficient beyond ±1.8e308)")
+        form = self.linear(*((1, v.form) for v in values))
         lo = hi = noise = leak = 0.0
         const: list[float] | None = [0.0] * self.n
         for k, v in enumerate(values):
@@ -370,9 +371,6 @@ class _Lowerer:
                     lo, hi = min(const), max(const)
             else:
                 const = None
-        unbounded = frozenset().union(*(v.unbounded for v in values))
-        if math.isfinite(lo) and math.isfinite(hi):
-            unbounded = frozenset()
         return Value(
             form,
             lo,
@@ -380,7 +378,7 @@ class _Lowerer:
             leak=leak,
             noise=noise,
             const=None if const is None else tuple(const),
-            unbounded=unbounded,
+            unbounded=_unbounded(values, lo, hi),
         )
 
     def nonlinear(
