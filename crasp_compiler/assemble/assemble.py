@@ -119,7 +119,7 @@ def allocate(
         start = first.get(name, 0)
         while dying and dying[0][0] < start:
             free.append(heapq.heappop(dying)[1])
-        if reuse and free:
+        if free:
             k = free.pop()
             dead = holder[k]
             slot = _cancel_slot(last[dead])
@@ -130,7 +130,7 @@ def allocate(
             occupants.append([(start, name)])
         dims[name] = k
         holder[k] = name
-        if reuse and name not in kept and name in last:
+        if name not in kept and name in last:
             heapq.heappush(dying, (_cancel_slot(last[name]), k))
     return Allocation(dims, len(occupants), cancels, occupants)
 

@@ -351,8 +351,7 @@ class Builder:
             allocate(self.blocks, slots, variables, len(inputs), kept, reuse=flag)
             for flag in ((False, True) if reuse is None else (reuse,))
         ]
-        dense = [self._stored(plan, slots, len(outputs), math.inf) for plan in plans]
-        plan = plans[min(range(len(plans)), key=lambda k: (dense[k], k))]
+        plan = min(plans, key=lambda p: self._stored(p, slots, len(outputs), math.inf))
         stored = self._stored(plan, slots, len(outputs), DENSE_LIMIT)
         index, width = plan.dims, plan.width
         blocks = [*self.blocks, *(block for block, _ in plan.cancels)]
