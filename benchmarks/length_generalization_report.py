@@ -1,110 +1,330 @@
-"""Tables and plots for docs/length-generalization.md from the finished sweeps.
+"""The tables of docs/length-generalization.md, regenerated from the committed raw results.
 
-Reads every finished run of the grids (``benchmarks/grids/*.toml``; run them first with
-``crasp sweep``), prints the markdown tables of the report, and draws the figures into
-``--figures``:
+Every table of the page sits between ``<!-- table: NAME -->`` and ``<!-- end table -->``
+and is computed here from the per-run records under ``docs/results/length-generalization/``
+(written by ``crasp sweep`` for the grids ``benchmarks/grids/{length_generalization,
+chomsky,value_generalization}.toml`` and by ``benchmarks/finetune_compiled.py``):
 
-- (a) per task and positional encoding: accuracy per length bin (mean over seeds, with
-  the per-seed values), the compiled model's accuracy and the agreement between the
-  trained and the compiled model, next to the C-RASP paper's prediction;
-- (b) per numeric task and model kind: MSE at every scale c (mean over seeds), the
-  compiled model's MSE.
+- (a) per task and positional encoding: accuracy per length bin, the compiled model's
+  accuracy and the trained/compiled agreement, next to the C-RASP paper's prediction;
+- (b) per Chomsky task and encoding: per-token accuracy per length bin, next to the
+  randomized-PE paper's Table 4;
+- (c) per numeric task and model: MSE per value scale, next to the positional-attention
+  papers' released results;
+- (d) fine-tuning the compiled models: how many seeds stay exact.
+
+A cell is the mean over seeds with a 95 % percentile-bootstrap interval over seeds
+(:func:`interval`: 10,000 resamples, a fixed generator, so the page is reproducible bit
+for bit); the per-seed values are in the records.
 
 Usage::
 
+    python benchmarks/length_generalization_report.py           # rewrite the page's tables
+    python benchmarks/length_generalization_report.py --check   # exit 1 if they differ
     python benchmarks/length_generalization_report.py --figures docs/figures
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import re
+import sys
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from crasp_compiler.experiments.tasks.registry import get_task
-from crasp_compiler.experiments.train.plots import load_results, plot_length_bins, plot_value_scales
+from crasp_compiler.experiments.train.sweep import collect, load_grid
 
-GRIDS = Path(__file__).parent / "grids"
+ROOT = Path(__file__).resolve().parent.parent
+GRIDS = ROOT / "benchmarks" / "grids"
+PAGE = ROOT / "docs" / "length-generalization.md"
+FINETUNE = ROOT / "docs" / "results" / "length-generalization" / "finetune.json"
+RESAMPLES = 10_000
+
 # the C-RASP paper's prediction: does the encoding length-generalise on this class?
 PREDICTION = {
     "C-RASP[∅]": {"ape": "yes", "nope": "yes"},
     "C-RASP[periodic,local]": {"ape": "yes", "nope": "no"},
     "none": {"ape": "no", "nope": "no"},
 }
+# Ruoss et al. (2023), Table 4: accuracy (%) averaged over test lengths 41-500, mean ± sd
+# over 10 seeds at the best learning rate, for the encodings we train (ours -> theirs:
+# nope -> None, sin -> sin/cos, ape -> Learned, random -> R-sin/cos).
+RUOSS_TABLE4 = {
+    "even_pairs": {"nope": "50.1 ± 0.1", "sin": "50.4 ± 0.2", "ape": "50.4 ± 0.2", "random": "99.7 ± 0.3"},
+    "parity_check": {"nope": "50.4 ± 0.8", "sin": "50.3 ± 0.2", "ape": "50.0 ± 0.1", "random": "51.1 ± 1.3"},
+    "reverse_string": {"nope": "52.7 ± 0.1", "sin": "50.4 ± 0.1", "ape": "50.4 ± 0.2", "random": "72.9 ± 1.6"},
+    "odds_first": {"nope": "52.7 ± 0.1", "sin": "51.3 ± 0.2", "ape": "50.5 ± 0.1", "random": "62.5 ± 2.0"},
+}  # fmt: skip
+LEVELS = {"even_pairs": "R", "parity_check": "R", "reverse_string": "DCF", "odds_first": "CS"}
+# the positional-attention papers' released results (n = 8, 30,000 samples): median MSE
+# over 10 runs at c = 1 and c = 10, positional / standard
+PAPER_MSE = {
+    "num_cumsum": {"positional": (1.7e-5, 5.9e-2), "standard": (1.1e-5, 8.8e1)},
+    "num_cummin": {"positional": (1.3e-5, 4.3e-2), "standard": (1.5e-6, 2.0e1)},
+    "num_median": {"positional": (6.1e-5, 2.3e-2), "standard": (1.0e-4, 2.2e1)},
+    "num_sort": {"positional": (1.2e-4, 1.5e-1), "standard": (9.1e-4, 5.5e1)},
+    "num_max_subarray": {"positional": (1.8e-4, 2.6e-1), "standard": (1.2e-4, 2.0e2)},
+}
+SCALES = ("1", "2", "5", "10")
 
 
-def _mean(values: list[float]) -> str:
-    return f"{np.mean(values):.2f}" + (
-        f" ({'/'.join(f'{v:.2f}' for v in values)})" if len(values) > 1 else ""
-    )
+def interval(values: Sequence[float]) -> tuple[float, float, float]:
+    """Mean of ``values`` and the 2.5 / 97.5 percentiles of the means of 10,000
+    resamples with replacement (generator seeded 0); one value: (v, v, v)."""
+    data = np.asarray(values, dtype=float)
+    if len(data) < 2 or np.all(data == data[0]):
+        return float(data.mean()), float(data.min()), float(data.max())
+    picks = np.random.default_rng(0).integers(0, len(data), size=(RESAMPLES, len(data)))
+    means = data[picks].mean(axis=1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return float(data.mean()), float(low), float(high)
 
 
-def length_table(results: list[dict]) -> str:
-    runs: dict[tuple[str, str], list[dict]] = defaultdict(list)
-    for r in results:
-        runs[(r["task"], r["config"]["pe"])].append(r)
-    bins = list(next(iter(runs.values()))[0]["accuracy"])
-    head = ["task", "class", "PE", "predicted", *bins, "steps", "compiled", "agreement (last bin)"]
+def _fraction(values: Sequence[float]) -> str:
+    mean, low, high = interval(values)
+    return f"{mean:.2f}" if low == high else f"{mean:.2f} [{low:.2f}, {high:.2f}]"
+
+
+def _scientific(values: Sequence[float]) -> str:
+    mean, low, high = interval(values)
+    return f"{mean:.1e}" if low == high else f"{mean:.1e} [{low:.1e}, {high:.1e}]"
+
+
+def _rows(head: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    order = {name: k for k, name in enumerate(r["task"] for r in results)}
-    for (task, pe), group in sorted(runs.items(), key=lambda kv: (order[kv[0][0]], kv[0][1])):
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def _grouped(results: list[dict], key: Callable[[dict], tuple]) -> dict[tuple, list[dict]]:
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for result in sorted(results, key=lambda r: r["config"]["seed"]):
+        groups[key(result)].append(result)
+    return groups
+
+
+def _expected(grid: str) -> int:
+    return len(load_grid(GRIDS / f"{grid}.toml")[0])
+
+
+def crasp_table(results: list[dict]) -> str:
+    """(a): accuracy per bin, mean [95 % interval] over seeds, per task and encoding."""
+    if not results:
+        return "No finished runs yet."
+    groups = _grouped(results, lambda r: (r["task"], r["config"]["pe"]))
+    order = {name: k for k, name in enumerate(dict.fromkeys(r["task"] for r in results))}
+    bins = list(results[0]["accuracy"])
+    head = ["task", "class", "PE", "predicted", "seeds", *bins]
+    head += [f"seeds ≥ 0.9 on {bins[2]}", "compiled", f"agreement {bins[-1]}"]
+    rows = []
+    for (task, pe), group in sorted(groups.items(), key=lambda kv: (order[kv[0][0]], kv[0][1])):
         cls = get_task(task).crasp_class
-        cells = [task, cls, pe.upper(), PREDICTION[cls][pe]]
-        cells += [_mean([g["accuracy"][b] for g in group]) for b in bins]
-        cells.append("/".join(str(g["steps"]) for g in group))
+        row = [f"`{task}`", cls, pe.upper(), PREDICTION[cls][pe], str(len(group))]
+        row += [_fraction([g["accuracy"][b] for g in group]) for b in bins]
+        row.append(f"{sum(g['accuracy'][bins[2]] >= 0.9 for g in group)} of {len(group)}")
         compiled = [g.get("compiled_accuracy") for g in group]
         if all(c is not None for c in compiled):
-            low = min(min(c.values()) for c in compiled)
-            cells.append(f"{low:.2f} in every bin")
-            cells.append(_mean([g["agreement"][bins[-1]] for g in group]))
+            row.append(f"{min(min(c.values()) for c in compiled):.2f} (lowest)")
+            row.append(_fraction([g["agreement"][bins[-1]] for g in group]))
         else:
-            cells += ["no program", "–"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+            row += ["no program", "–"]
+        rows.append(row)
+    return _rows(head, rows)
+
+
+def chomsky_table(results: list[dict]) -> str:
+    """(b): per-token accuracy per bin and Ruoss et al.'s Table 4 number, per task and PE."""
+    if not results:
+        return "No finished runs yet."
+    groups = _grouped(results, lambda r: (r["task"], r["config"]["pe"]))
+    bins = list(results[0]["accuracy"])
+    head = ["task", "level", "PE", "seeds", *(f"per token {b}" for b in bins)]
+    head += [f"sequences {bins[-1]}", "paper (Table 4, 41–500, %)"]
+    rows = []
+    for task in LEVELS:
+        for pe in ("nope", "sin", "ape", "random"):
+            group = groups.get((task, pe))
+            if not group:
+                continue
+            row = [f"`{task}`", LEVELS[task], pe, str(len(group))]
+            row += [_fraction([g["position_accuracy"][b] for g in group]) for b in bins]
+            row.append(_fraction([g["accuracy"][bins[-1]] for g in group]))
+            row.append(RUOSS_TABLE4[task][pe])
+            rows.append(row)
+    return _rows(head, rows)
+
+
+def _mse(result: dict, scale: str, metrics: str = "metrics") -> float:
+    for key, value in (result.get(metrics) or {}).items():
+        if float(key) == float(scale):
+            return float(value["mse"])
+    return math.nan
 
 
 def value_table(results: list[dict]) -> str:
-    runs: dict[tuple[str, str], list[dict]] = defaultdict(list)
-    for r in results:
-        runs[(r["task"], r["config"]["numeric_kind"])].append(r)
-    scales = ["1", "2", "5", "10"]
-    head = ["task", "model", *[f"MSE c={c}" for c in scales], "compiled MSE c=10"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for (task, kind), group in sorted(runs.items()):
-        cells = [task, kind]
-        for c in scales:
-            values = [_metric(g["metrics"], c)["mse"] for g in group]
-            cells.append(f"{np.mean(values):.3g}")
-        compiled = _metric(group[0]["compiled_metrics"], "10")
-        cells.append(f"{compiled['mse']:.1e}" if compiled else "–")
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    """(c): MSE per value scale, mean [95 % interval] over seeds, per task and model."""
+    if not results:
+        return "No finished runs yet."
+    groups = _grouped(results, lambda r: (r["task"], r["config"]["numeric_kind"]))
+    head = ["task", "model", "seeds", *(f"MSE c={c}" for c in SCALES)]
+    head += ["compiled MSE (c=10, worst seed)", "paper c=1 / c=10 (median of 10)"]
+    rows = []
+    for task, papers in PAPER_MSE.items():
+        for kind, paper in papers.items():
+            group = groups.get((task, kind))
+            if not group:
+                continue
+            row = [f"`{task}`", kind, str(len(group))]
+            row += [_scientific([_mse(g, c) for g in group]) for c in SCALES]
+            row.append(f"{max(_mse(g, '10', 'compiled_metrics') for g in group):.1e}")
+            row.append(f"{paper[0]:.1e} / {paper[1]:.1e}")
+            rows.append(row)
+    return _rows(head, rows)
 
 
-def _metric(metrics: dict | None, scale: str) -> dict | None:
-    for key, value in (metrics or {}).items():
-        if float(key) == float(scale):
-            return value
-    return None
+def ratio_table(results: list[dict]) -> str:
+    """(c): standard over positional MSE at c = 10 (ratio of seed means, with the ratio's
+    interval from resampling both models' seeds independently)."""
+    groups = _grouped(results, lambda r: (r["task"], r["config"]["numeric_kind"]))
+    rows = []
+    for task, papers in PAPER_MSE.items():
+        pos, std = groups.get((task, "positional")), groups.get((task, "standard"))
+        if not pos or not std:
+            continue
+        a = np.array([_mse(g, "10") for g in std])
+        b = np.array([_mse(g, "10") for g in pos])
+        rng = np.random.default_rng(0)
+        ratios = (
+            a[rng.integers(0, len(a), (RESAMPLES, len(a)))].mean(axis=1)
+            / b[rng.integers(0, len(b), (RESAMPLES, len(b)))].mean(axis=1)
+        )
+        low, high = np.percentile(ratios, [2.5, 97.5])
+        paper = papers["standard"][1] / papers["positional"][1]
+        rows.append(
+            [f"`{task}`", f"{a.mean() / b.mean():.0f}× [{low:.0f}, {high:.0f}]", f"{paper:.0f}×"]
+        )
+    head = ["task", "standard / positional MSE at c=10", "paper (medians)"]
+    return _rows(head, rows) if rows else "No finished runs yet."
+
+
+def _worst(record: dict, phase: str) -> float:
+    value = record[f"worst_{phase}"]
+    return math.inf if value is None else float(value)
+
+
+def finetune_table(records: list[dict]) -> str:
+    """(d): per setting, the seeds that stay exact and the worst error after fine-tuning."""
+    if not records:
+        return "No finished runs yet."
+
+    def key(r: dict) -> tuple:
+        c = r["config"]
+        return (c["task"], c["params"], c["optimizer"], c["lr"], c.get("bound"))
+
+    groups = _grouped(records, key)
+    head = ["task", "trained", "optimiser", "lr", "declared bound", "seeds"]
+    head += ["exact before", "exact after", "worst error after (median)", "largest weight change"]
+    rows = []
+    for (task, params, optimizer, lr, bound), group in sorted(
+        groups.items(), key=lambda kv: tuple(str(x) for x in kv[0])
+    ):
+        worst = sorted(_worst(g, "after") for g in group)
+        moved = [g["largest_weight_change"] for g in group]
+        rows.append(
+            [
+                f"`{task}`",
+                "W_V, W_O" if params == "values" else "all weights",
+                "AdamW" if optimizer == "adamw" else "SGD",
+                f"{lr:g}",
+                "program's (1e9)" if bound is None else f"{bound:g}",
+                str(len(group)),
+                f"{sum(g['exact_before'] for g in group)} of {len(group)}",
+                f"{sum(g['exact_after'] for g in group)} of {len(group)}",
+                _finite(worst[len(worst) // 2]),
+                _finite(max(moved, key=lambda m: math.inf if m is None else m)),
+            ]
+        )
+    return _rows(head, rows)
+
+
+def _finite(value: float | None) -> str:
+    if value is None or math.isnan(value):
+        return "NaN (diverged)"
+    return "inf (diverged)" if math.isinf(value) else f"{value:.1e}"
+
+
+def tables() -> dict[str, str]:
+    """Every table of the page by name, computed from the committed records."""
+    crasp = collect(GRIDS / "length_generalization.toml")
+    chomsky = collect(GRIDS / "chomsky.toml")
+    value = collect(GRIDS / "value_generalization.toml")
+    records = json.loads(FINETUNE.read_text()) if FINETUNE.exists() else []
+    counts = {
+        "runs": "\n".join(
+            f"- `{grid}.toml`: {len(found)} of {_expected(grid)} runs finished"
+            for grid, found in [
+                ("length_generalization", crasp),
+                ("chomsky", chomsky),
+                ("value_generalization", value),
+            ]
+        )
+        + f"\n- `finetune.json`: {len(records)} fine-tuning runs"
+    }
+    return {
+        **counts,
+        "a": crasp_table(crasp),
+        "b": chomsky_table(chomsky),
+        "c": value_table(value),
+        "c-ratio": ratio_table(value),
+        "d": finetune_table(records),
+    }
+
+
+MARK = re.compile(r"(<!-- table: ([\w-]+) -->\n)(.*?)(<!-- end table -->)", re.DOTALL)
+
+
+def regenerate(page: str, computed: dict[str, str]) -> str:
+    """``page`` with every marked table replaced by its computed text; an unknown name
+    is an error (a table the script no longer makes)."""
+
+    def replace(match: re.Match) -> str:
+        name = match[2]
+        if name not in computed:
+            raise SystemExit(f"{PAGE}: no table named {name!r} is computed")
+        return f"{match[1]}{computed[name]}\n{match[4]}"
+
+    return MARK.sub(replace, page)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--figures", type=Path, required=True)
+    parser.add_argument("--check", action="store_true", help="exit 1 if the page is stale")
+    parser.add_argument("--figures", type=Path, help="also draw the figures into this folder")
     args = parser.parse_args()
-    args.figures.mkdir(parents=True, exist_ok=True)
-    length = load_results([GRIDS / "length_generalization.toml"])
-    value = load_results([GRIDS / "value_generalization.toml"])
-    print(f"## (a) {len(length)} runs\n")
-    print(length_table(length))
-    print(f"\n## (b) {len(value)} runs\n")
-    print(value_table(value))
-    written = plot_length_bins(length, args.figures / "length") + plot_value_scales(
-        value, args.figures / "value"
-    )
-    print("\n" + "\n".join(str(p) for p in written))
+    page = PAGE.read_text()
+    fresh = regenerate(page, tables())
+    if args.check:
+        if fresh != page:
+            sys.exit(f"{PAGE}: tables differ from the committed results; rerun {__file__}")
+        print(f"{PAGE}: every table matches the committed results")
+    elif fresh != page:
+        PAGE.write_text(fresh)
+        print(f"rewrote the tables of {PAGE}")
+    if args.figures:
+        from crasp_compiler.experiments.train.plots import plot_length_bins, plot_value_scales
+
+        args.figures.mkdir(parents=True, exist_ok=True)
+        length = collect(GRIDS / "length_generalization.toml")
+        value = collect(GRIDS / "value_generalization.toml")
+        for path in plot_length_bins(length, args.figures / "length") + plot_value_scales(
+            value, args.figures / "value"
+        ):
+            print(path)
 
 
 if __name__ == "__main__":

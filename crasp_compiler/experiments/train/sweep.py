@@ -4,6 +4,7 @@ The grid format, every key with its type and default, is documented in ``docs/gr
 In short::
 
     out = "runs/length"        # one subdirectory per run (relative to the grid file)
+    results = "docs/results/l" # optional: each finished run's results, to commit
     workers = 2                # local worker processes (one torch thread each)
     preset = "quick"           # run sizes under [base]: quick (default) or paper
 
@@ -33,10 +34,14 @@ run's full configuration (:func:`~crasp_compiler.experiments.train.loop.train_ke
 one run), and a changed ``[base]`` makes new directories instead of reusing stale
 results.
 
-A run is finished when its ``results.json`` reads as the results of the same
+A run is finished when its record (``RESULTS/<name>-<hash>.json``, when the grid names a
+``results`` directory) or its ``results.json`` reads as the results of the same
 configuration; a missing or truncated one (an interrupted write) is not, and the run is
 trained again, resuming from its checkpoint. So a sweep started again picks up where it
-stopped. Ctrl-C (``KeyboardInterrupt``) stops a sweep: pending runs are cancelled, the
+stopped, and one started on a fresh clone of a repository that commits the records
+trains nothing that was recorded. A record is the run's ``results.json`` without its
+``out_dir``, written (temporary file, then rename) as the run ends, and for runs finished
+before the grid had a ``results`` directory when the sweep starts. Ctrl-C (``KeyboardInterrupt``) stops a sweep: pending runs are cancelled, the
 worker processes (which ignore SIGINT themselves) are terminated, and the interrupt is
 raised again for the caller (``crasp sweep`` then lists the finished runs and exits with
 status 130).
@@ -89,7 +94,7 @@ from crasp_compiler.experiments.train.loop import (
 )
 from crasp_compiler.files import writable_dir
 
-KEYS = ("out", "workers", "gpus", "preset", "base", "grid", "task")
+KEYS = ("out", "results", "workers", "gpus", "preset", "base", "grid", "task")
 FIELDS = [f.name for f in fields(TrainConfig)]
 SET_BY_SWEEP = ("progress",)
 MAX_RUNS = 10_000
@@ -102,6 +107,7 @@ MAX_NAME = 200  # bytes in one directory name of out_dir (file systems allow 255
 class Run:
     name: str  # its directory under the grid's out (``<name>-<hash>``)
     config: dict  # TrainConfig fields
+    record: Path | None = None  # its results under the grid's ``results`` directory
 
     @property
     def out_dir(self) -> Path:
@@ -250,6 +256,9 @@ def load_grid(path: str | Path) -> tuple[list[Run], dict]:
     out = spec.get("out", path.stem)
     if not isinstance(out, str) or not out or "\0" in out:
         raise error(f"out must be a path (a string), not {out!r}", None, "out")
+    saved = spec.get("results")
+    if saved is not None and (not isinstance(saved, str) or not saved or "\0" in saved):
+        raise error(f"results must be a path (a string), not {saved!r}", None, "results")
     workers = spec.get("workers", 1)
     if type(workers) is not int or not 1 <= workers <= MAX_WORKERS:
         what = f"an integer in [1, {MAX_WORKERS}]"
@@ -284,6 +293,10 @@ def load_grid(path: str | Path) -> tuple[list[Run], dict]:
         root = (path.parent / out).resolve()
     except (OSError, RuntimeError) as err:
         raise error(f"out: cannot resolve {out!r}: {err}", None, "out") from None
+    try:
+        records = None if saved is None else (path.parent / saved).resolve()
+    except (OSError, RuntimeError) as err:
+        raise error(f"results: cannot resolve {saved!r}: {err}", None, "results") from None
     runs: dict[Path, Run] = {}
     for combo in itertools.product(*grid.values()):
         values = dict(zip(grid, combo, strict=True))
@@ -299,23 +312,59 @@ def load_grid(path: str | Path) -> tuple[list[Run], dict]:
             if train_key(runs[directory].config) != key:  # a hash collision: never seen
                 raise error(f"two runs of different configurations would share {name}")
             continue  # the same configuration twice: one run
-        runs[directory] = Run(name, {**config, "out_dir": str(directory), "progress": False})
+        record = None if records is None else records / f"{name}.json"
+        runs[directory] = Run(
+            name, {**config, "out_dir": str(directory), "progress": False}, record
+        )
     unused = sorted(set(per_task) - {run.config["task"] for run in runs.values()})
     if unused:
         table = f"task.{unused[0]}"
         raise error(f"[{table}]: no run of the grid has task {unused[0]!r}", table)
-    return list(runs.values()), {"out": root, "workers": workers, "gpus": gpus}
+    settings = {"out": root, "results": records, "workers": workers, "gpus": gpus}
+    return list(runs.values()), settings
 
 
-def finished(run: Run) -> dict | None:
-    """The results of ``run`` when it is finished: its ``results.json`` reads as the
-    results of the same configuration. A missing, truncated or foreign file: None."""
+def _read_results(path: Path, run: Run) -> dict | None:
+    """``path`` as the results of ``run``'s configuration; a missing, truncated or
+    foreign file: None."""
     try:
-        data = json.loads((run.out_dir / "results.json").read_text())
+        data = json.loads(path.read_text())
         same = train_key(data["config"]) == train_key(run.config)
     except (OSError, ValueError, KeyError, TypeError, CraspError):
         return None
     return data if same else None
+
+
+def finished(run: Run) -> dict | None:
+    """The results of ``run`` when it is finished: its record under the grid's
+    ``results`` directory, else its ``results.json``, reads as the results of the same
+    configuration. None otherwise."""
+    if run.record is not None and (data := _read_results(run.record, run)) is not None:
+        return data
+    return _read_results(run.out_dir / "results.json", run)
+
+
+def save_record(run: Run) -> bool:
+    """Copy a finished run's results to its record (the grid's ``results`` directory),
+    without the machine-specific ``out_dir``; written to a temporary file and renamed,
+    so a record is whole or absent. False when there is nothing to copy; a CraspError
+    when the record cannot be written (a full disk)."""
+    if run.record is None or (data := _read_results(run.out_dir / "results.json", run)) is None:
+        return False
+    config = {k: v for k, v in data["config"].items() if k not in ("out_dir", "progress")}
+    text = json.dumps({**data, "config": config}, indent=1) + "\n"
+    partial = run.record.with_name(run.record.name + ".partial")
+    try:
+        run.record.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text(text)
+        partial.replace(run.record)
+    except OSError as err:
+        partial.unlink(missing_ok=True)
+        raise CraspError(
+            f"cannot save the results of {run.name}: {err.strerror or err}",
+            filename=str(run.record),
+        ) from None
+    return True
 
 
 def _flat(text: str) -> str:
@@ -357,11 +406,21 @@ def run_sweep(
     CraspError, one line per run)."""
     runs, settings = load_grid(path)
     writable_dir(settings["out"])
+    if settings["results"] is not None:
+        writable_dir(settings["results"])
+        for run in runs:  # runs finished before the grid had a results directory
+            if run.record is not None and not run.record.exists():
+                save_record(run)
     todo = [run for run in runs if finished(run) is None]
     count = workers or settings["workers"]
     errors: dict[int, str | None] = {}
 
     def done(index: int, error: str | None) -> None:
+        if error is None:
+            try:
+                save_record(todo[index])
+            except CraspError as err:
+                error = one_line(err)
         errors[index] = error
         if on_finish is not None:
             on_finish(todo[index], error)
