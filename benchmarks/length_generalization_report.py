@@ -260,9 +260,9 @@ def _finite(value: float | None) -> str:
 
 def tables() -> dict[str, str]:
     """Every table of the page by name, computed from the committed records."""
-    crasp = collect(GRIDS / "length_generalization.toml")
-    chomsky = collect(GRIDS / "chomsky.toml")
-    value = collect(GRIDS / "value_generalization.toml")
+    crasp = collect(GRIDS / "length_generalization.toml", records_only=True)
+    chomsky = collect(GRIDS / "chomsky.toml", records_only=True)
+    value = collect(GRIDS / "value_generalization.toml", records_only=True)
     records = json.loads(FINETUNE.read_text()) if FINETUNE.exists() else []
     counts = {
         "runs": "\n".join(
@@ -319,8 +319,8 @@ def main() -> None:
         from crasp_compiler.experiments.train.plots import plot_length_bins, plot_value_scales
 
         args.figures.mkdir(parents=True, exist_ok=True)
-        length = collect(GRIDS / "length_generalization.toml")
-        value = collect(GRIDS / "value_generalization.toml")
+        length = collect(GRIDS / "length_generalization.toml", records_only=True)
+        value = collect(GRIDS / "value_generalization.toml", records_only=True)
         for path in plot_length_bins(length, args.figures / "length") + plot_value_scales(
             value, args.figures / "value"
         ):

@@ -65,6 +65,11 @@ def test_finished_runs_are_recorded_and_a_fresh_clone_resumes_from_the_records(g
         assert record["accuracy"] == json.loads((run.out_dir / "results.json").read_text())[
             "accuracy"
         ]
+    saved = runs[0].record.read_text()
+    runs[0].record.unlink()
+    assert [r["run"] for r in collect(grid, records_only=True)] == [runs[1].name]
+    assert len(collect(grid)) == 2  # the run directory still has it
+    runs[0].record.write_text(saved)
     shutil.rmtree(grid.parent / "runs")  # a fresh clone: the records only
     assert _sweep(grid) == []
     assert sorted(r["run"] for r in collect(grid)) == sorted(run.name for run in runs)

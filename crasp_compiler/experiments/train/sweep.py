@@ -335,13 +335,16 @@ def _read_results(path: Path, run: Run) -> dict | None:
     return data if same else None
 
 
+def recorded(run: Run) -> dict | None:
+    """The results in ``run``'s record (the grid's ``results`` directory), or None."""
+    return None if run.record is None else _read_results(run.record, run)
+
+
 def finished(run: Run) -> dict | None:
     """The results of ``run`` when it is finished: its record under the grid's
     ``results`` directory, else its ``results.json``, reads as the results of the same
     configuration. None otherwise."""
-    if run.record is not None and (data := _read_results(run.record, run)) is not None:
-        return data
-    return _read_results(run.out_dir / "results.json", run)
+    return recorded(run) or _read_results(run.out_dir / "results.json", run)
 
 
 def save_record(run: Run) -> bool:
@@ -643,8 +646,10 @@ class SweepProgress:
             self.bar = None
 
 
-def collect(path: str | Path) -> list[dict]:
+def collect(path: str | Path, records_only: bool = False) -> list[dict]:
     """The results of every finished run of a grid file (``results.json`` contents, with
-    the run's name under ``"run"``)."""
+    the run's name under ``"run"``); with ``records_only``, of the recorded runs only
+    (what a fresh clone of a repository committing the records has)."""
     runs, _ = load_grid(path)
-    return [{"run": run.name, **data} for run in runs if (data := finished(run)) is not None]
+    read = recorded if records_only else finished
+    return [{"run": run.name, **data} for run in runs if (data := read(run)) is not None]
