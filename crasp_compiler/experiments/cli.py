@@ -4,6 +4,7 @@ imported only when a command runs."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -114,18 +115,19 @@ def _parse_alphabet(
     return symbols
 
 
-_PROGRAM_ONLY = ("alphabet", "lengths")
+_PROGRAM_ONLY = ("alphabet", "lengths", "generator")  # C-RASP programs only
 
 
 @click.command("train")
 @click.argument("task", required=False)
 @click.option(
     "--program",
-    metavar="PROG.cr",
+    metavar="PROG.cr|PROG.pcoc",
     type=click.Path(dir_okay=False),
-    help="Train on this C-RASP program instead of a TASK: the label at every position is "
-    "the program's output on that prefix (reference interpreter); the compiled program is "
-    "the reference. See the README, 'Trained vs compiled'.",
+    help="Train on this program instead of a TASK; the compiled program is the reference. "
+    "C-RASP (.cr, .crasp): the label at every position is the program's output on that "
+    "prefix (reference interpreter). PCOC (.pcoc, one input and one output slot): a numeric "
+    "task, the targets the interpreter's outputs. See the README, 'Trained vs compiled'.",
 )
 @click.option(
     "--alphabet",
@@ -140,6 +142,12 @@ _PROGRAM_ONLY = ("alphabet", "lengths")
     help="With --program: the training range of LEN (default 1-50; the first default test bin).",
 )
 @click.option(
+    "--generator",
+    metavar="MODULE:FUNCTION",
+    help="With a C-RASP --program: draw the strings with FUNCTION(rng, length) -> symbols "
+    "(from an importable MODULE or a FILE.py) instead of the built-in sampler.",
+)
+@click.option(
     "--pe",
     default="ape",
     show_default=True,
@@ -147,12 +155,14 @@ _PROGRAM_ONLY = ("alphabet", "lengths")
 )
 @click.option(
     "--preset",
-    type=click.Choice(["quick", "paper"]),
+    type=click.Choice(["quick", "paper", "randomized-pe"]),
     default="quick",
     show_default=True,
-    help="Run size: quick (1000 steps, 200 test samples, minutes on a CPU) or paper (30000 "
-    "steps, 2000 test samples, an evaluation every 500 steps: hours on a CPU); --steps, "
-    "--test-size and --eval-every override it.",
+    help="Settings a run starts from: quick (1000 steps, 200 test samples, minutes on a "
+    "CPU), paper (30000 steps, 2000 test samples, an evaluation every 500 steps: hours on a "
+    "CPU) or randomized-pe (the randomized-PE paper's Chomsky setting: 5 layers x 8 heads, "
+    "dropout 0.1, batch 128, lr 3e-4, bins 1-40,41-500, 2M steps: set --steps); an option "
+    "given on the command line overrides it.",
 )
 @click.option("--steps", type=click.IntRange(min=1), default=1_000, show_default=True)
 @click.option(
@@ -167,6 +177,10 @@ _PROGRAM_ONLY = ("alphabet", "lengths")
 )
 @click.option("--heads", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option(
+    "--dropout", type=click.FloatRange(min=0, max=1, max_open=True), default=0.0, show_default=True
+)
+@click.option("--weight-decay", type=click.FloatRange(min=0), default=0.01, show_default=True)
 @click.option(
     "--test-size",
     type=click.IntRange(min=1),
@@ -237,11 +251,13 @@ def train_command(ctx: click.Context, task: str | None, **options) -> None:
     the compiled program.
 
     Sequence tasks: accuracy per length bin of the trained and the compiled model and
-    their agreement; numeric tasks: MSE and close-accuracy per value scale. Writes
+    their agreement; numeric tasks: MSE and close-accuracy per value scale (PCOC programs
+    also the MSE between the trained and the compiled outputs). Writes
     model.safetensors, config.json and results.json to --out. The defaults take minutes
     on a CPU (--preset paper: hours); a run expected to train for 30 s or more says how
     long after its first steps (unless --quiet)."""
     from crasp_compiler.experiments.tasks.base import NumericTask
+    from crasp_compiler.experiments.tasks.numeric import PcocNumericTask
     from crasp_compiler.experiments.tasks.registry import get_task
 
     program = options.pop("program")
@@ -250,21 +266,35 @@ def train_command(ctx: click.Context, task: str | None, **options) -> None:
     if program is None and task is None:
         raise click.UsageError("give a TASK (see `crasp tasks`) or --program PROG.cr")
     alphabet, lengths = options.pop("alphabet"), options.pop("lengths")
-    if program is None:
-        given = [
-            "--" + name
-            for name in _PROGRAM_ONLY
-            if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT
-        ]
-        if given:
-            raise click.UsageError(f"{', '.join(given)}: only with --program")
-    elif ctx.get_parameter_source("train_max") != click.core.ParameterSource.DEFAULT:
+    generator = options.pop("generator")
+    from crasp_compiler.languages.pcoc import PCOC_SUFFIXES
+
+    pcoc = program is not None and Path(program).suffix in PCOC_SUFFIXES
+    given = [
+        "--" + name
+        for name in _PROGRAM_ONLY
+        if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT
+    ]
+    if given and (program is None or pcoc):
+        where = "--program" if program is None else "a C-RASP --program (.cr, .crasp)"
+        raise click.UsageError(f"{', '.join(given)}: only with {where}")
+    if (
+        program is not None
+        and not pcoc
+        and ctx.get_parameter_source("train_max") != click.core.ParameterSource.DEFAULT
+    ):
         raise click.UsageError("--train-max: with --program, give the range as --lengths LO-HI")
     if program is not None:
-        from crasp_compiler.experiments.tasks.program import ProgramTask
+        from crasp_compiler.experiments.tasks.program import (
+            ProgramTask,
+            UserGenerator,
+            load_program_task,
+        )
 
-        found: Task = ProgramTask.from_file(program, alphabet, lengths or (1, 50))
-        options["train_max"] = found.train_max
+        sampler = None if generator is None else UserGenerator(generator)
+        found: Task = load_program_task(program, alphabet, lengths, sampler)
+        if isinstance(found, ProgramTask):
+            options["train_max"] = found.train_max
     else:
         assert task is not None
         found = get_task(task)
@@ -288,15 +318,22 @@ def train_command(ctx: click.Context, task: str | None, **options) -> None:
     _check_device(options["device"])
     from crasp_compiler.experiments.train.loop import PRESETS
 
-    for name, value in PRESETS[options.pop("preset")].items():
-        if ctx.get_parameter_source(name) == click.core.ParameterSource.DEFAULT:
-            options[name] = value
-    config = _train_config(found, options)
+    preset = PRESETS[options.pop("preset")]
+    config = dataclasses.replace(
+        _train_config(found, options),
+        **{
+            field: value
+            for field, value in preset.items()
+            if not _given(ctx, field) and not (field == "train_max" and program is not None)
+        },
+    )
+    if isinstance(found, PcocNumericTask):  # before training: a scale beyond the input bound
+        found.check_scales(config.scales)
     try:
         results = train(config)
     except KeyboardInterrupt:
         _interrupted(config.out_dir)
-    click.echo(_train_summary(results))
+    click.echo(_train_summary(results, generator))
 
 
 def _interrupted(out_dir: str) -> None:
@@ -319,6 +356,16 @@ def _check_device(device: str) -> None:
     from crasp_compiler.runtime.torch_module import torch_device
 
     torch_device(device, "float32")
+
+
+# TrainConfig fields set by a `crasp train` option of another name
+_OPTION_OF = {"n_layers": "layers", "n_heads": "heads", "early_stop": "no_early_stop"}
+
+
+def _given(ctx: click.Context, field: str) -> bool:
+    """Whether the command line sets the TrainConfig ``field`` (so a preset leaves it)."""
+    source = ctx.get_parameter_source(_OPTION_OF.get(field, field))
+    return source not in (None, click.core.ParameterSource.DEFAULT)
 
 
 def _train_config(task: Task, options: dict) -> TrainConfig:
@@ -345,6 +392,8 @@ def _train_config(task: Task, options: dict) -> TrainConfig:
         n_layers=options["layers"],
         n_heads=options["heads"],
         batch_size=options["batch_size"],
+        dropout=options["dropout"],
+        weight_decay=options["weight_decay"],
         test_size=options["test_size"],
         bins=options["bins"],
         train_max=train_max,
@@ -374,8 +423,9 @@ def _table(rows: Sequence[Sequence[str]]) -> str:
     )
 
 
-def _train_summary(results: dict) -> str:
-    """The ``crasp train`` report: the table per bin or scale, the run, the files."""
+def _train_summary(results: dict, generator: str | None = None) -> str:
+    """The ``crasp train`` report: the table per bin or scale, the run, the files
+    (``generator``: the spec of the user's sampler of a program task, if any)."""
     config = results["config"]
     if results["kind"] == "sequence":
         compiled = results.get("compiled_accuracy") or {}
@@ -401,10 +451,22 @@ def _train_summary(results: dict) -> str:
         if tokens:
             measure += "; per token: fraction of scored output positions right"
         if results["family"] == "program":
-            table, measure = _program_table(results), _PROGRAM_MEASURE
+            sampler = f"generator {generator}" if generator else _STEERED
+            table, measure = _program_table(results), _PROGRAM_MEASURE.format(sampler=sampler)
     else:
         compiled = results.get("compiled_metrics") or {}
-        rows = [["scale", "mse trained", "mse compiled", "close trained", "close compiled"]]
+        program = "agreement" in results  # a PCOC program: also trained vs compiled
+        agreement = results.get("agreement") or {}
+        rows = [
+            [
+                "scale",
+                "mse trained",
+                "mse compiled",
+                *(["agreement"] if program else []),
+                "close trained",
+                "close compiled",
+            ]
+        ]
         for scale, metrics in results["metrics"].items():
             other = compiled.get(scale, {})
             rows.append(
@@ -412,16 +474,23 @@ def _train_summary(results: dict) -> str:
                     scale,
                     _fmt(metrics["mse"], ".3g"),
                     _fmt(other.get("mse"), ".3g"),
+                    *([_fmt(agreement.get(scale), ".3g")] if program else []),
                     _fmt(metrics["close_accuracy"]),
                     _fmt(other.get("close_accuracy")),
                 ]
             )
         table = _table(rows)
+        family = "PCOC program" if program else "numeric"
         head = (
-            f"{results['task']} (numeric, n={results['n']}), {config['numeric_kind']} model, "
+            f"{results['task']} ({family}, n={results['n']}), {config['numeric_kind']} model, "
             f"seed {config['seed']}"
         )
         measure = "close: fraction of test lists with every entry within 0.05 + 0.05|y|"
+        if program:
+            measure = (
+                "mse: against the interpreter's outputs; agreement: MSE between the trained "
+                "and the compiled outputs\n" + measure
+            )
     stop = "early stop at 100% in distribution" if results["early_stopped"] else "no early stop"
     if results.get("resumed_from") is not None:
         stop += f"; resumed from the checkpoint at step {results['resumed_from']}"
@@ -446,8 +515,9 @@ _PROGRAM_MEASURE = (
     "trained = compiled at every position\n"
     "balanced: mean per-label recall over positions; positions: fraction of positions right\n"
     "labels: share of each label over all positions / at the last position (the sampler: "
-    "half uniform, half steered toward acceptance)"
+    "{sampler})"
 )
+_STEERED = "half uniform, half steered toward acceptance"
 
 
 def _program_table(results: dict) -> str:
@@ -634,7 +704,8 @@ def finetune_command(
 def plot_command(sources: tuple[str, ...], output: str) -> None:
     """Plot the results of SOURCES (grid TOML files, run directories, or directories of run
     directories): accuracy per length bin for sequence tasks, MSE per value scale for
-    numeric tasks, each against the compiled program."""
+    numeric tasks, each against the compiled program (program runs: with the trained
+    model's agreement with it)."""
     from crasp_compiler.experiments.train.plots import (
         load_results,
         plot_length_bins,

@@ -154,3 +154,113 @@ def test_an_edited_program_is_another_run(dyck, tmp_path):
     assert edited.identity != first.identity
     keys = [train_key(TrainConfig(task=task)) for task in (first, edited)]
     assert keys[0]["task"] != keys[1]["task"]
+
+
+# ------------------------------------------------------------------ --generator
+
+GENERATORS = """
+def nested(rng, length):
+    '''(((...))) then as many closing as fit: balanced at every even length.'''
+    half = length // 2
+    return ["("] * (length - half) + [")"] * half
+
+def stray(rng, length):
+    return ["("] * (length - 1) + ["x"]
+
+def boom(rng, length):
+    raise ValueError("no\\nway")
+
+def short(rng, length):
+    return ["("] * max(length - 1, 0)
+"""
+
+
+@pytest.fixture
+def gens(tmp_path: Path) -> Path:
+    path = tmp_path / "gens.py"
+    path.write_text(GENERATORS)
+    return path
+
+
+def one_error_line(result: Result) -> str:
+    """A user error: exit status 1, one ``error:`` line on stderr (and at most a hint), no
+    traceback; that line."""
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) <= 2 and "error:" in lines[0], result.stderr
+    assert all("error:" not in line for line in lines[1:]), result.stderr
+    return lines[0]
+
+
+def test_a_generator_draws_every_string_and_is_in_the_run_key(dyck, gens, tmp_path):
+    from crasp_compiler.experiments.tasks.program import UserGenerator
+    from crasp_compiler.experiments.train.loop import TrainConfig, train_key
+
+    task = ProgramTask.from_file(dyck, lengths=(1, 8), generator=UserGenerator(f"{gens}:nested"))
+    batch = task.sample_batch(np.random.default_rng(0), [2, 5, 8])
+    assert [ex.tokens[1:] for ex in batch] == [
+        ("(", ")"),
+        ("(", "(", "(", ")", ")"),
+        ("(", "(", "(", "(", ")", ")", ")", ")"),
+    ]
+    assert batch[2].targets[-1] == "1" and batch[1].targets[-1] == "0"  # the interpreter's
+    plain = ProgramTask.from_file(dyck, lengths=(1, 8))
+    assert task.identity.startswith("dyck1@")
+    assert task.identity.endswith(f" generator=gens.py@{task.generator.identity[8:20]}:nested")
+    assert train_key(TrainConfig(task=task))["task"] != train_key(TrainConfig(task=plain))["task"]
+    gens.write_text(GENERATORS + "\n# edited\n")  # another file: another run
+    edited = ProgramTask.from_file(dyck, lengths=(1, 8), generator=UserGenerator(f"{gens}:nested"))
+    assert edited.identity != task.identity
+
+
+def test_a_module_generator_and_a_pickled_file_generator(dyck, gens, tmp_path, monkeypatch):
+    """``MODULE:FUNCTION`` imports the module; a file generator survives pickling (a
+    sweep's worker process) by loading the file again."""
+    import pickle
+
+    from crasp_compiler.experiments.tasks.program import UserGenerator
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    by_module = UserGenerator("gens:nested")
+    assert by_module.identity == "gens:nested"
+    task = ProgramTask.from_file(dyck, lengths=(1, 8), generator=UserGenerator(f"{gens}:nested"))
+    copy = pickle.loads(pickle.dumps(task))
+    rng = np.random.default_rng(0)
+    assert copy.sample(rng, 4).tokens == ("$", "(", "(", ")", ")")
+    assert copy.identity == task.identity
+
+
+def test_train_with_a_generator(dyck, gens, tmp_path):
+    out = tmp_path / "run"
+    args = "--lengths", "1-8", "--test-bins", "1-8", "--generator", f"{gens}:nested"
+    result = invoke("train", "--program", dyck, *args, *TINY, "--out", out)
+    assert result.exit_code == 0, result.output
+    assert f"the sampler: generator {gens}:nested" in result.output
+    config = json.loads((out / "results.json").read_text())["config"]
+    assert " generator=gens.py@" in config["task"]
+
+
+def test_generator_errors_are_one_line_naming_the_generator(dyck, gens, tmp_path):
+    args = "train", "--program", dyck, "--lengths", "1-8", *TINY
+    line = one_error_line(invoke(*args, "--generator", f"{gens}:stray"))
+    assert f"generator {gens}:stray" in line and "'x'" in line and "position" in line
+    line = one_error_line(invoke(*args, "--generator", f"{gens}:boom"))
+    assert f"generator {gens}:boom" in line and "raised ValueError: no way" in line
+    line = one_error_line(invoke(*args, "--generator", f"{gens}:short"))
+    assert "symbols for length" in line
+    line = one_error_line(invoke(*args, "--generator", "no_such_module_xyz:f"))
+    assert "no_such_module_xyz" in line and "cannot import" in line
+    line = one_error_line(invoke(*args, "--generator", f"{gens}:absent"))
+    assert "has no 'absent'" in line
+    line = one_error_line(invoke(*args, "--generator", "nocolon"))
+    assert "MODULE:FUNCTION" in line
+    result = invoke("train", "tomita2", "--generator", f"{gens}:nested", *TINY)
+    assert result.exit_code == 2 and "only with --program" in result.stderr
+
+
+def test_a_count_output_is_refused(tmp_path):
+    path = tmp_path / "count.cr"
+    path.write_text('alphabet "a", "b"\nA := #[j <= i] Q_a(j)\noutput A\n')
+    line = one_error_line(invoke("train", "--program", path, *TINY))
+    assert str(path) in line and "are counts" in line

@@ -62,9 +62,9 @@ def test_finished_runs_are_recorded_and_a_fresh_clone_resumes_from_the_records(g
     for run in runs:
         record = json.loads(run.record.read_text())
         assert "out_dir" not in record["config"] and record["task"] == "tomita2"
-        assert record["accuracy"] == json.loads((run.out_dir / "results.json").read_text())[
-            "accuracy"
-        ]
+        assert (
+            record["accuracy"] == json.loads((run.out_dir / "results.json").read_text())["accuracy"]
+        )
     saved = runs[0].record.read_text()
     runs[0].record.unlink()
     assert [r["run"] for r in collect(grid, records_only=True)] == [runs[1].name]

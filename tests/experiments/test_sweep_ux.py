@@ -176,9 +176,15 @@ T2 = '[base]\ntask = "tomita2"\n'
         ('[grid]\ntask = ["d2", "tomita9"]', "2:1: error: [grid] task[1]: unknown task 'tomita9'"),
         (T2 + "[grid]\nseed = []", "4:1: error: [grid] seed must be a non-empty list"),
         (T2 + "[grid]\nseed = [0, -1]", "4:1: error: [grid] seed[1] must be an integer >= 0"),
-        ("colour = 3\n" + T2, "1:1: error: colour: unknown key; expected one of out, workers"),
+        (
+            "colour = 3\n" + T2,
+            "1:1: error: colour: unknown key; expected one of out, results, workers",
+        ),
         (T2 + "stpes = 3", "3:1: error: [base] stpes: not a TrainConfig field"),
-        ('preset = "huge"\n' + T2, "1:1: error: preset must be one of quick, paper, not 'huge'"),
+        (
+            'preset = "huge"\n' + T2,
+            "1:1: error: preset must be one of quick, paper, randomized-pe, not 'huge'",
+        ),
         # dotted keys and inline tables: the line and column of the key
         ('base.task = "d2"\nbase.steps = -3', "2:6: error: [base] steps must be an integer"),
         ('base = {task = "d2", steps = -3}', "1:22: error: [base] steps must be an integer"),
@@ -347,3 +353,30 @@ def test_ray_runs_are_reported_as_ray_returns_them(tmp_path, monkeypatch):
     assert [error for _, error in seen] == [None, "RuntimeError: worker died", None]
     assert "failed: RuntimeError: worker died" in str(caught.value)
     assert calls == [{"num_cpus": 1, "num_gpus": 0}]
+
+
+def test_the_randomized_pe_preset_is_the_papers_model_and_options_override_it(
+    tmp_path, monkeypatch
+):
+    seen = []
+
+    def fake_train(config):
+        seen.append(config)
+        raise CraspError("stopped by the test")
+
+    monkeypatch.setattr(loop, "train", fake_train)
+    base = ["train", "reverse_string", "--pe", "random", "--quiet", "--out", tmp_path]
+    user_error(*base, "--preset", "randomized-pe")
+    user_error(*base, "--preset", "randomized-pe", "--steps", "50", "--layers", "3")
+    user_error(*base, "--dropout", "0.2", "--weight-decay", "0")
+    paper, budget, plain = seen
+    model = (paper.n_layers, paper.n_heads, paper.d_model, paper.dropout, paper.batch_size)
+    assert model == (5, 8, 64, 0.1, 128)
+    assert (paper.lr, paper.weight_decay, paper.max_positions) == (3e-4, 0.0, 2048)
+    assert paper.bins == [(1, 40), (41, 500)] and not paper.early_stop
+    assert (budget.steps, budget.n_layers, budget.n_heads) == (50, 3, 8)
+    assert (plain.dropout, plain.weight_decay, plain.n_heads) == (0.2, 0.0, 2)
+    path = tmp_path / "grid.toml"
+    path.write_text('preset = "randomized-pe"\n[base]\ntask = "even_pairs"\nsteps = 9')
+    (run,), _ = load_grid(path)
+    assert (run.config["steps"], run.config["n_layers"], run.config["dropout"]) == (9, 5, 0.1)

@@ -16,6 +16,7 @@ import numpy as np
 PROGRAMS = Path(__file__).parent / "programs"
 
 FAMILIES = ("regular", "algorithmic", "numeric", "chomsky")
+PROGRAM_FAMILY = "program"  # tasks made from a program file (``crasp train --program``)
 # Expressivity classes of the C-RASP paper (Tables 2 and 3): the smallest class with a
 # program, or "none" (no program exists or none was found).
 CLASSES = ("C-RASP[∅]", "C-RASP[periodic,local]", "none")

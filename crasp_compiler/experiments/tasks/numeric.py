@@ -18,17 +18,25 @@ the n values uniform in [γ_l, γ_u], and at a test with c > 1 the interval is r
 until it leaves [−R, R]. ``sampling="uniform"`` (``TrainConfig.numeric_sampling``)
 draws every value uniform in [−Rc, Rc] instead, as the harness did before. The programs (``programs/num_*.pcoc``) declare bounds
 of 1e9, far beyond c = 10 (see each file).
+
+Any PCOC program with one input and one output slot is a numeric task the same way
+(:meth:`PcocNumericTask.from_file`, ``crasp train --program PROG.pcoc``): its targets are
+the reference interpreter's outputs (:func:`interpret_pcoc_batch`) instead of a numpy
+function, R is 2 or the input slot's declared bound if that is smaller, and a scale c
+with R·c above the bound is refused (the program's guarantees hold only within it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
-from crasp_compiler.errors import CraspError
-from crasp_compiler.experiments.tasks.base import NumericTask
+from crasp_compiler.errors import CraspError, Diagnostic
+from crasp_compiler.experiments.tasks.base import PROGRAM_FAMILY, NumericExample, NumericTask
 from crasp_compiler.languages.pcoc import interpret_pcoc_batch, load_pcoc
 from crasp_compiler.languages.pcoc.compile import compile_pcoc, run_pcoc
 from crasp_compiler.languages.pcoc.nodes import Program
@@ -78,24 +86,115 @@ def cumulative_max_subarray(inputs: np.ndarray) -> np.ndarray:
 
 @dataclass
 class PcocNumericTask(NumericTask):
-    """A numeric task whose targets come from ``function`` (inputs ``(..., n)`` to outputs
-    of the same shape) and whose program is a PCOC file with one output slot ``output``."""
+    """A numeric task whose program is a PCOC file with one input and one output slot
+    ``output``. Targets come from ``function`` (inputs ``(..., n)`` to outputs of the same
+    shape; the registered tasks) or, without one, from the reference interpreter (a task
+    made from a file, ``path``)."""
 
     function: Callable[[np.ndarray], np.ndarray] | None = field(default=None, repr=False)
     output: str = "x"
+    path: str = ""
     _program: Program | None = field(default=None, init=False, repr=False, compare=False)
     _models: dict[tuple[int, str], Model] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
 
-    def target(self, inputs: np.ndarray) -> np.ndarray:
-        return self.function(np.asarray(inputs, dtype=np.float64))
+    @classmethod
+    def from_file(cls, path: str | Path) -> PcocNumericTask:
+        """The task of the PCOC file ``path``: a CraspError naming the file when it cannot
+        be read or parsed, or has other than one input and one output slot."""
+        program = load_pcoc(path)
+        for what, names in (("input", program.inputs), ("output", program.outputs)):
+            if len(names) != 1:
+                raise CraspError(
+                    [
+                        Diagnostic(
+                            f"the program has {len(names)} {what} slots "
+                            f"({', '.join(names) or 'none'}); a numeric task needs exactly one",
+                            hint="--program trains a PCOC program of one input vector to "
+                            "one output vector",
+                        )
+                    ],
+                    filename=str(path),
+                )
+        bound = program.slot(program.inputs[0]).bound
+        task = cls(
+            name=Path(path).stem,
+            family=PROGRAM_FAMILY,
+            description=f"the output {program.outputs[0]} of {path} for one input vector",
+            crasp_class="PCOC",
+            program=Path(path).name,
+            value_range=min(NumericTask.value_range, np.inf if bound is None else bound),
+            output=program.outputs[0],
+            path=str(path),
+        )
+        task._program = program
+        return task
+
+    @property
+    def program_path(self) -> Path | None:
+        return Path(self.path) if self.path else super().program_path
+
+    @property
+    def identity(self) -> str:
+        """The task as a run's key records it: its name, and for a task made from a file a
+        digest of the program's source (an edited program is another run)."""
+        if not self.path:
+            return self.name
+        digest = hashlib.sha256(self.pcoc_program().source.encode()).hexdigest()[:12]
+        return f"{self.name}@{digest}"
+
+    @property
+    def reports_agreement(self) -> bool:
+        """Results also give the MSE between the trained and the compiled outputs (tasks
+        made from a file)."""
+        return bool(self.path)
 
     def pcoc_program(self) -> Program:
         """The task's PCOC program (parsed once)."""
         if self._program is None:
-            self._program = load_pcoc(self.program_path)
+            path = self.program_path
+            if path is None:
+                raise CraspError(f"task {self.name!r} has no program")
+            self._program = load_pcoc(path)
         return self._program
+
+    def _interpret(self, values: np.ndarray) -> np.ndarray:
+        """The interpreter's output slot for inputs ``(batch, n)``."""
+        trace = interpret_pcoc_batch(self.pcoc_program(), values.shape[1], values)
+        return trace.outputs[self.output]
+
+    def target(self, inputs: np.ndarray) -> np.ndarray:
+        values = np.asarray(inputs, dtype=np.float64)
+        if self.function is not None:
+            return self.function(values)
+        return self._interpret(values.reshape(-1, values.shape[-1])).reshape(values.shape)
+
+    def check_scales(self, scales: Iterable[float]) -> None:
+        """Refuse a scale factor c whose values (up to R·c) would exceed the declared bound
+        of the input slot."""
+        program = self.pcoc_program()
+        bound = program.slot(program.inputs[0]).bound
+        for c in scales:
+            if bound is not None and self.value_range * c > bound:
+                raise CraspError(
+                    [
+                        Diagnostic(
+                            f"scale {c:g} draws values up to {self.value_range * c:g}, beyond "
+                            f"the declared bound {bound:g} of input {program.inputs[0]!r}",
+                            hint=f"use scales up to {bound / self.value_range:g}, or declare "
+                            "a larger bound",
+                        )
+                    ],
+                    filename=str(self.program_path),
+                )
+
+    def sample(
+        self, rng: np.random.Generator, n: int, scale: float = 1.0, sampling: str = "interval"
+    ) -> NumericExample:
+        """:meth:`NumericTask.sample`, refusing a scale beyond the declared bound."""
+        self.check_scales([scale])
+        return super().sample(rng, n, scale, sampling)
 
     def compiled_model(self, n: int, mode: str = "hard") -> Model:
         """The program compiled for ``n`` machines in ``mode`` (default tolerance;
@@ -113,8 +212,7 @@ class PcocNumericTask(NumericTask):
             raise CraspError(f"inputs must have shape (batch, n), not {values.shape}")
         n = values.shape[1]
         if backend == "interpreter":
-            trace = interpret_pcoc_batch(self.pcoc_program(), n, values)
-            return trace.outputs[self.output]
+            return self._interpret(values)
         if backend != "compiled":
             raise CraspError(f"backend must be one of {BACKENDS}, not {backend!r}")
         if len(values) == 0:

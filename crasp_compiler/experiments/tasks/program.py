@@ -25,32 +25,44 @@ C-RASP is causal, the strings of a batch are grown together to the longest LEN n
 and each example of LEN ``L`` is the prefix of length ``L`` of its own string, so a batch
 costs one interpreter call per symbol of its longest member.
 
+A user's sampler replaces this one when given (:class:`UserGenerator`, ``crasp train
+--generator MODULE:FUNCTION`` or ``FILE.py:FUNCTION``): ``function(rng, length)`` returns
+the ``length`` symbols of one string, each in the alphabet.
+
 The compiled model of the program (heaviside mode, compiled once and cached) gives the
 compiled labels (exact at every length where the compiler guarantees it).
+
+:func:`load_program_task` makes the task of any program file by its extension: this
+sequence task for C-RASP (``.cr``, ``.crasp``), a
+:class:`~crasp_compiler.experiments.tasks.numeric.PcocNumericTask` for PCOC (``.pcoc``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
+import importlib.util
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import product
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from crasp_compiler.errors import CraspError, Diagnostic
-from crasp_compiler.experiments.tasks.base import Example, SequenceTask
+from crasp_compiler.experiments.tasks.base import PROGRAM_FAMILY, Example, SequenceTask
+from crasp_compiler.experiments.tasks.numeric import PcocNumericTask
 from crasp_compiler.experiments.tasks.regular import RUN_BATCH
 from crasp_compiler.languages.crasp import Program, Sort, interpret_batch
 from crasp_compiler.languages.crasp.compile import compile_program
-from crasp_compiler.languages.crasp.program import load_program
+from crasp_compiler.languages.crasp.program import PROGRAM_SUFFIXES, load_program
+from crasp_compiler.languages.pcoc import PCOC_SUFFIXES
 from crasp_compiler.model.model import Model
 from crasp_compiler.runtime.numpy_exec import run
 
-FAMILY = "program"
+FAMILY = PROGRAM_FAMILY
 MAX_OUTPUTS = 8  # 2**8 classes at most
 EXPLORE = 0.2  # the highest probability of a uniform symbol in a steered string
 STEERED = 0.5  # fraction of steered examples
@@ -61,12 +73,150 @@ def _start_token(alphabet: Sequence[str]) -> str:
     return next(s for s in ("$", "<s>", "^", "<start>") if s not in alphabet)
 
 
+def _flat(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+class UserGenerator:
+    """A user's sampler named by ``spec``: ``MODULE:FUNCTION`` (an importable module) or
+    ``FILE.py:FUNCTION`` (a file, relative to ``base``); ``FUNCTION`` may be dotted. The
+    function is loaded at once (a CraspError naming ``spec`` when it cannot be) and again
+    after unpickling (in a sweep's worker). ``identity``: ``module:qualname``, and for a
+    file its name and a digest of its bytes."""
+
+    def __init__(self, spec: str, base: str | Path | None = None) -> None:
+        self.spec = spec
+        location, sep, self.qualname = spec.rpartition(":")
+        if not (sep and location and self.qualname):
+            raise CraspError(
+                [
+                    Diagnostic(
+                        f"generator {spec!r}: not MODULE:FUNCTION or FILE.py:FUNCTION",
+                        hint="e.g. mygens:balanced or gens/dyck.py:sample",
+                    )
+                ]
+            )
+        is_file = location.endswith(".py") or "/" in location
+        self.file = str(Path(base or ".") / location) if is_file else None
+        self.module = location
+        self.function, digest = self._load()
+        module = getattr(self.function, "__module__", self.module)
+        qualname = getattr(self.function, "__qualname__", self.qualname)
+        self.identity = (
+            f"{Path(location).name}@{digest}:{qualname}" if is_file else f"{module}:{qualname}"
+        )
+
+    def _fail(self, message: str) -> CraspError:
+        return CraspError(f"generator {self.spec}: {_flat(message)}")
+
+    def _load(self) -> tuple[Callable[..., Any], str]:
+        """The function and, for a file, the digest of the file's bytes."""
+        digest = ""
+        if self.file is not None:
+            try:
+                data = Path(self.file).read_bytes()
+            except OSError as err:
+                raise self._fail(f"cannot read {self.file}: {err.strerror or err}") from None
+            digest = hashlib.sha256(data).hexdigest()[:12]
+            spec = importlib.util.spec_from_file_location(f"crasp_generator_{digest}", self.file)
+            if spec is None or spec.loader is None:
+                raise self._fail(f"{self.file} is not a Python file")
+            module = importlib.util.module_from_spec(spec)
+            try:
+                spec.loader.exec_module(module)
+            except Exception as err:  # the user's code: any error, as one line
+                raise self._fail(f"loading {self.file}: {type(err).__name__}: {err}") from None
+        else:
+            try:
+                module = importlib.import_module(self.module)
+            except Exception as err:  # the user's code: any error, as one line
+                raise self._fail(
+                    f"cannot import {self.module}: {type(err).__name__}: {err}"
+                ) from None
+        found: object = module
+        for part in self.qualname.split("."):
+            if not hasattr(found, part):
+                raise self._fail(f"{self.file or self.module} has no {self.qualname!r}")
+            found = getattr(found, part)
+        if not callable(found):
+            raise self._fail(f"{self.qualname!r} is not a function")
+        return found, digest
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "function"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.function, _ = self._load()
+
+    def word(
+        self, rng: np.random.Generator, length: int, alphabet: Sequence[str]
+    ) -> tuple[str, ...]:
+        """One string of ``length`` symbols of ``alphabet`` from the function; a CraspError
+        (one line, naming the generator) when it raises or returns anything else."""
+        try:
+            result = self.function(rng, length)
+            word = tuple(result)
+        except Exception as err:  # the user's code: any error, as one line
+            raise self._fail(f"raised {type(err).__name__}: {err}") from None
+        for position, symbol in enumerate(word):
+            if not isinstance(symbol, str) or symbol not in alphabet:
+                raise self._fail(
+                    f"symbol {symbol!r} at position {position} (from 0) is not in the "
+                    f"alphabet {', '.join(alphabet)}"
+                )
+        if len(word) != length:
+            raise self._fail(f"returned {len(word)} symbols for length {length}")
+        return word
+
+
+def load_program_task(
+    path: str | Path,
+    alphabet: Iterable[str] | None = None,
+    lengths: tuple[int, int] | None = None,
+    generator: UserGenerator | None = None,
+) -> ProgramTask | PcocNumericTask:
+    """The task of the program file ``path`` by its extension: a :class:`ProgramTask` for
+    C-RASP (``.cr``, ``.crasp``; ``lengths`` default 1-50), a numeric task for PCOC
+    (``.pcoc``; no ``alphabet``, ``lengths`` or ``generator``). A CraspError naming the
+    file otherwise."""
+    suffix = Path(path).suffix
+    if suffix in PCOC_SUFFIXES:
+        given = [
+            name
+            for name, value in (
+                ("alphabet", alphabet),
+                ("lengths", lengths),
+                ("generator", generator),
+            )
+            if value is not None
+        ]
+        if given:
+            raise CraspError(
+                f"{', '.join(given)}: only for C-RASP programs (a PCOC program is a numeric task)",
+                filename=str(path),
+            )
+        return PcocNumericTask.from_file(path)
+    if suffix in PROGRAM_SUFFIXES:
+        return ProgramTask.from_file(path, alphabet, lengths or (1, 50), generator)
+    raise CraspError(
+        [
+            Diagnostic(
+                f"unknown program file type {suffix or '(no extension)'!r}",
+                hint="C-RASP: .cr or .crasp; PCOC: .pcoc",
+            )
+        ],
+        filename=str(path),
+    )
+
+
 @dataclass(kw_only=True)
 class ProgramTask(SequenceTask):
     """A C-RASP program's output at every prefix (see the module docstring)."""
 
     crasp: Program
     path: str = ""
+    generator: UserGenerator | None = None
     _model: Model | None = field(default=None, init=False, repr=False, compare=False)
     # results also give balanced and per-position accuracy and the label balance per bin
     per_position_metrics: ClassVar[bool] = True
@@ -75,16 +225,16 @@ class ProgramTask(SequenceTask):
     def identity(self) -> str:
         """The task as a run's key records it: the file's name and a digest of what the
         program is (its source and alphabet) and of its training lengths, so that a run
-        of an edited program never resumes from a checkpoint of the old one."""
-        text = "\0".join(
-            [
-                self.crasp.source or "",
-                *self.crasp.alphabet,
-                str(self.min_length),
-                str(self.train_max),
-            ]
-        )
-        return f"{self.name}@{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+        of an edited program never resumes from a checkpoint of the old one; with a
+        generator, also ``generator=`` its identity (in the digest too)."""
+        parts = [self.crasp.source or "", *self.crasp.alphabet]
+        parts += [str(self.min_length), str(self.train_max)]
+        sampler = ""
+        if self.generator is not None:
+            sampler = f" generator={self.generator.identity}"
+            parts.append(sampler)
+        text = "\0".join(parts)
+        return f"{self.name}@{hashlib.sha256(text.encode()).hexdigest()[:12]}{sampler}"
 
     @classmethod
     def from_file(
@@ -92,9 +242,11 @@ class ProgramTask(SequenceTask):
         path: str | Path,
         alphabet: Iterable[str] | None = None,
         lengths: tuple[int, int] = (1, 50),
+        generator: UserGenerator | None = None,
     ) -> ProgramTask:
         """The task of the program file ``path`` (CraspError when it cannot be read or
-        parsed, or its outputs are not Boolean), trained on LEN ``lengths[0]..lengths[1]``."""
+        parsed, or its outputs are not Boolean), trained on LEN ``lengths[0]..lengths[1]``,
+        its strings drawn by ``generator`` when given."""
         program = load_program(path, alphabet)
         outputs = program.outputs
         if not outputs:
@@ -132,6 +284,7 @@ class ProgramTask(SequenceTask):
             train_max=hi,
             crasp=program,
             path=str(path),
+            generator=generator,
         )
 
     @property
@@ -235,10 +388,14 @@ class ProgramTask(SequenceTask):
         return [tuple(w) for w in words]
 
     def sample_batch(self, rng: np.random.Generator, lengths: Sequence[int]) -> list[Example]:
-        """One example per LEN in ``lengths``: uniform or steered (module docstring)."""
+        """One example per LEN in ``lengths``: from the user's generator, else uniform or
+        steered (module docstring)."""
         sigma = self.alphabet
+        if self.generator is not None:
+            words = [self.generator.word(rng, n, sigma) for n in lengths]
+            return self._examples(words)
         steer = rng.random(len(lengths)) < STEERED
-        words: list[tuple[str, ...]] = [()] * len(lengths)
+        words = [()] * len(lengths)
         for k, n in enumerate(lengths):
             if not steer[k]:
                 words[k] = tuple(sigma[int(a)] for a in rng.integers(len(sigma), size=n))
@@ -248,6 +405,10 @@ class ProgramTask(SequenceTask):
             grown = self.steered(rng, len(chosen), longest)
             for k, word in zip(chosen, grown, strict=True):
                 words[k] = word[: lengths[k]]
+        return self._examples(words)
+
+    def _examples(self, words: Sequence[tuple[str, ...]]) -> list[Example]:
+        """The examples of ``words``, labelled by the interpreter."""
         labels = self.interpreter_labels(words)
         start = self.vocab[0]
         return [

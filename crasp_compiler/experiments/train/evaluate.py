@@ -17,7 +17,9 @@ Definitions:
   entry), ``rel_error`` (sum of absolute errors over the sum of absolute targets) and
   ``close_accuracy`` (the fraction of lists whose every entry passes
   ``|pred - y| <= 0.05 + 0.05·|y|``, i.e. ``isclose`` with absolute and relative
-  tolerance 0.05: the positional paper's "closeness" transformation).
+  tolerance 0.05: the positional paper's "closeness" transformation); for a task made
+  from a PCOC file (``reports_agreement``) also ``agreement``: the MSE between the trained
+  and the compiled outputs.
 """
 
 from __future__ import annotations
@@ -258,9 +260,14 @@ def evaluate_numeric(
 ) -> dict:
     """Per scale factor: ``metrics`` of the trained model and, when ``compiled`` and the task
     has a program, ``compiled_metrics`` of ``task.compiled_values`` (else ``None``);
-    ``compiled_error`` as in :func:`evaluate_sequence`."""
+    ``compiled_error`` as in :func:`evaluate_sequence`. Tasks with ``reports_agreement``
+    also get ``agreement``: the MSE between the trained and the compiled outputs per scale
+    (``None`` without the compiled values)."""
     result: dict = {"metrics": {}, "compiled_metrics": None, "compiled_error": None}
     use_compiled = compiled and task.program is not None
+    agreement = getattr(task, "reports_agreement", False)
+    if agreement:
+        result["agreement"] = {} if use_compiled else None
     if use_compiled:
         result["compiled_metrics"] = {}
     for scale, (inputs, targets) in test_sets.items():
@@ -273,6 +280,11 @@ def evaluate_numeric(
         except (CraspError, NotImplementedError) as exc:
             result["compiled_error"] = one_line(exc)
             result["compiled_metrics"] = None
+            if agreement:
+                result["agreement"] = None
             continue
-        result["compiled_metrics"][scale] = numeric_metrics(values.astype(np.float64), targets)
+        values = values.astype(np.float64)
+        result["compiled_metrics"][scale] = numeric_metrics(values, targets)
+        if agreement:
+            result["agreement"][scale] = float(np.mean((predicted - values) ** 2))
     return result

@@ -13,19 +13,45 @@ paper's V-only fine-tuning), and evaluated before and after at every value scale
 ``exact_before`` / ``exact_after`` say whether the largest error at every scale is within
 the compiled model's stated tolerance times c (the compiled model's error grows with the
 values it carries).
+
+``bound`` re-bounds the program before compiling it (:func:`rebound_program`): the task
+programs declare ``|x| ≤ 1e9`` and use ±1e9 as the defaults that must dominate every
+value (big-M constants, which make the loss very sharp around the compiled weights). A
+re-bounded model is used only when it is exact on the test sets before fine-tuning; the
+results record the bound used.
+
+:func:`finetune_runs` runs many configurations into one JSON file of small records,
+resumably (see there).
 """
 
 from __future__ import annotations
 
+import json
+import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from crasp_compiler.errors import CraspError
 from crasp_compiler.experiments.tasks.base import NumericTask
+from crasp_compiler.experiments.tasks.numeric import PcocNumericTask
 from crasp_compiler.experiments.tasks.registry import get_task
+from crasp_compiler.files import write_text
+from crasp_compiler.languages.pcoc import interpret_pcoc_batch
+from crasp_compiler.languages.pcoc.compile import compile_pcoc
 from crasp_compiler.languages.pcoc.lower import TOKEN
+from crasp_compiler.languages.pcoc.nodes import Program
+from crasp_compiler.languages.pcoc.parse import parse_pcoc
+from crasp_compiler.languages.pcoc.syntax import parse_tree
+
+if TYPE_CHECKING:
+    import torch
+
+    from crasp_compiler.runtime.torch_module import TorchTransformer
 
 PARAMS = ("all", "values")
 OPTIMIZERS = ("adamw", "sgd")
@@ -51,16 +77,55 @@ class FinetuneConfig:
     scales: list[float] = field(default_factory=lambda: [float(c) for c in range(1, 11)])
     test_size: int = 256
     seed: int = 0
+    bound: float | None = None  # the program's declared bound B (None: its own)
 
 
-def _forward(module, inputs: np.ndarray, output: int):
+def declared_bound(program: Program) -> float:
+    """The one bound B that every input and bounded slot of ``program`` declares
+    (CraspError if there is none or they differ)."""
+    bounds = {slot.bound for slot in program.slots if slot.bound is not None}
+    inputs = {program.slot(name).bound for name in program.inputs}
+    if len(bounds) != 1 or inputs != bounds:
+        raise CraspError(
+            f"{program.filename}: re-bounding needs one bound declared on every input and "
+            f"bounded slot, not {sorted(bounds | inputs, key=str)}"
+        )
+    return float(bounds.pop())
+
+
+def rebound_program(program: Program, bound: float) -> Program:
+    """``program`` with its declared bound B replaced by ``bound``: every number literal
+    equal to B (the slots' bounds, and the defaults and initial values ±B that must
+    dominate every value, as in the task programs) becomes ``bound``; the rewritten text
+    is parsed and checked again. Literals equal to B are taken to mean the bound."""
+    if not (math.isfinite(bound) and bound > 0):
+        raise CraspError(f"the bound must be a finite number > 0, not {bound!r}")
+    old = declared_bound(program)
+    literals = [
+        token
+        for token in parse_tree(program.source, program.filename).scan_values(
+            lambda v: getattr(v, "type", None) == "NUMBER"
+        )
+        if float(token) == old
+    ]
+    text = program.source
+    for token in sorted(literals, key=lambda t: t.start_pos, reverse=True):
+        text = text[: token.start_pos] + repr(float(bound)) + text[token.end_pos :]
+    return parse_pcoc(text, f"{program.filename} (bound {bound:g})")
+
+
+def _forward(module: TorchTransformer, inputs: np.ndarray, output: int) -> torch.Tensor:
     """The module's output slot at the n machine positions, for inputs (B, n)."""
     ids, lengths = module.encode([[TOKEN] * inputs.shape[1]] * len(inputs))
     values = module.encode_values(list(inputs), lengths)
-    return module(ids, lengths, values)[:, 1:, output]
+    out: torch.Tensor = module(ids, lengths, values)[:, 1:, output]
+    return out
 
 
-def _evaluate(module, task: NumericTask, tests: dict[float, np.ndarray], output: int) -> dict:
+def _evaluate(
+    module: TorchTransformer, task: NumericTask, tests: dict[float, np.ndarray], output: int
+) -> dict[str, Any]:
+    """MSE/c² and the largest absolute error at every test scale c."""
     import torch
 
     out = {}
@@ -75,14 +140,30 @@ def _evaluate(module, task: NumericTask, tests: dict[float, np.ndarray], output:
     return out
 
 
-def finetune(config: FinetuneConfig) -> dict:
+def _largest(values: Sequence[float]) -> float:
+    """The largest of ``values`` (0 for none), NaN if any is NaN (``max`` would depend on
+    the order)."""
+    return math.nan if any(math.isnan(v) for v in values) else max(values, default=0.0)
+
+
+def worst_error(scores: dict[str, Any]) -> float:
+    """The largest ``max_abs_error`` over the scales of ``scores`` (NaN if any is NaN)."""
+    return _largest([s["max_abs_error"] for s in scores.values()])
+
+
+def _exact(scores: dict[str, Any], tolerance: float) -> bool:
+    """Whether the largest error at every scale c is within ``tolerance`` · max(1, c)."""
+    return all(s["max_abs_error"] <= tolerance * max(1.0, float(c)) for c, s in scores.items())
+
+
+def finetune(config: FinetuneConfig) -> dict[str, Any]:
     """Fine-tune the compiled model of ``config.task`` and return the results (JSON-able)."""
     import torch
 
     from crasp_compiler.runtime.torch_module import TorchTransformer
 
     task = get_task(config.task)
-    if not isinstance(task, NumericTask) or task.program is None:
+    if not isinstance(task, PcocNumericTask):
         raise CraspError(f"task {config.task!r} is not a numeric task with a PCOC program")
     if config.params not in PARAMS:
         raise CraspError(f"params must be one of {PARAMS}, not {config.params!r}")
@@ -90,7 +171,21 @@ def finetune(config: FinetuneConfig) -> dict:
         raise CraspError(f"optimizer must be one of {OPTIMIZERS}, not {config.optimizer!r}")
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
-    model = task.compiled_model(config.n, config.mode)
+    program = task.pcoc_program()
+    if config.bound is None:
+        bound = program.slot(program.inputs[0]).bound
+        model = task.compiled_model(config.n, config.mode)
+    else:
+        bound = float(config.bound)
+        largest = task.value_range * max([*config.scales, config.train_scale])
+        if bound < largest:
+            raise CraspError(
+                f"bound {bound:g} is smaller than the largest value drawn ({largest:g}: "
+                f"values in [-{task.value_range:g}c, {task.value_range:g}c] up to "
+                f"c = {largest / task.value_range:g})"
+            )
+        program = rebound_program(program, bound)
+        model = compile_pcoc(program, config.n, mode=config.mode)
     if len(model.inputs) != 1:
         raise CraspError(f"task {config.task!r}: expected one numeric input channel")
     output = [o.name for o in model.outputs].index(task.output)
@@ -109,6 +204,7 @@ def finetune(config: FinetuneConfig) -> dict:
             f"nothing to train: the compiled model of {config.task} at n={config.n} has no "
             f"attention, so no value maps (params {config.params!r})"
         )
+    opt: torch.optim.Optimizer
     if config.optimizer == "adamw":
         opt = torch.optim.AdamW(trainable, lr=config.lr, weight_decay=config.weight_decay)
     else:
@@ -120,7 +216,21 @@ def finetune(config: FinetuneConfig) -> dict:
         )
         for c in config.scales
     }
+    if config.bound is not None:
+        for c, inputs in tests.items():  # every slot within the new bound
+            try:
+                interpret_pcoc_batch(program, config.n, inputs, check_promises=True)
+            except CraspError as err:
+                raise CraspError(
+                    f"bound {bound:g} is too small for {config.task} at c = {c:g}: {err}"
+                ) from None
     before = _evaluate(module, task, tests, output)
+    if config.bound is not None and not _exact(before, tolerance):
+        raise CraspError(
+            f"the model of {config.task} compiled with bound {bound:g} is not exact on the "
+            f"test sets before fine-tuning (largest error {worst_error(before):.3g}, "
+            f"tolerance {tolerance:g} x c)"
+        )
     start_weights = {n: p.detach().clone() for n, p in module.named_parameters()}
     start = time.perf_counter()
     losses = []
@@ -134,24 +244,20 @@ def finetune(config: FinetuneConfig) -> dict:
         target = torch.tensor(task.target(inputs))
         loss = torch.mean((_forward(module, inputs, output) - target) ** 2)
         opt.zero_grad()
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         opt.step()
         losses.append(float(loss.detach()))
     after = _evaluate(module, task, tests, output)
-    moved = max(
-        (
+    moved = _largest(
+        [
             float((p.detach() - start_weights[n]).abs().max())
             for n, p in module.named_parameters()
             if p.numel()
-        ),
-        default=0.0,
+        ]
     )
-
-    def exact(scores: dict) -> bool:
-        return all(s["max_abs_error"] <= tolerance * max(1.0, float(c)) for c, s in scores.items())
-
     return {
         "config": asdict(config),
+        "bound": bound,
         "trainable": names,
         "tolerance": tolerance,
         "loss_first": losses[0] if losses else None,
@@ -159,7 +265,100 @@ def finetune(config: FinetuneConfig) -> dict:
         "largest_weight_change": moved,
         "before": before,
         "after": after,
-        "exact_before": exact(before),
-        "exact_after": exact(after),
+        "exact_before": _exact(before, tolerance),
+        "exact_after": _exact(after, tolerance),
         "seconds": time.perf_counter() - start,
     }
+
+
+# ------------------------------------------------------------------ many runs, one file
+
+NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def _encode(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by "nan", "inf" or "-inf"."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: _encode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_encode(v) for v in value]
+    return value
+
+
+def _decode(value: Any) -> Any:
+    """The inverse of :func:`_encode`: the strings "nan", "inf", "-inf" become floats."""
+    if isinstance(value, str):
+        return NON_FINITE.get(value, value)
+    if isinstance(value, dict):
+        return {k: _decode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    return value
+
+
+def dump_records(records: list[dict[str, Any]]) -> str:
+    """``records`` as strict JSON (non-finite floats as the strings "nan", "inf", "-inf"),
+    one record per line."""
+    lines = [json.dumps(_encode(r), allow_nan=False) for r in records]
+    return "[\n" + ",\n".join(lines) + "\n]\n"
+
+
+def load_records(path: Path) -> list[dict[str, Any]]:
+    """The records of a file written by :func:`dump_records` ([] if there is none)."""
+    if not path.exists():
+        return []
+    try:
+        records = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise CraspError(f"cannot read fine-tuning records: {err}", filename=str(path)) from None
+    if not isinstance(records, list):
+        raise CraspError("fine-tuning records must be a JSON list", filename=str(path))
+    return [_decode(r) for r in records]
+
+
+def record_key(config: dict[str, Any]) -> str:
+    """The key of a run: its configuration as canonical JSON."""
+    return json.dumps(_encode(config), sort_keys=True)
+
+
+def summary(result: dict[str, Any], cpu_seconds: float) -> dict[str, Any]:
+    """The small record of one :func:`finetune` result: the configuration, the bound and
+    tolerance, exactness, the worst error over the scales before and after, the errors
+    per scale after, the largest weight change, the first and last loss, and the training
+    seconds (wall) and whole run's CPU seconds."""
+    keys = ("config", "bound", "tolerance", "exact_before", "exact_after")
+    return {
+        **{k: result[k] for k in keys},
+        "worst_error_before": worst_error(result["before"]),
+        "worst_error_after": worst_error(result["after"]),
+        "after": result["after"],
+        **{k: result[k] for k in ("largest_weight_change", "loss_first", "loss_last")},
+        "seconds": result["seconds"],
+        "cpu_seconds": cpu_seconds,
+    }
+
+
+def finetune_runs(
+    configs: Sequence[FinetuneConfig],
+    path: Path,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Fine-tune every configuration whose record is not yet in ``path`` and return all
+    records. Each new record (:func:`summary`) is appended and the file rewritten
+    atomically at once, so an interrupted run loses only the run in progress and a rerun
+    resumes; ``progress`` is called with each new record."""
+    records = load_records(path)
+    done = {record_key(r["config"]) for r in records}
+    for config in configs:
+        if record_key(asdict(config)) in done:
+            continue
+        start = time.process_time()
+        result = finetune(config)
+        records.append(summary(result, time.process_time() - start))
+        done.add(record_key(result["config"]))
+        write_text(path, dump_records(records))
+        if progress is not None:
+            progress(records[-1])
+    return records

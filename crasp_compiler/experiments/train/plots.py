@@ -6,6 +6,10 @@
 - :func:`plot_value_scales`: numeric tasks, MSE per value scale c on a log axis, one line
   per numeric model kind, the compiled model dashed (zero errors drawn at ``MSE_FLOOR``).
 
+Runs of a program file (``crasp train --program``, family ``program``) also get, dotted,
+the trained model's agreement with the compiled one: per length bin the fraction of
+sequences on which they agree (C-RASP), per scale the MSE between their outputs (PCOC).
+
 Each writes one PNG per task and, for several tasks, one overview grid (each replaced
 whole: a failed write keeps the old file). :func:`load_results` gathers the results of
 grid files and run directories.
@@ -19,6 +23,7 @@ import math
 import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -93,11 +98,23 @@ def _group(items: Iterable[dict], key: Callable[[dict], object]) -> dict:
     return groups
 
 
-def _crasp_class(task: str) -> str:
+def _title(task: str, runs: list[dict[str, Any]]) -> str:
+    """``task — class``: the registered task's C-RASP class, or the program's language."""
+    from crasp_compiler.experiments.tasks.base import PROGRAM_FAMILY
     from crasp_compiler.experiments.tasks.registry import all_tasks
 
+    if runs[0].get("family") == PROGRAM_FAMILY:
+        kind = "C-RASP" if runs[0].get("kind") == "sequence" else "PCOC"
+        return f"{task} — {kind} program"
     found = all_tasks().get(task)
-    return "unregistered task" if found is None else found.crasp_class
+    return f"{task} — {'unregistered task' if found is None else found.crasp_class}"
+
+
+def _agreement(runs: list[dict[str, Any]]) -> bool:
+    """Whether to draw the trained model's agreement with the compiled one: program runs."""
+    from crasp_compiler.experiments.tasks.base import PROGRAM_FAMILY
+
+    return any(r.get("family") == PROGRAM_FAMILY and r.get("agreement") for r in runs)
 
 
 def _figures(
@@ -163,12 +180,18 @@ def _draw_length_bins(axes: Axes, task: str, runs: list[dict]) -> None:
         bins.update(run["bins"])
     names = sorted(bins, key=lambda name: tuple(bins[name]))
     x = np.arange(len(names))
+    agreement = _agreement(runs)
     for pe, group in _group(runs, lambda r: r["config"]["pe"]).items():
         mean, low, high = _spread([[r["accuracy"].get(b, np.nan) for b in names] for r in group])
         color = PE_COLORS.get(pe)
-        axes.plot(x, mean, marker="o", color=color, label=f"{pe} ({_seeds(len(group))})")
+        line = axes.plot(x, mean, marker="o", color=color, label=f"{pe} ({_seeds(len(group))})")
         if len(group) > 1:
             axes.fill_between(x, low, high, color=color, alpha=0.2, linewidth=0)
+        if agreement:
+            rows = [[(r.get("agreement") or {}).get(b, np.nan) for b in names] for r in group]
+            mean, _, _ = _spread(rows)
+            label = f"{pe}: agreement with compiled"
+            axes.plot(x, mean, ":", marker=".", color=line[0].get_color(), label=label)
     compiled = [r["compiled_accuracy"] for r in runs if r.get("compiled_accuracy")]
     if compiled:
         mean, _, _ = _spread([[c.get(b, np.nan) for b in names] for c in compiled])
@@ -176,8 +199,10 @@ def _draw_length_bins(axes: Axes, task: str, runs: list[dict]) -> None:
     axes.set_xticks(x, names)
     axes.set_ylim(-0.03, 1.03)
     axes.set_xlabel("length bin (LEN)")
-    axes.set_ylabel("accuracy (sequences exactly right)")
-    axes.set_title(f"{task} — {_crasp_class(task)}")
+    axes.set_ylabel(
+        "accuracy / agreement (sequences)" if agreement else "accuracy (sequences exactly right)"
+    )
+    axes.set_title(_title(task, runs))
     axes.grid(alpha=0.3)
 
 
@@ -186,20 +211,31 @@ def _draw_value_scales(axes: Axes, task: str, runs: list[dict]) -> None:
     scales = sorted({float(c) for run in runs for c in run["metrics"]})
     several_n = len({run.get("n") for run in runs}) > 1
 
-    def mse(metrics: dict) -> list[float]:
-        by_scale = {float(c): m["mse"] for c, m in metrics.items()}
+    def on_axis(values: dict[str, float]) -> list[float]:
+        by_scale = {float(c): value for c, value in values.items()}
         return [max(by_scale.get(c, np.nan), MSE_FLOOR) for c in scales]
+
+    def mse(metrics: dict) -> list[float]:
+        return on_axis({c: m["mse"] for c, m in metrics.items()})
 
     def key(run: dict) -> str:
         kind = run["config"].get("numeric_kind", "?")
         return f"{kind}, n={run.get('n')}" if several_n else kind
 
+    agreement = _agreement(runs)
     for label, group in _group(runs, key).items():
         mean, low, high = _spread([mse(r["metrics"]) for r in group])
         color = KIND_COLORS.get(group[0]["config"].get("numeric_kind")) if not several_n else None
-        axes.plot(scales, mean, marker="o", color=color, label=f"{label} ({_seeds(len(group))})")
+        line = axes.plot(
+            scales, mean, marker="o", color=color, label=f"{label} ({_seeds(len(group))})"
+        )
         if len(group) > 1:
             axes.fill_between(scales, low, high, color=color, alpha=0.2, linewidth=0)
+        rows = [on_axis(r["agreement"]) for r in group if r.get("agreement")]
+        if agreement and rows:
+            mean, _, _ = _spread(rows)
+            shade = line[0].get_color()
+            axes.plot(scales, mean, ":", marker=".", color=shade, label=f"{label}: MSE to compiled")
     compiled = [r["compiled_metrics"] for r in runs if r.get("compiled_metrics")]
     if compiled:
         mean, _, _ = _spread([mse(c) for c in compiled])
@@ -209,5 +245,5 @@ def _draw_value_scales(axes: Axes, task: str, runs: list[dict]) -> None:
     axes.set_yscale("log")
     axes.set_xlabel("value scale c (test inputs × c)")
     axes.set_ylabel("MSE")
-    axes.set_title(f"{task} — {_crasp_class(task)}")
+    axes.set_title(_title(task, runs))
     axes.grid(alpha=0.3, which="both")

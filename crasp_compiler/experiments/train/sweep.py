@@ -68,6 +68,7 @@ table, else anywhere; with no such line the message names the key only.
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import itertools
 import json
@@ -80,7 +81,7 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path, PurePosixPath
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from crasp_compiler.errors import CraspError, Diagnostic, Span, source_lines
 from crasp_compiler.experiments.train.evaluate import one_line
@@ -93,6 +94,12 @@ from crasp_compiler.experiments.train.loop import (
     train_key,
 )
 from crasp_compiler.files import writable_dir
+
+if TYPE_CHECKING:
+    from crasp_compiler.experiments.tasks.numeric import PcocNumericTask
+    from crasp_compiler.experiments.tasks.program import ProgramTask
+
+    ProgramTasks = dict[tuple[object, ...], ProgramTask | PcocNumericTask]
 
 KEYS = ("out", "results", "workers", "gpus", "preset", "base", "grid", "task")
 FIELDS = [f.name for f in fields(TrainConfig)]
@@ -178,7 +185,8 @@ def _check_value(
     grid: _GridFile, table: str, key: str, value: object, index: int | None = None
 ) -> None:
     """Refuse ``key = value`` in ``[table]`` (``index``: the value is that element of a
-    ``[grid]`` list) unless it is a usable TrainConfig field."""
+    ``[grid]`` list) unless it is a usable TrainConfig field or program key
+    (:data:`PROGRAM_KEYS`: the program or generator it names is loaded)."""
     from crasp_compiler.experiments.tasks.registry import get_task
 
     path = key if index is None else f"{key}[{index}]"
@@ -186,6 +194,16 @@ def _check_value(
     def fail(message: str, hint: str | None = None) -> CraspError:
         return grid.error(f"[{table}] {path}{message}", table, key, hint)
 
+    if key in PROGRAM_KEYS:
+        if key == "program" and table.startswith("task."):
+            raise fail(": cannot be overridden in a [task.NAME] table")
+        try:
+            problem = _program_value_problem(grid, key, value)
+        except CraspError as err:
+            raise fail(f": {one_line(err)}") from None
+        if problem:
+            raise fail(f" {problem}")
+        return
     if key not in FIELDS:
         close = difflib.get_close_matches(key, FIELDS, n=1)
         raise fail(": not a TrainConfig field", f"did you mean {close[0]}?" if close else None)
@@ -244,9 +262,139 @@ def _readable(values: dict) -> str:
     return text[:80] or "run"
 
 
+PROGRAM_KEYS = ("program", "alphabet", "lengths", "generator")  # a program file as the task
+_PROGRAM_RULES: dict[str, tuple[str, Callable[[object], bool]]] = {
+    "program": (
+        "a path to a .cr, .crasp or .pcoc file (a string)",
+        lambda v: isinstance(v, str) and bool(v) and "\0" not in v,
+    ),
+    "alphabet": (
+        "a non-empty list of symbols (non-empty strings)",
+        lambda v: isinstance(v, list) and bool(v) and all(isinstance(s, str) and s for s in v),
+    ),
+    "lengths": (
+        f"[lo, hi] with 0 <= lo <= hi <= {MAX_LEN}",
+        lambda v: (
+            isinstance(v, list)
+            and len(v) == 2
+            and all(type(x) is int for x in v)
+            and 0 <= v[0] <= v[1] <= MAX_LEN
+        ),
+    ),
+    "generator": (
+        "MODULE:FUNCTION or FILE.py:FUNCTION (a string)",
+        lambda v: isinstance(v, str) and "\0" not in v,
+    ),
+}
+
+
+def _program_value_problem(grid: _GridFile, key: str, value: object) -> str | None:
+    """``must be ..., not ...`` when ``value`` is of the wrong shape for the program key
+    ``key``; a ``program`` or ``generator`` is loaded (relative to the grid file), so a
+    missing file or a program with errors raises its CraspError."""
+    from crasp_compiler.experiments.tasks.program import UserGenerator, load_program_task
+
+    what, ok = _PROGRAM_RULES[key]
+    if not ok(value):
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:59] + "…"
+        return f"must be {what}, not {shown}"
+    if key == "program":
+        load_program_task(grid.path.parent / str(value))
+    elif key == "generator":
+        UserGenerator(str(value), grid.path.parent)
+    return None
+
+
+def _task_name(config: dict[str, Any]) -> str:
+    """The name a run's ``[task.NAME]`` table and its results use: the task's, or the
+    program file's stem."""
+    task = config.get("task")
+    if task is None:
+        return Path(str(config.get("program", ""))).stem
+    return task if isinstance(task, str) else str(task.name)
+
+
+def _program_task(
+    grid: _GridFile,
+    config: dict[str, Any],
+    origin: Callable[[str], tuple[str, int | None]],
+    made: ProgramTasks,
+) -> None:
+    """Replace the program keys of a run's ``config`` by the task of its program (made
+    once per program settings, in ``made``); for a C-RASP program ``train_max`` becomes the
+    end of ``lengths``, for a PCOC one every scale is checked against the input bound.
+    ``origin(key)``: the table (and ``[grid]`` index) that gave the key, for errors."""
+    from crasp_compiler.experiments.tasks.numeric import PcocNumericTask
+    from crasp_compiler.experiments.tasks.program import UserGenerator, load_program_task
+
+    def fail(key: str, message: str, hint: str | None = None) -> CraspError:
+        table, index = origin(key)
+        path = key if index is None else f"{key}[{index}]"
+        return grid.error(f"[{table}] {path}{message}", table, key, hint)
+
+    settings = {key: config.pop(key) for key in PROGRAM_KEYS if key in config}
+    if "program" not in settings:
+        raise fail(next(iter(settings)), ': only with a program (program = "PROG.cr")')
+    alphabet, lengths = settings.get("alphabet"), settings.get("lengths")
+    generator = settings.get("generator")
+    made_key = (
+        settings["program"],
+        None if alphabet is None else tuple(alphabet),
+        None if lengths is None else tuple(lengths),
+        generator,
+    )
+    if made_key not in made:
+        try:
+            made[made_key] = load_program_task(
+                grid.path.parent / settings["program"],
+                alphabet,
+                None if lengths is None else (lengths[0], lengths[1]),
+                None if generator is None else UserGenerator(generator, grid.path.parent),
+            )
+        except CraspError as err:
+            blame = next((k for k in ("alphabet", "lengths", "generator") if k in settings), None)
+            raise fail(blame or "program", f": {one_line(err)}") from None
+    task = made[made_key]
+    if isinstance(task, PcocNumericTask):
+        scales = TrainConfig.from_dict({**config, "task": task}).scales
+        try:
+            task.check_scales(scales)
+        except CraspError as err:
+            raise fail(
+                "scales" if "scales" in config else "program", f": {one_line(err)}"
+            ) from None
+    elif "train_max" in config:
+        raise fail("train_max", ": with a C-RASP program, give the range as lengths = [lo, hi]")
+    else:
+        config["train_max"] = task.train_max
+    config["task"] = task
+
+
+def _named(values: dict[str, Any]) -> dict[str, Any]:
+    """A run's grid values for its name: a program by its file's stem."""
+    return {k: Path(v).stem if k == "program" else v for k, v in values.items()}
+
+
+def _origin(
+    key: str,
+    values: dict[str, Any],
+    grid: dict[str, list[Any]],
+    name: str,
+    per_task: dict[str, dict[str, Any]],
+) -> tuple[str, int | None]:
+    """The table that gives a run ``key`` (with the index of its value in a ``[grid]`` list)."""
+    if key in per_task.get(name, {}):
+        return f"task.{name}", None
+    if key in values:
+        return "grid", grid[key].index(values[key])
+    return "base", None
+
+
 def load_grid(path: str | Path) -> tuple[list[Run], dict]:
     """The runs of a grid file and its settings (``out``, ``workers``, ``gpus``); a
-    CraspError naming the key (and its line) for anything wrong in the file."""
+    CraspError naming the key (and its line) for anything wrong in the file. A run with
+    a ``program`` (relative to the grid file) has that program's task as its ``task``
+    (:func:`_program_task`) and is named by the file's stem."""
     path = Path(path)
     grid_file = _GridFile(path)
     spec, error = grid_file.spec, grid_file.error
@@ -284,8 +432,12 @@ def load_grid(path: str | Path) -> tuple[list[Run], dict]:
             raise error(f"[grid] {key} must be a non-empty list", "grid", key)
         for index, value in enumerate(values):
             _check_value(grid_file, "grid", key, value, index)
-    if "task" not in grid and "task" not in base:
-        raise error("no task: give [base] task or a [grid] task list")
+    declared = {**base, **grid}
+    if "task" in declared and "program" in declared:
+        table = "grid" if "program" in grid else "base"
+        raise error(f"[{table}] program: give task or program, not both", table, "program")
+    if "task" not in declared and "program" not in declared:
+        raise error("no task: give [base] task or program, or a [grid] task or program list")
     count = math.prod(len(values) for values in grid.values())
     if count > MAX_RUNS:
         raise error(f"the grid has {count} runs, more than {MAX_RUNS}: split it into several")
@@ -298,15 +450,22 @@ def load_grid(path: str | Path) -> tuple[list[Run], dict]:
     except (OSError, RuntimeError) as err:
         raise error(f"results: cannot resolve {saved!r}: {err}", None, "results") from None
     runs: dict[Path, Run] = {}
+    programs: ProgramTasks = {}  # the task of each program setting, made once
     for combo in itertools.product(*grid.values()):
         values = dict(zip(grid, combo, strict=True))
         config = {**PRESETS[preset], **base, **values}
-        config.update(per_task.get(config["task"], {}))
+        task_name = _task_name(config)
+        config.update(per_task.get(task_name, {}))
+        if any(key in config for key in PROGRAM_KEYS):
+            where = functools.partial(
+                _origin, values=values, grid=grid, name=task_name, per_task=per_task
+            )
+            _program_task(grid_file, config, where, programs)
         given = config.pop("out_dir", None)
         key = train_key({**config, "progress": False})  # every field was checked above
         text = json.dumps({**key, "out_dir": given}, sort_keys=True)
         digest = hashlib.sha256(text.encode()).hexdigest()[:HASH_DIGITS]
-        name = f"{given if given is not None else _readable(values)}-{digest}"
+        name = f"{given if given is not None else _readable(_named(values))}-{digest}"
         directory = root / name
         if directory in runs:
             if train_key(runs[directory].config) != key:  # a hash collision: never seen
@@ -316,7 +475,7 @@ def load_grid(path: str | Path) -> tuple[list[Run], dict]:
         runs[directory] = Run(
             name, {**config, "out_dir": str(directory), "progress": False}, record
         )
-    unused = sorted(set(per_task) - {run.config["task"] for run in runs.values()})
+    unused = sorted(set(per_task) - {_task_name(run.config) for run in runs.values()})
     if unused:
         table = f"task.{unused[0]}"
         raise error(f"[{table}]: no run of the grid has task {unused[0]!r}", table)
