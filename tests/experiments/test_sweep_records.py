@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from crasp_compiler.errors import CraspError
+from crasp_compiler.experiments.train.plots import load_results
 from crasp_compiler.experiments.train.sweep import collect, finished, load_grid, run_sweep
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -73,6 +74,7 @@ def test_finished_runs_are_recorded_and_a_fresh_clone_resumes_from_the_records(g
     shutil.rmtree(grid.parent / "runs")  # a fresh clone: the records only
     assert _sweep(grid) == []
     assert sorted(r["run"] for r in collect(grid)) == sorted(run.name for run in runs)
+    assert len(load_results([grid])) == 2  # crasp plot draws them too
 
 
 def test_runs_finished_before_the_grid_had_records_are_copied(grid):

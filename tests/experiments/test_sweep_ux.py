@@ -258,15 +258,16 @@ def test_the_defaults_are_minutes_and_paper_is_one_flag_or_key_away(tmp_path, mo
     assert [(r.config["steps"], r.config["test_size"]) for r in runs] == [(5, 2000), (30000, 2000)]
 
 
-@pytest.mark.parametrize("name", ["length_generalization", "value_generalization"])
+@pytest.mark.parametrize("name", ["length_generalization", "value_generalization", "chomsky"])
 def test_the_report_grids_set_their_sizes_themselves(name):
     """docs/length-generalization.md's runs do not depend on the defaults."""
     text = (ROOT / "benchmarks" / "grids" / f"{name}.toml").read_text()
     base = text.split("[base]")[1].split("[grid]")[0]
     assert all(re.search(rf"^{key} = ", base, re.M) for key in PRESETS["quick"])
     runs, _ = load_grid(ROOT / "benchmarks" / "grids" / f"{name}.toml")
-    expected = {"length_generalization": 1200, "value_generalization": 1500}[name]
-    assert {run.config["steps"] for run in runs} == {expected}
+    expected = {"length_generalization": 1200, "value_generalization": 1500, "chomsky": 2000}
+    assert {run.config["steps"] for run in runs} == {expected[name]}
+    assert all(run.record is not None for run in runs)  # committed, so a clone resumes
 
 
 def test_duration_and_estimate_message():

@@ -39,9 +39,9 @@ GRID_COLUMNS = 4  # overview figures: subplots per row
 
 
 def load_results(sources: Iterable[str | Path]) -> list[dict]:
-    """The results of every finished run under ``sources``: grid TOML files (their runs'
-    directories), ``results.json`` files, run directories, or directories searched
-    recursively for ``results.json``. Each dict gets its directory under ``"run_dir"``;
+    """The results of every finished run under ``sources``: grid TOML files (each run's
+    record in the grid's ``results`` directory, else its ``results.json``), ``results.json``
+    files, run directories, or directories searched recursively for ``results.json``. Each dict gets its directory under ``"run_dir"``;
     a file reached twice is read once. A file that is not a complete ``results.json`` (an
     interrupted write) is skipped with a warning naming it."""
     from crasp_compiler.experiments.train.sweep import load_grid
@@ -53,10 +53,16 @@ def load_results(sources: Iterable[str | Path]) -> list[dict]:
             found = sorted(path.rglob("results.json"))
         elif path.name == "results.json":
             found = [path]
-        elif path.is_file():
+        elif path.is_file():  # a run's record, else its results.json
             runs, _ = load_grid(path)
-            found = [run.out_dir / "results.json" for run in runs]
-            found = [file for file in found if file.exists()]
+            records = [run.record for run in runs if run.record is not None]
+            found = [file for file in records if file.exists()]
+            found += [
+                run.out_dir / "results.json"
+                for run in runs
+                if (run.record is None or not run.record.exists())
+                and (run.out_dir / "results.json").exists()
+            ]
         else:
             raise CraspError("no such file or directory", filename=str(path))
         files.update((file.resolve(), None) for file in found)
