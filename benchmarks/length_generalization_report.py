@@ -120,13 +120,14 @@ def crasp_table(results: list[dict]) -> str:
     order = {name: k for k, name in enumerate(dict.fromkeys(r["task"] for r in results))}
     bins = list(results[0]["accuracy"])
     head = ["task", "class", "PE", "predicted", "seeds", *bins]
-    head += [f"seeds ≥ 0.9 on {bins[2]}", "compiled", f"agreement {bins[-1]}"]
+    head += [f"seeds ≥ 0.9 on {bins[2]}", "steps", "compiled", f"agreement {bins[-1]}"]
     rows = []
     for (task, pe), group in sorted(groups.items(), key=lambda kv: (order[kv[0][0]], kv[0][1])):
         cls = get_task(task).crasp_class
         row = [f"`{task}`", cls, pe.upper(), PREDICTION[cls][pe], str(len(group))]
         row += [_fraction([g["accuracy"][b] for g in group]) for b in bins]
         row.append(f"{sum(g['accuracy'][bins[2]] >= 0.9 for g in group)} of {len(group)}")
+        row.append(_steps(group))
         compiled = [g.get("compiled_accuracy") for g in group]
         if all(c is not None for c in compiled):
             row.append(f"{min(min(c.values()) for c in compiled):.2f} (lowest)")
@@ -135,6 +136,14 @@ def crasp_table(results: list[dict]) -> str:
             row += ["no program", "–"]
         rows.append(row)
     return _rows(head, rows)
+
+
+def _steps(group: list[dict]) -> str:
+    """The steps the seeds trained for (``lo–hi``), ``*`` when some stopped early (100%
+    in distribution)."""
+    steps = [g["steps"] for g in group]
+    text = f"{min(steps)}" if min(steps) == max(steps) else f"{min(steps)}–{max(steps)}"
+    return text + ("*" if any(g.get("early_stopped") for g in group) else "")
 
 
 def chomsky_table(results: list[dict]) -> str:
