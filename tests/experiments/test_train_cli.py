@@ -349,7 +349,10 @@ T2 = '[base]\ntask = "tomita2"\n'
         ("workers = 0\n" + T2, "workers must be an integer in [1, 256], not 0"),
         ("gpus = 'x'\n" + T2, "gpus must be a number >= 0"),
         ("out = 3\n" + T2, "out must be a path (a string)"),
-        ("[base]\nsteps = 3", "no task: give [base] task or program, or a [grid] task or program list"),
+        (
+            "[base]\nsteps = 3",
+            "no task: give [base] task or program, or a [grid] task or program list",
+        ),
         ('[grid]\nout_dir = ["../../x"]\ntask = ["tomita2"]', "[grid] out_dir[0]: '../../x' is"),
         (T2 + 'out_dir = "/tmp/x"', "[base] out_dir: '/tmp/x' is outside the grid's out"),
         (T2 + '[task.tomita2]\nout_dir = "a/../../b"', "[task.tomita2] out_dir: 'a/../../b'"),
