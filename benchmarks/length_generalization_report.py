@@ -91,6 +91,11 @@ def _fraction(values: Sequence[float]) -> str:
     return f"{mean:.2f}" if low == high else f"{mean:.2f} [{low:.2f}, {high:.2f}]"
 
 
+def _percent(values: Sequence[float]) -> str:
+    mean, low, high = (100 * v for v in interval(values))
+    return f"{mean:.1f}" if low == high else f"{mean:.1f} [{low:.1f}, {high:.1f}]"
+
+
 def _scientific(values: Sequence[float]) -> str:
     mean, low, high = interval(values)
     return f"{mean:.1e}" if low == high else f"{mean:.1e} [{low:.1e}, {high:.1e}]"
@@ -152,8 +157,8 @@ def chomsky_table(results: list[dict]) -> str:
         return "No finished runs yet."
     groups = _grouped(results, lambda r: (r["task"], r["config"]["pe"]))
     bins = list(results[0]["accuracy"])
-    head = ["task", "level", "PE", "seeds", *(f"per token {b}" for b in bins)]
-    head += [f"sequences {bins[-1]}", "paper (Table 4, 41–500, %)"]
+    head = ["task", "level", "PE", "seeds", *(f"per token {b} (%)" for b in bins)]
+    head += [f"sequences {bins[-1]} (%)", "paper (Table 4, 41–500, %)"]
     rows = []
     for task in LEVELS:
         for pe in ("nope", "sin", "ape", "random"):
@@ -161,8 +166,8 @@ def chomsky_table(results: list[dict]) -> str:
             if not group:
                 continue
             row = [f"`{task}`", LEVELS[task], pe, str(len(group))]
-            row += [_fraction([g["position_accuracy"][b] for g in group]) for b in bins]
-            row.append(_fraction([g["accuracy"][bins[-1]] for g in group]))
+            row += [_percent([g["position_accuracy"][b] for g in group]) for b in bins]
+            row.append(_percent([g["accuracy"][bins[-1]] for g in group]))
             row.append(RUOSS_TABLE4[task][pe])
             rows.append(row)
     return _rows(head, rows)
