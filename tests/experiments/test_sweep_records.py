@@ -116,7 +116,7 @@ def test_a_record_that_cannot_be_written_fails_its_run_with_one_line(grid, monke
     write = Path.write_text
 
     def full_disk(self, *args, **kwargs):  # only the records' disk is full
-        if self.name.endswith(".partial"):
+        if self.name.endswith(".tmp"):
             raise OSError(28, "No space left on device")
         return write(self, *args, **kwargs)
 
@@ -126,11 +126,11 @@ def test_a_record_that_cannot_be_written_fails_its_run_with_one_line(grid, monke
         run_sweep(grid, on_finish=lambda run, error: errors.append(error))
     monkeypatch.undo()
     assert len(errors) == 2
-    assert all(e and "cannot save the results" in e and "No space left" in e for e in errors)
+    assert all(e and "cannot write the results" in e and "No space left" in e for e in errors)
     assert "\n" not in errors[0] and len(caught.value.diagnostics) == 2
     runs, _ = load_grid(grid)
     assert not any(run.record.exists() for run in runs)  # no partial record left
-    assert not list((grid.parent / "records").glob("*.partial"))
+    assert not list((grid.parent / "records").iterdir())  # no temporary file either
 
 
 @pytest.mark.parametrize("bad", ["3", "''"])

@@ -55,14 +55,13 @@ def load_results(sources: Iterable[str | Path]) -> list[dict]:
             found = [path]
         elif path.is_file():  # a run's record, else its results.json
             runs, _ = load_grid(path)
-            records = [run.record for run in runs if run.record is not None]
-            found = [file for file in records if file.exists()]
-            found += [
-                run.out_dir / "results.json"
+            found = [
+                run.record
+                if run.record is not None and run.record.exists()
+                else run.out_dir / "results.json"
                 for run in runs
-                if (run.record is None or not run.record.exists())
-                and (run.out_dir / "results.json").exists()
             ]
+            found = [file for file in found if file.exists()]
         else:
             raise CraspError("no such file or directory", filename=str(path))
         files.update((file.resolve(), None) for file in found)

@@ -93,7 +93,7 @@ from crasp_compiler.experiments.train.loop import (
     field_problem,
     train_key,
 )
-from crasp_compiler.files import writable_dir
+from crasp_compiler.files import replacing, writable_dir
 
 if TYPE_CHECKING:
     from crasp_compiler.experiments.tasks.numeric import PcocNumericTask
@@ -508,24 +508,15 @@ def finished(run: Run) -> dict | None:
 
 def save_record(run: Run) -> bool:
     """Copy a finished run's results to its record (the grid's ``results`` directory),
-    without the machine-specific ``out_dir``; written to a temporary file and renamed,
-    so a record is whole or absent. False when there is nothing to copy; a CraspError
-    when the record cannot be written (a full disk)."""
+    without the machine-specific ``out_dir``; the record is replaced whole
+    (:func:`~crasp_compiler.files.replacing`). False when there is nothing to copy; a
+    CraspError when the record cannot be written (a full disk)."""
     if run.record is None or (data := _read_results(run.out_dir / "results.json", run)) is None:
         return False
     config = {k: v for k, v in data["config"].items() if k not in ("out_dir", "progress")}
     text = json.dumps({**data, "config": config}, indent=1) + "\n"
-    partial = run.record.with_name(run.record.name + ".partial")
-    try:
-        run.record.parent.mkdir(parents=True, exist_ok=True)
+    with replacing(run.record, f"the results of {run.name}") as partial:
         partial.write_text(text)
-        partial.replace(run.record)
-    except OSError as err:
-        partial.unlink(missing_ok=True)
-        raise CraspError(
-            f"cannot save the results of {run.name}: {err.strerror or err}",
-            filename=str(run.record),
-        ) from None
     return True
 
 
