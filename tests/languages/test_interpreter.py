@@ -339,3 +339,42 @@ def test_counts_never_wrap_around():
     assert interpret(small, ["a"]).values["D"].dtype == np.int64  # the int64 fast path
     doubling = "\n".join(['A0 = # "a"', *(f"A{k} = A{k - 1} + A{k - 1}" for k in range(1, 64))])
     assert interpret(parse_program(doubling + "\nE = A63 > 0\n"), ["a"]).accepted
+
+
+# factors and constants around the int64 range: nested, they reach 10^28 and beyond
+HUGE = {"scale_range": (-(3 * 10**9), 3 * 10**9), "const_range": (-(10**19), 10**19)}
+
+
+@DIFFERENTIAL
+@given(data=st.data())
+def test_interpreter_is_exact_with_huge_coefficients(data):
+    """Every sub-expression is exact whatever its size, under comparisons, min, max and
+    conditionals too: the interpreter equals the naive evaluator's Python integers on
+    programs whose intermediate values cross int64."""
+    program = data.draw(programs(**HUGE, max_depth=4))
+    tokens = data.draw(inputs(program, max_len=6))
+    assert_matches_naive(program, tokens)
+
+
+@pytest.mark.parametrize(
+    ("source", "length", "first_true"),  # E holds from position first_true on
+    [
+        # 10^19·#a > 0 wrapped to a negative int64 inside the comparison
+        ('A = # "a"\nE = 1000000000 * (1000000000 * A) > 0\n', 10, 0),
+        # a near tie at 1.5·10^16·#a: int64 wrapped from position 607 on
+        (
+            'N1 = # "a"\nN2 = N1 - 1\n'
+            "E = 50410995 * (301017544 * N1) + -2 >= 50410995 * (301017544 * N2)\n",
+            608,
+            -1,
+        ),
+    ],
+)
+def test_comparisons_of_huge_counts_are_exact(source, length, first_true):
+    """The two programs of issue 24 item 1: the count arithmetic under a comparison is
+    bounded too, so it is evaluated in Python integers where int64 would wrap."""
+    program = parse_program(source)
+    got = interpret(program, ["a"] * length).values["E"].tolist()
+    assert got == naive_values(program, ["a"] * length)["E"]
+    expected = [t >= first_true + 1 for t in range(length + 1)]
+    assert got == expected

@@ -110,11 +110,13 @@ class Shape:
     C-RASP[∅]). ``alphabet``: a number of symbols (prefix of ``a b c d``), explicit
     symbols, or None to draw 1..4 symbols. ``max_depth``: the deepest nesting of one
     definition's expression (a leaf is depth 0; ``# "a"`` counts as a leaf of counts).
-    ``max_extra_outputs``: outputs besides the acceptance Boolean.
+    ``max_extra_outputs``: outputs besides the acceptance Boolean. ``scale_range`` /
+    ``const_range``: the factors of ``k *`` and the count constants (wide ranges give
+    values beyond int64, for the interpreter's exact integers).
 
-    Count values can grow by a factor of up to 3 per nesting level and per chained
-    reference, so ``max_depth * max_definitions`` well above 30 may exceed int64 in
-    the (numpy) interpreter; the defaults stay far below.
+    Count values grow by up to the largest factor per nesting level and per chained
+    reference; the interpreter evaluates them exactly at any size (Python integers
+    beyond int64), the compiler refuses coefficients beyond what float64 weights hold.
     """
 
     local: bool = True
@@ -124,6 +126,8 @@ class Shape:
     alphabet: int | tuple[str, ...] | None = None
     max_depth: int = 3
     max_extra_outputs: int = 2
+    scale_range: tuple[int, int] = SCALE_RANGE
+    const_range: tuple[int, int] = CONST_RANGE
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_definitions <= self.max_definitions:
@@ -245,7 +249,7 @@ class _Generator:
         if kind == "count":
             return Count(self.boolean(depth - 1), self.offsets())
         if kind == "scale":
-            return Scale(self.integer(*SCALE_RANGE), self.count(depth - 1))
+            return Scale(self.integer(*self.shape.scale_range), self.count(depth - 1))
         if kind == "cond":
             cond = self.boolean(depth - 1)
             return Cond(cond, self.count(depth - 1), self.count(depth - 1))
@@ -258,7 +262,7 @@ class _Generator:
             kinds.append("ref")
         kind = self.pick(kinds)
         if kind == "const":
-            return CountConst(self.integer(*CONST_RANGE))
+            return CountConst(self.integer(*self.shape.const_range))
         if kind == "count":
             return Count(self.bool_leaf(), self.offsets())
         return CountRef(self.pick(self.counts))

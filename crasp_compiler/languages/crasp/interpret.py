@@ -5,10 +5,11 @@ transformer position ``t = i + 1``: entry 0 is the empty prefix (BOS, position -
 entry ``t`` is token position ``t - 1``. At the empty prefix token tests are false and
 counts are 0; counts only ever range over token positions ``0 <= j <= i``.
 
-Counts are exact integers. :func:`count_bound` bounds every count of a program on inputs
-of length n (``|# P| ≤ n``, ``|k·C| = |k|·|C|``, …); where that bound fits in int64 the
-counts are int64 arrays, otherwise the whole batch is evaluated with Python integers
-(object arrays), so no count ever wraps around.
+Counts are exact integers. :func:`count_bound` bounds every count expression of a program
+on inputs of length n — each definition and each sub-expression, those under comparisons,
+min, max and conditionals included (``|# P| ≤ n``, ``|k·C| = |k|·|C|``, …); where that
+bound fits in int64 the counts are int64 arrays, otherwise the whole batch is evaluated
+with Python integers (object arrays), so no intermediate value ever wraps around.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from crasp_compiler.languages.crasp.nodes import (
     Sort,
     Sub,
     TokenIs,
+    children,
 )
 
 _COMPARE = {
@@ -108,38 +110,41 @@ INT64_SAFE = 1 << 61
 
 
 def count_bound(program: Program, length: int) -> int:
-    """A bound on ``|value|`` of every count definition, and every intermediate value of
-    one, at every position of an input of ``length`` tokens (Python integers)."""
+    """A bound on ``|value|`` of every count expression of the program — definitions and
+    every sub-expression, under comparisons, min, max and conditionals included — at every
+    position of an input of ``length`` tokens (Python integers). Where it is at most
+    :data:`INT64_SAFE` every intermediate of the evaluation fits in int64."""
     bounds: dict[Node, int] = {}
+    defined: dict[str, int] = {}
 
     def bound(node: Node) -> int:
         if node in bounds:
             return bounds[node]
+        inner = [bound(child) for child in children(node)]
         match node:
             case Count(_, offsets):
                 value = length if offsets is None else min(length, len(offsets))
             case CountConst(value=v):
                 value = abs(v)
-            case CountRef(name):
+            case CountRef(name) | BoolRef(name):
                 value = defined[name]
-            case Add(a, b) | Sub(a, b):
-                value = bound(a) + bound(b)
-            case Scale(factor, arg):
-                value = abs(factor) * bound(arg)
-            case Min(a, b) | Max(a, b):
-                value = max(bound(a), bound(b))
-            case Cond(_, a, b):
-                value = max(bound(a), bound(b))
-            case _:
-                value = 0
+            case Add() | Sub():
+                value = inner[0] + inner[1]
+            case Scale(factor, _):
+                # a factor multiplies even an empty input's zeros: it must fit too
+                value = abs(factor) * max(inner[0], 1)
+            case Min() | Max():
+                value = max(inner)
+            case Cond():
+                value = max(inner[1:])
+            case _:  # a Boolean: 0 or 1
+                value = 1
         bounds[node] = value
         return value
 
-    defined: dict[str, int] = {}
     for definition in program.definitions:
-        if definition.sort == Sort.COUNT:
-            defined[definition.name] = bound(definition.expr)
-    return max(defined.values(), default=0)
+        defined[definition.name] = bound(definition.expr)
+    return max(bounds.values(), default=0)
 
 
 class _Evaluator:
