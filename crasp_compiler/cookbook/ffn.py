@@ -15,7 +15,8 @@ when it computes its definition (in real arithmetic):
 - comparators :func:`gt_zero`, :func:`ge_zero`, :func:`eq_zero` with a fixed tolerance
   (ReLU, §4.7 eqs. 29–31), tolerance 0 (Heaviside units, the "rounding" of §7.1.1) or an
   input-dependent tolerance form ε (eqs. 32–34, outputs scaled by ε) (the layer-norm
-  comparison ``1[z > 0]`` is :func:`crasp_compiler.cookbook.layernorm.positive`);
+  comparison ``1[z > 0]`` is :func:`crasp_compiler.cookbook.layernorm.positive`), and
+  :func:`step_ramp`, a centred ReLU ramp exact in floating point on one side;
 - :func:`boolean_function`, any Boolean function of m bits by its truth table (§4.8);
 - conditionals: :func:`conditional` (§4.9, values in [0, 1]), :func:`conditional_bigm`
   (big-M gating, values in [−M, M]) and :func:`soft_gate` (gating by a bit that is only
@@ -477,6 +478,51 @@ def ge_zero(x: Form, out: str, *, tolerance: float | Form, label: str = "") -> F
     return _comparator("ge", x, out, tolerance, label)
 
 
+def step_ramp(
+    x: Form,
+    out: str,
+    *,
+    width: float,
+    exact_at: int = 0,
+    hold: Form | None = None,
+    hold_bias: float = 0.0,
+    label: str = "",
+) -> FFNBlock:
+    """``out = 1[x ≥ 0]`` for ``x ∉ (−w, w)`` (w = ``width``): the ramp
+    ``clamp(y, 0, 1)``, ``y = x/(2w) + 1/2``, centred on 0 so that both sides keep a
+    slack of ``1/2 − w`` against a margin of 1/2, written so that one side is *exact in
+    floating point* (no unit is active there):
+
+    - ``exact_at=0``: ``ReLU(y) − ReLU(y − 1)``: both units off for ``x ≤ −w``;
+    - ``exact_at=1``: ``h − ReLU(1 − y) + ReLU(−y)`` with ``h = ReLU(hold + hold_bias)``
+      (a {0,1} unit, e.g. ``nonbos``, or an and of guards): both ramp units off for
+      ``x ≥ w``, where out is h; for ``x ≤ −w`` it is ``h − 1`` (so 0 where h = 1).
+
+    On the other side the units are active and their difference is 1 (or 0) up to their
+    own rounding: an error in x cancels between them. Exact for x ∉ (−w, w); 2 units (3).
+    """
+    w = _number("width", width, positive=True)
+    x = as_form(x)
+    slope = 1 / (2 * w)
+    if exact_at == 0:
+        units = [Unit(form_add((slope, x)), 0.5), Unit(form_add((slope, x)), -0.5)]
+        coefs = {0: 1.0, 1: -1.0}
+    elif exact_at == 1:
+        if hold is None:
+            raise ValueError("step_ramp(exact_at=1) needs the form of its hold unit")
+        units = [
+            Unit(as_form(hold), float(hold_bias)),
+            Unit(form_add((-slope, x)), 0.5),
+            Unit(form_add((-slope, x)), -0.5),
+        ]
+        coefs = {0: 1.0, 1: -1.0, 2: 1.0}
+    else:
+        raise ValueError(f"exact_at must be 0 or 1, not {exact_at!r}")
+    side = "x ≤ −w" if exact_at == 0 else "x ≥ w"
+    text = f"exact when |x| ≥ w = {_g(w)} (no unit active for {side})"
+    return _block(units, {output_name(out): coefs}, Exactness(text), label)
+
+
 def eq_zero(x: Form, out: str, *, tolerance: float | Form, label: str = "") -> FFNBlock:
     """``out = 1[x = 0]`` (§4.7).
 
@@ -498,6 +544,7 @@ def boolean_function(
     out: str,
     *,
     nonbos: str | None = None,
+    complement: bool | None = None,
     label: str = "",
 ) -> FFNBlock:
     """Any Boolean function φ of m {0,1} inputs, by its truth table (§4.8, eq. 35).
@@ -508,8 +555,12 @@ def boolean_function(
     argument doubled, so that inputs slightly off {0,1} — rounding — leave the other rows
     at 0); rows are exclusive, so ``φ(x) = Σ_{φ(a)} 1[x = a]`` (the paper lists all 2^m
     rows with output weights φ(a); rows with weight 0 are dropped) — or
-    ``1 − Σ_{¬φ(a)} 1[x = a]`` when φ has more true rows than false ones.
-    Size: ``min(#true rows, #false rows)`` units (+1 below).
+    ``1 − Σ_{¬φ(a)} 1[x = a]`` (the *complement*) when φ has more true rows than false
+    ones, or when ``complement`` says so. With ``nonbos`` the first form has no unit
+    active where φ is 0 and the complement none where φ is 1, so that side is exact in
+    floating point whatever the rounding of the inputs.
+    Size: ``min(#true rows, #false rows)`` units (+1 below), or the rows ``complement``
+    picks.
 
     With ``nonbos`` (a variable that is 1 at tokens and 0 at BOS), the constant 1 in every
     unit and in the complement is ``nonbos`` (the complement's ``nonbos`` takes one more
@@ -519,7 +570,8 @@ def boolean_function(
     inputs = [as_form(x) for x in inputs]
     rows = list(product((False, True), repeat=len(inputs)))
     true_rows = [row for row in rows if table(row)]
-    complement = len(true_rows) > len(rows) // 2
+    if complement is None:
+        complement = len(true_rows) > len(rows) // 2
     chosen = [row for row in rows if bool(table(row)) != complement]
     one = {nonbos: 1.0} if nonbos is not None else {}
     units: list[Unit] = []
@@ -544,45 +596,87 @@ def boolean_function(
 
 
 def all_of(
-    inputs: Sequence[Form], out: str, *, nonbos: str | None = None, label: str = ""
+    inputs: Sequence[Form],
+    out: str,
+    *,
+    nonbos: str | None = None,
+    exact_at: int = 0,
+    label: str = "",
 ) -> FFNBlock:
-    """The n-ary AND of k {0,1} inputs in one unit: ``ReLU(2Σx − 2k + 1)``, which is 1
-    when every input is 1 and ``≤ −1`` before the ReLU otherwise (a slack of 1 for
-    inputs slightly off {0,1}, as in :func:`boolean_function`). With ``nonbos`` the
-    last 1 is ``nonbos``, so the output is 0 at BOS whatever the {0,1} inputs there.
-    Exact for {0,1} inputs; 1 unit, linear in k (a truth table has ``2^(k−1)`` rows)."""
+    """The n-ary AND of k {0,1} inputs. ``exact_at=0``: one unit ``ReLU(2Σx − 2k + 1)``,
+    which is 1 when every input is 1 and ``≤ −1`` before the ReLU otherwise (a slack of 1
+    for inputs slightly off {0,1}, as in :func:`boolean_function`), so no unit is active
+    where the AND is 0. ``exact_at=1``: ``1 − ReLU(2k − 1 − 2Σx) + ReLU(2k − 2 − 2Σx)``
+    (with f inputs at 0: ``1 − (2f − 1) + (2f − 2) = 0`` for f ≥ 1), no unit active where
+    it is 1. With ``nonbos`` every constant 1 is ``nonbos``, so the output is 0 at BOS
+    whatever the {0,1} inputs there. Exact for {0,1} inputs; 1 unit (3), linear in k (a
+    truth table has ``2^(k−1)`` rows)."""
     inputs = [as_form(x) for x in inputs]
     if not inputs:
         raise ValueError("all_of needs at least one input")
     k = len(inputs)
+    text = "exact for {0,1} inputs" + (" (0 at BOS)" if nonbos is not None else "")
+    if exact_at == 1:
+        return _clamped([(-2, x) for x in inputs], 2 * k - 1, out, nonbos, text, label)
     one = {nonbos: 1.0} if nonbos is not None else {}
     form = form_add(*((2, x) for x in inputs), (1, one))
     bias = -2.0 * k + (0.0 if nonbos is not None else 1.0)
-    text = "exact for {0,1} inputs" + (" (0 at BOS)" if nonbos is not None else "")
     return _block([Unit(form, bias)], {output_name(out): {0: 1.0}}, Exactness(text), label)
 
 
 def any_of(
-    inputs: Sequence[Form], out: str, *, nonbos: str | None = None, label: str = ""
+    inputs: Sequence[Form],
+    out: str,
+    *,
+    nonbos: str | None = None,
+    exact_at: int = 1,
+    label: str = "",
 ) -> FFNBlock:
-    """The n-ary OR of k {0,1} inputs in one unit: ``1 − ReLU(1 − 2Σx)`` (1 when some
-    input is 1, the unit's argument then ``≤ −1``). With ``nonbos`` for the constant 1
-    the output is 0 at BOS whatever the {0,1} inputs there. Exact for {0,1} inputs; 1
-    unit (+1 for the constant ``nonbos``)."""
+    """The n-ary OR of k {0,1} inputs. ``exact_at=1``: ``1 − ReLU(1 − 2Σx)`` (1 when some
+    input is 1, the unit's argument then ``≤ −1``), no unit active where the OR is 1.
+    ``exact_at=0``: ``ReLU(2Σx − 1) − ReLU(2Σx − 2)`` (``(2f − 1) − (2f − 2) = 1`` for f ≥ 1
+    inputs at 1), no unit active where it is 0. With ``nonbos`` for the constant 1 the
+    output is 0 at BOS whatever the {0,1} inputs there. Exact for {0,1} inputs; 1 unit (+1
+    for the constant ``nonbos``), or 2."""
     inputs = [as_form(x) for x in inputs]
     if not inputs:
         raise ValueError("any_of needs at least one input")
+    text = "exact for {0,1} inputs" + (" (0 at BOS)" if nonbos is not None else "")
     one = {nonbos: 1.0} if nonbos is not None else {}
-    form = form_add(*((-2, x) for x in inputs), (1, one))
-    units = [Unit(form, 0.0 if nonbos is not None else 1.0)]
-    coefs = {0: -1.0}
+    if exact_at == 0:
+        units = [
+            Unit(form_add(*((2, x) for x in inputs), (-1, one)), 0.0 if one else -1.0),
+            Unit(form_add(*((2, x) for x in inputs), (-2, one)), 0.0 if one else -2.0),
+        ]
+        return _block(units, {output_name(out): {0: 1.0, 1: -1.0}}, Exactness(text), label)
+    return _clamped([(-2, x) for x in inputs], 1, out, nonbos, text, label, pair=False)
+
+
+def _clamped(
+    terms: list[tuple[float, Form]],
+    top: int,
+    out: str,
+    nonbos: str | None,
+    text: str,
+    label: str,
+    pair: bool = True,
+) -> FFNBlock:
+    """``1 − ReLU(Σ terms + top) + ReLU(Σ terms + top − 1)`` (the second unit only with
+    ``pair``), every constant 1 as ``nonbos`` where given: 1 where ``Σ terms + top ≤ 0``,
+    with no unit active."""
+    one = {nonbos: 1.0} if nonbos is not None else {}
+    units: list[Unit] = []
+    coefs: dict[int, float] = {}
     constants: dict[str, float] = {}
-    if nonbos is not None:
+    for k, shift in enumerate((top, top - 1) if pair else (top,)):
+        form = form_add(*terms, (shift, one))
+        coefs[len(units)] = -1.0 if k == 0 else 1.0
+        units.append(Unit(form, 0.0 if one else float(shift)))
+    if one:
+        coefs[len(units)] = 1.0
         units.append(Unit(one, 0.0))
-        coefs[1] = 1.0
     else:
         constants[output_name(out)] = 1.0
-    text = "exact for {0,1} inputs" + (" (0 at BOS)" if nonbos is not None else "")
     return _block(units, {output_name(out): coefs}, Exactness(text), label, constants)
 
 

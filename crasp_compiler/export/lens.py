@@ -64,7 +64,13 @@ import numpy as np
 from crasp_compiler.errors import CraspError, Diagnostic
 from crasp_compiler.export.directory import CONFIG_FILE, write_export
 from crasp_compiler.model.features import feature_matrix, onehot
-from crasp_compiler.model.io import MAX_HEADER_CHARS, byte_budget, model_from_parts, model_parts
+from crasp_compiler.model.io import (
+    MAX_HEADER_CHARS,
+    byte_budget,
+    model_from_parts,
+    model_parts,
+    occupants_header,
+)
 from crasp_compiler.model.model import BOS, TORCH_DENSE_LIMIT, Model, densified, require_dense
 
 FORMAT = "crasp-lens-export"
@@ -257,7 +263,7 @@ def lens_state_dict(
         "guarantee": {"text": model.guarantee.text, "max_len": model.guarantee.max_len},
         "positional_features": list(model.features),
         "residual": list(model.residual),
-        "occupants": model.occupants,
+        "occupants": occupants_header(model.occupants),
         "mode": model.options.get("mode"),
         "source": model.source,
         "head_dims": [

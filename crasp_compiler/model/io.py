@@ -131,7 +131,7 @@ def model_parts(
         "features": model.features,
         "inputs": model.inputs,
         "residual": model.residual,
-        "occupants": model.occupants,
+        "occupants": occupants_header(model.occupants),
         "layers": layers,
         "outputs": [{"name": o.name, "rule": o.rule} for o in model.outputs],
         "accept": model.accept,
@@ -574,6 +574,13 @@ def _parse(raw_header: Any, data: _Source) -> Model:
     _check_kinds(model)
     _check_origin(model)
     return model
+
+
+def occupants_header(occupants: list[list[tuple[int, str]]] | None) -> list[list[Any]] | None:
+    """``Model.occupants`` as the header stores it (JSON lists, what a reader gets back)."""
+    if occupants is None:
+        return None
+    return [[[stage, label] for stage, label in dim] for dim in occupants]
 
 
 def _occupants(raw: Any, width: int, stages: int) -> list[list[tuple[int, str]]] | None:

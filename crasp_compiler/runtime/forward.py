@@ -785,12 +785,16 @@ def _inverse(order: Sequence[int]) -> list[int]:
 
 
 def _normalize(ops: Backend[A, W], z: A, groups: Sequence[Sequence[int]]) -> A:
-    """Selective layer norm (ε = 0) over each group of hidden units; 0 where std is 0."""
+    """Selective layer norm (ε = 0) over each group of hidden units; 0 where std is 0.
+    The square root is taken in float64 and cast back, so that it is correctly rounded
+    in float32 too (torch's float32 one is not always): the norm of a pair ``(z, 0)``
+    is then exactly ``(±1, ∓1)`` (:mod:`crasp_compiler.languages.crasp.rounding`)."""
     parts, order = [], []
     for group in groups:
         part = ops.take_last(z, group)
         centred = part - ops.mean(part, axis=-1)
-        std = ops.sqrt(ops.mean(centred * centred, axis=-1))
+        variance = ops.mean(centred * centred, axis=-1)
+        std = ops.cast(ops.sqrt(ops.to_float64(variance)), like=variance)
         spread = std > 0
         parts.append(ops.where(spread, centred / ops.where(spread, std, 1.0), 0.0))
         order += list(group)

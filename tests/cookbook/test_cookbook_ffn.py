@@ -558,8 +558,66 @@ def test_all_of_and_any_of_are_one_unit_at_any_width(k, guard, data):
         np.testing.assert_array_equal(got, expected)
         block = make([var(f"x{i}") for i in range(k)], "out", nonbos=nonbos)
         assert len(block.units) == 1 + (make is ffn.any_of and guard) and block.exact.exact
+        # the other side exact: an and exact at 1 (3 units), an or exact at 0 (2 units)
+        other = 1 if make is ffn.all_of else 0
+        got = run_block(
+            cols,
+            lambda v, make=make, side=other: make(
+                [v[f"x{i}"] for i in range(k)], "out", nonbos=nonbos, exact_at=side
+            ),
+            bos_values={f"x{i}": bos_bits[i] for i in range(k)},
+        )
+        np.testing.assert_array_equal(got, expected)
     with pytest.raises(ValueError, match="at least one input"):
         ffn.all_of([], "out")
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 2000), st.integers(0, 1), st.data())
+def test_step_ramp_is_a_step_outside_its_width_and_exact_on_one_side(n, exact_at, data):
+    """``step_ramp`` is 1[x ≥ 0] for |x| ≥ w at every scale of x the comparisons meet
+    (x = ±k/(2(t+1)) with w = 1/(4(n+1))), and on its exact side no unit is active: the
+    output is exactly the hold unit, whatever rounding the input carries below w."""
+    w = 1 / (4 * (n + 1))
+    ks = data.draw(st.lists(st.integers(-50, 50).filter(bool), min_size=1, max_size=20))
+    ts = data.draw(st.lists(st.integers(1, n), min_size=len(ks), max_size=len(ks)))
+    xs = [k / (2 * (t + 1)) for k, t in zip(ks, ts, strict=True)]
+    cols = {"x": xs, "hold": [1.0] * len(xs)}
+    got = run_block(
+        cols,
+        lambda v: ffn.step_ramp(
+            v["x"], "out", width=w, exact_at=exact_at, hold=v["hold"] if exact_at else None
+        ),
+    )
+    want = np.array([float(x >= 0) for x in xs])
+    exact = want == exact_at  # the exact side: no unit active, the hold unit (1) or 0
+    np.testing.assert_array_equal(got[1:][exact], want[exact])
+    np.testing.assert_allclose(got[1:][~exact], want[~exact], rtol=0, atol=1e-9)
+    block = ffn.step_ramp(var("x"), "out", width=w, exact_at=exact_at, hold=var("nonbos"))
+    h = np.array([unit.form.get("x", 0.0) for unit in block.units])
+    b = np.array([unit.bias for unit in block.units])
+    for x in xs:  # the exact side: every ramp unit's argument at most 0
+        if (x >= 0) == (exact_at == 1):
+            ramp = h != 0
+            assert np.all(h[ramp] * x + b[ramp] <= 0)
+    assert len(block.units) == 2 + exact_at and block.exact.exact
+    with pytest.raises(ValueError, match="hold"):
+        ffn.step_ramp(var("x"), "out", width=w, exact_at=1)
+    with pytest.raises(ValueError, match="exact_at"):
+        ffn.step_ramp(var("x"), "out", width=w, exact_at=2)
+
+
+def test_boolean_function_complement_is_chosen_on_request():
+    """``complement=True`` lists the false rows (no unit active where φ is 1),
+    ``complement=False`` the true rows, both computing φ."""
+    table = {(False, False): False, (False, True): True, (True, False): True, (True, True): True}
+    inputs = [var("a"), var("b")]
+    rows = ffn.boolean_function(inputs, table.__getitem__, "out", nonbos="nb", complement=False)
+    comp = ffn.boolean_function(inputs, table.__getitem__, "out", nonbos="nb", complement=True)
+    assert len(rows.units) == 3 and len(comp.units) == 2
+    for (a, b), want in table.items():
+        for block in (rows, comp):
+            assert block.evaluate({"a": a, "b": b, "nb": 1.0})["out"] == float(want)
 
 
 def test_boolean_function_nonbos_is_keyword_only():

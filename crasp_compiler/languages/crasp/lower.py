@@ -31,7 +31,7 @@ at most two lookups and two heads. Shorter runs read each offset separately.
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import product
 from math import gcd
@@ -73,7 +73,7 @@ from crasp_compiler.languages.crasp.nodes import (
     children,
 )
 from crasp_compiler.languages.crasp.printer import format_expr, offset_runs
-from crasp_compiler.languages.crasp.rounding import UNIT_ROUNDOFF, Analysis, Poly, t1
+from crasp_compiler.languages.crasp.rounding import UNIT_ROUNDOFF, Analysis, Pair, Poly
 from crasp_compiler.model.features import feature_matrix
 from crasp_compiler.model.features import periodic as periodic_feature
 
@@ -90,6 +90,17 @@ COMPARE = {
 NEGATED = {"<=": ">", "<": ">=", "==": "!=", "!=": "==", ">=": "<", ">": "<="}
 # Count coefficients beyond this are refused (float64 ends near 1.8e308).
 MAX_COEFFICIENT = 10**300
+
+
+def _flip(want: int | None) -> int | None:
+    """The side a negation must be exact on for its argument to be exact on ``want``."""
+    return None if want is None else 1 - want
+
+
+def _exclusive(pairs: Sequence[Pair]) -> Pair:
+    """The bit errors of a sum of exclusive parts (at most one part's guards hold, the
+    others are an exact 0): the worst part's, on each side."""
+    return (max((p[0] for p in pairs), default=0.0), max((p[1] for p in pairs), default=0.0))
 
 
 def _gcd(form: Form) -> int:
@@ -114,10 +125,12 @@ class _Lowerer:
         self.counter = 0
         self.one_made = False
         self.rounding = {dtype: Analysis(dtype) for dtype in UNIT_ROUNDOFF}
-        self.track("exact_input", BOS, Poly())  # 0 at every token
-        self.track("exact_input", NONBOS, t1())
+        self.track(lambda a: a.exact_input(BOS, Poly()))  # 0 at every token
+        self.track(lambda a: a.exact_input(NONBOS, ones=True))
         for symbol in program.alphabet:
-            self.track("exact_input", token_var(symbol), t1())
+            self.track(lambda a, s=symbol: a.exact_input(token_var(s)))
+        # the Boolean forms made, by node and the side they are exact on (relu mode)
+        self.bools: dict[tuple[Node, int | None], Form] = {}
         self.shifted: dict[tuple[frozenset, int], Form] = {}
         self.depth = Depth(program, mode)
         self.bounds: dict[Node, Poly] = {}
@@ -134,11 +147,10 @@ class _Lowerer:
         self.at_bos.add(block)
         self.var_bounds.update(outputs)
 
-    def track(self, step: str, *args: object, **kwargs: object) -> None:
-        """Apply one step of the rounding analysis (an :class:`Analysis` method) for
-        every float type."""
+    def track(self, step: Callable[[Analysis], object]) -> None:
+        """Apply one step of the rounding analysis to the analysis of every float type."""
         for analysis in self.rounding.values():
-            getattr(analysis, step)(*args, **kwargs)
+            step(analysis)
 
     def bound(self, form: Form) -> float:
         return sum(abs(c) * self.var_bounds[v] for v, c in form.items())
@@ -146,15 +158,24 @@ class _Lowerer:
     def one(self) -> Form:
         if not self.one_made:
             self.add(attention.causal_average({BOS: 1}, ONE, label="ONE = 1/(t+1)"), {ONE: 1})
-            self.track("one", ONE)
+            self.track(lambda a: a.one(ONE))
             self.one_made = True
         return Form({ONE: 1})
 
     # -------------------------------------------------------------- Booleans
 
-    def boolean(self, node: Node) -> Form:
-        if node in self.memo:
-            return self.memo[node]
+    def boolean(self, node: Node, want: int | None = None) -> Form:
+        """The form of a Boolean; in relu mode ``want`` is the side (0 or 1) it must be
+        exact on in floating point (a counted bit: 0; a guard or a condition: 1; None:
+        either, 0 if it is new), and a node may be made once for each side."""
+        if self.mode != "relu":
+            want = None
+        keys = [(node, want)] if want is not None else [(node, 0), (node, 1), (node, None)]
+        for key in keys:
+            if key in self.bools:
+                return self.bools[key]
+        if want is None and self.mode == "relu":
+            want = 0
         match node:
             case TokenIs(symbol):
                 form = {token_var(symbol): 1.0}
@@ -168,58 +189,62 @@ class _Lowerer:
                     form = form_add((1, form), (1, self.builder.feature(name)))
                     self.var_bounds[name] = 1
                     self.at_bos.set(name, feature_matrix([name], 1)[0, 0])
-                    self.track("exact_input", name, t1())
+                    self.track(lambda a, n=name: a.exact_input(n))
             case Not(arg):
-                form = form_add((1, {NONBOS: 1}), (-1, self.boolean(arg)))
+                form = form_add((1, {NONBOS: 1}), (-1, self.boolean(arg, _flip(want))))
             case BoolRef(name):
-                form = self.boolean(self.defs[name])
+                form = self.boolean(self.defs[name], want)
             case Compare():
-                form = self.compare(node)
+                form = self.compare(node, polarity=want)
             case And() | Or():
-                form = self.formula(node)
+                form = self.formula(node, want)
             case _:  # pragma: no cover - the checker admits no other Boolean nodes
                 raise TypeError(node)
-        self.memo[node] = form
+        self.bools[(node, want)] = form
         return form
 
     # -------------------------------------------------------------- formulas
 
-    def formula(self, node: Node) -> Form:
-        """A maximal and/or/not formula, by its plan (:mod:`.depth`)."""
+    def formula(self, node: Node, want: int | None = None) -> Form:
+        """A maximal and/or/not formula, by its plan (:mod:`.depth`), exact on the side
+        ``want`` where the plan's construction can be."""
         plan = self.depth.plan(node)
         label = format_expr(node)
         match plan.kind:
             case "literal":
                 assert isinstance(plan.formula, Lit)
-                return self.literal(plan.formula)
+                return self.literal(plan.formula, want)
             case "fused":
                 assert isinstance(plan.formula, Gate) and plan.fresh is not None
-                return self.fused(plan.formula, plan.fresh, node, label)
+                return self.fused(plan.formula, plan.fresh, node, label, want)
             case "table":
-                return self.table(plan.formula, node, label)
+                return self.table(plan.formula, node, label, want)
             case "fused-table":
                 assert plan.fresh is not None
-                return self.fused_table(plan.formula, plan.fresh.node, node, label)
-        return self.circuit(plan.formula, node, label)  # a gate is a one-level circuit
+                return self.fused_table(plan.formula, plan.fresh.node, node, label, want)
+        return self.circuit(plan.formula, node, label, want)  # a gate: a one-level circuit
 
-    def literal(self, lit: Lit) -> Form:
-        form = self.boolean(lit.node)
+    def literal(self, lit: Lit, want: int | None = None) -> Form:
+        form = self.boolean(lit.node, want if lit.positive else _flip(want))
         return form if lit.positive else form_add((1, {NONBOS: 1}), (-1, form))
 
-    def circuit(self, formula: Formula, node: Node, label: str) -> Form:
-        """A threshold circuit: each gate one unit (:func:`ffn.all_of`,
-        :func:`ffn.any_of`) over its children, in the MLP after them."""
+    def circuit(self, formula: Formula, node: Node, label: str, want: int | None = None) -> Form:
+        """A threshold circuit: each gate a clamped sum (:func:`ffn.all_of`,
+        :func:`ffn.any_of`) over its children, in the MLP after them; the root exact on
+        the side ``want`` (an and is one unit where that is 0, an or where it is 1)."""
         if isinstance(formula, Lit):
-            return self.literal(formula)
+            return self.literal(formula, want)
         inputs = [self.circuit(child, node, label) for child in formula.children]
         make = ffn.all_of if formula.op == "and" else ffn.any_of
+        side = want if want is not None else (0 if formula.op == "and" else 1)
         out = self.fresh("bool")
-        self.add(make(inputs, out, nonbos=NONBOS, label=label), {out: 1})
-        self.track("table", out, inputs, node)
+        self.add(make(inputs, out, nonbos=NONBOS, exact_at=side, label=label), {out: 1})
+        self.track(lambda a: a.table(out, inputs, node, side))
         return {out: 1}
 
-    def table(self, formula: Formula, node: Node, label: str) -> Form:
-        """A formula of several levels over at most 9 leaves: one truth-table MLP."""
+    def table(self, formula: Formula, node: Node, label: str, want: int | None = None) -> Form:
+        """A formula of several levels over at most 9 leaves: one truth-table MLP, in the
+        form that is exact on the side ``want`` (the complement for 1)."""
         leaves = list(dict.fromkeys(lit.node for lit in literals(formula)))
         forms = [self.boolean(leaf) for leaf in leaves]
         rows = {
@@ -229,49 +254,70 @@ class _Lowerer:
         if len(set(rows.values())) == 1:  # a contradiction or a tautology needs no block
             return {NONBOS: 1} if rows[(False,) * len(leaves)] else {}
         out = self.fresh("bool")
-        block = ffn.boolean_function(forms, rows.__getitem__, out, nonbos=NONBOS, label=label)
+        # the side asked for, else the smaller table (the false rows where most are true)
+        complement = 2 * sum(rows.values()) > len(rows) if want is None else want == 1
+        block = ffn.boolean_function(
+            forms, rows.__getitem__, out, nonbos=NONBOS, complement=complement, label=label
+        )
         self.add(block, {out: 1})
-        self.track("table", out, forms, node)
+        side = 1 if complement else 0
+        self.track(lambda a: a.table(out, forms, node, side))
         return {out: 1}
 
-    def fused_table(self, formula: Formula, fresh: Node, node: Node, label: str) -> Form:
+    def fused_table(
+        self, formula: Formula, fresh: Node, node: Node, label: str, want: int | None = None
+    ) -> Form:
         """A formula of several levels with one comparison c computed in this MLP and the
         other leaves b ready: ``F = Σ_a [b = a] · F_a(c)`` over the rows a of b, where
         ``F_a(c)`` is 1, c, ¬c or 0. A row is the and of its literals, so a row with c
         or ¬c is :meth:`compare` guarded by them and a row with 1 one :func:`ffn.all_of`
-        unit; rows are exclusive, so the sum is the bit."""
+        unit; rows are exclusive, so the sum is the bit, exact on the side ``want`` where
+        every row is (its guards exact at 1, its comparison exact on that side)."""
         others = list(dict.fromkeys(lit.node for lit in literals(formula)))
         others.remove(fresh)
         compare = self.depth.resolve(fresh)
         assert isinstance(compare, Compare)
         total: Form = Form()
+        parts: list[Form] = []
         for bits in product((False, True), repeat=len(others)):
             row = dict(zip(others, bits, strict=True))
             when = (holds(formula, {**row, fresh: False}), holds(formula, {**row, fresh: True}))
             if when == (False, False):
                 continue
-            guard = [self.literal(Lit(leaf, bit)) for leaf, bit in row.items()]
+            guard = [self.literal(Lit(leaf, bit), 1) for leaf, bit in row.items()]
             if when == (True, True):
                 out = self.fresh("bool")
                 self.add(ffn.all_of(guard, out, nonbos=NONBOS, label=label), {out: 1})
-                self.track("table", out, guard, node)
+                self.track(lambda a, o=out, g=guard: a.table(o, g, node, 0))
                 part: Form = Form({out: 1})
             else:
-                part = self.compare(compare, negate=not when[1], guard=guard, label=label)
+                part = self.compare(
+                    compare, negate=not when[1], guard=guard, label=label, polarity=want
+                )
+            parts.append(part)
             total = form_add((1, total), (1, part))
+        self.track(lambda a: a.register(total, _exclusive([a.pair(p) for p in parts])))
         return total
 
-    def fused(self, gate: Gate, fresh: Lit, node: Node, label: str) -> Form:
+    def fused(
+        self, gate: Gate, fresh: Lit, node: Node, label: str, want: int | None = None
+    ) -> Form:
         """A gate with one comparison computed in this MLP: ``c ∧ ℓ₁ ∧ … ∧ ℓ_r`` rides on
-        the comparison's threshold units (:meth:`compare` with ``guard``); an ``or`` is
-        ``¬(¬c ∧ ¬ℓ₁ ∧ …)``."""
+        the comparison's threshold units (:meth:`compare` with ``guard``, exact at 1); an
+        ``or`` is ``¬(¬c ∧ ¬ℓ₁ ∧ …)``."""
         negate = gate.op == "or"
         others = [c for c in gate.children if c != fresh]
         assert all(isinstance(c, Lit) for c in others)
-        guard = [self.literal(Lit(c.node, c.positive != negate)) for c in others]  # type: ignore[union-attr]
+        guard = [self.literal(Lit(c.node, c.positive != negate), 1) for c in others]  # type: ignore[union-attr]
         compare = self.depth.resolve(fresh.node)
         assert isinstance(compare, Compare)
-        form = self.compare(compare, negate=fresh.positive == negate, guard=guard, label=label)
+        form = self.compare(
+            compare,
+            negate=fresh.positive == negate,
+            guard=guard,
+            label=label,
+            polarity=_flip(want) if negate else want,
+        )
         return form_add((1, {NONBOS: 1}), (-1, form)) if negate else form
 
     def absorbed(self, plan: Plan, node: Node) -> Form:
@@ -301,15 +347,18 @@ class _Lowerer:
         negate: bool = False,
         guard: Sequence[Form] = (),
         label: str | None = None,
+        polarity: int | None = None,
     ) -> Form:
         """``left op right`` (its negation with ``negate``) on ``D = left − right = g·D' +
         β`` (β the constant part, g the gcd of the other coefficients), decided on the
         integer D' against a rounded threshold: ``D ≤ 0 ⟺ D' ≤ ⌊−β/g⌋``, ``D ≥ 0 ⟺ D' ≥
         ⌈−β/g⌉``, ``D = 0 ⟺ g | β and D' = −β/g``.
 
-        With ``guard`` (exact bits ℓ₁ … ℓ_r) the result is ``[D op 0] ∧ ℓ₁ ∧ … ∧ ℓ_r`` in
-        the same units: each threshold ``H(z)`` becomes ``H(z + M(Σℓ − r))`` (:meth:`step`),
-        and an equality ``[z ≤ 0] + [z ≥ 0] − 1`` subtracts ``ℓ₁ ∧ … ∧ ℓ_r`` instead of 1."""
+        With ``guard`` (bits ℓ₁ … ℓ_r, exact at 1) the result is ``[D op 0] ∧ ℓ₁ ∧ … ∧ ℓ_r``
+        in the same units: each threshold ``H(z)`` becomes ``H(z + M(Σℓ − r))``
+        (:meth:`step`), and an equality ``[z ≤ 0] + [z ≥ 0] − 1`` subtracts ``ℓ₁ ∧ … ∧ ℓ_r``
+        instead of 1. In relu mode an order comparison is exact on the side ``polarity``;
+        an equality is exact at 1 (its two thresholds are), an inequality at 0."""
         op = NEGATED[node.op] if negate else node.op
         text = label if label is not None else format_expr(node)
         one = self.one()
@@ -324,7 +373,7 @@ class _Lowerer:
                 else:
                     out = self.fresh("bool")
                     self.add(ffn.all_of(guard, out, nonbos=NONBOS, label=text), {out: 1})
-                    self.track("table", out, list(guard), node)
+                    self.track(lambda a: a.table(out, list(guard), node, 0))
                     made.append(Form({out: 1}))
             return made[0]
 
@@ -335,14 +384,15 @@ class _Lowerer:
         half = {v: c / 2 for v, c in one.items()}
         # |D'| ≤ (|left| + |right| + |β|)/g, from the program's own bounds
         size = (self.ir(node.left) + self.ir(node.right) + Poly.const(abs(beta))).scale(1 / g)
+        exact_at = 0 if polarity is None else polarity
 
-        def le(k: int, part: str = "") -> Form:  # D' <= k
+        def le(k: int, part: str = "", side: int = exact_at) -> Form:  # D' <= k
             z = form_add((-1, rest), (k, one), (1, half))
-            return self.step(z, node, size + Poly.const(abs(k) + 0.5), text + part, guard)
+            return self.step(z, node, size + Poly.const(abs(k) + 0.5), text + part, guard, side)
 
-        def ge(k: int, part: str = "") -> Form:  # D' >= k
+        def ge(k: int, part: str = "", side: int = exact_at) -> Form:  # D' >= k
             z = form_add((1, rest), (-k, one), (1, half))
-            return self.step(z, node, size + Poly.const(abs(k) + 0.5), text + part, guard)
+            return self.step(z, node, size + Poly.const(abs(k) + 0.5), text + part, guard, side)
 
         match op:
             case "<=":
@@ -355,40 +405,86 @@ class _Lowerer:
                 return ge(-((beta - 1) // g))
         if beta % g:  # g·D' = −β has no integer solution
             eq: Form = Form()
+            neq = conjunction()
         else:
-            both = form_add((1, le(-beta // g, " (<= half)")), (1, ge(-beta // g, " (>= half)")))
+            low = le(-beta // g, " (<= half)", 1)
+            high = ge(-beta // g, " (>= half)", 1)
+            both = form_add((1, low), (1, high))
             eq = form_add((1, both), (-1, conjunction()))
-        return eq if op == "==" else form_add((1, conjunction()), (-1, eq))
+            neq = form_add((1, conjunction()), (-1, eq))
+            conj = conjunction()
+            self.track(lambda a: a.equality(eq, neq, low, high, conj))
+        return eq if op == "==" else neq
 
-    def step(self, z: Form, node: Node, size: Poly, label: str, guard: Sequence[Form] = ()) -> Form:
+    def step(
+        self,
+        z: Form,
+        node: Node,
+        size: Poly,
+        label: str,
+        guard: Sequence[Form] = (),
+        exact_at: int = 0,
+    ) -> Form:
         """A Boolean variable holding ``1[z ≥ 0]`` at tokens and 0 at BOS (``size``
-        bounds ``|z|·(t+1)``); with ``guard`` (exact bits ℓ₁ … ℓ_r), ``1[z ≥ 0] ∧ ℓ₁ ∧ …
-        ∧ ℓ_r`` as ``1[z + M(Σℓ − r) ≥ 0]``, M above ``|z|`` plus the margin: an ℓ at 0
-        puts the argument at ``≤ −1 − δ``, like the BOS guard."""
+        bounds ``|z|·(t+1)``); with ``guard`` (bits ℓ₁ … ℓ_r), ``1[z ≥ 0] ∧ ℓ₁ ∧ … ∧ ℓ_r``
+        as ``1[z + M(Σℓ − r) ≥ 0]``, M above ``|z|`` plus the margin: an ℓ at 0 puts the
+        argument at ``≤ −1 − w``, like the BOS guard ``−M·bos``.
+
+        Heaviside: one Heaviside unit; layer norm: the sign of ``(z, 0)``; relu: the ramp
+        :func:`ffn.step_ramp` of half-width ``w = 1/(4(N+1))``, exact since ``|z| ≥ ONE/2 ≥
+        2w`` for t ≤ N, with a slack of w for rounding. Exact at 1 (``exact_at``), the
+        ramp is the complement form: guards and BOS push z up, past the ramp, where its
+        output is its hold unit (the guards' and, 0 at BOS)."""
         out = self.fresh("cmp")
         bound = min(self.bound(z), size.stored_max())
-        tolerance = 0.0
+        width = 0.0
         if self.mode == "relu":
             assert self.max_len is not None
-            tolerance = 1 / (4 * (self.max_len + 1))
+            width = 1 / (4 * (self.max_len + 1))
+        else:
+            exact_at = 0  # exact both sides
+        sign = 1.0 if exact_at == 0 else -1.0
+        push = bound + 1 + width
+        row = dict(z)
         if guard:
             gate = form_add(*((1, g) for g in guard), (-len(guard), {NONBOS: 1}))
-            z = form_add((1, z), (bound + 1 + tolerance, gate))
+            row = form_add((1, row), (sign * push, gate))
+        row = form_add((1, row), (-sign * push, {BOS: 1.0}))
         if self.mode == "layernorm":
-            # the BOS guard −M·bos (M = bound + 1) makes z ≤ −1 at BOS, so BOS reads 0
-            guarded = form_add((1, z), (-(bound + 1), {BOS: 1.0}))
-            block = layernorm.positive(guarded, out, label=label)
-        else:
-            # heaviside: one Heaviside unit; relu: GEZero_δ with δ = 1/(4(N+1)), exact
-            # since |z| ≥ ONE/2 ≥ 2δ for t ≤ N — with a slack of δ, so that rounding
-            # errors below it change nothing. The BOS guard −M·bos (M = bound + 1 + δ)
-            # puts z ≤ −1 − δ at BOS, so BOS reads 0.
-            guarded = form_add((1, z), (-(bound + 1 + tolerance), {BOS: 1.0}))
-            block = ffn.ge_zero(guarded, out, tolerance=tolerance, label=label)
+            block = layernorm.positive(row, out, label=label)
+        elif self.mode == "heaviside":
+            block = ffn.ge_zero(row, out, tolerance=0.0, label=label)
+        elif exact_at == 0:
+            block = ffn.step_ramp(row, out, width=width, label=label)
+        else:  # the hold unit: ReLU(2Σℓ − 2r + nonbos), ReLU(nonbos) without guards
+            hold = form_add(*((2, g) for g in guard), (1, {NONBOS: 1}))
+            block = ffn.step_ramp(
+                row,
+                out,
+                width=width,
+                exact_at=1,
+                hold=hold,
+                hold_bias=-2.0 * len(guard),
+                label=label,
+            )
         self.add(block, {out: 1})
         what = f"the comparison `{format_expr(node)}`"
-        self.track("threshold", out, z, self.mode, node, what, ramp_width=tolerance)
-        self.track("bos_check", z, bound + 1, node, what + " (its BOS guard)")
+        self.track(
+            lambda a: a.threshold(
+                out,
+                z,
+                row,
+                node,
+                what,
+                mode=self.mode,
+                guards=guard,
+                push=push,
+                bos_push=push,
+                width=width,
+                exact_at=exact_at,
+                length=self.max_len,
+            )
+        )
         return {out: 1}
 
     # -------------------------------------------------------------- counts
@@ -398,7 +494,7 @@ class _Lowerer:
             return self.memo[node]
         match node:
             case Count(arg, None):
-                form = self.prefix_count(self.boolean(arg), node)
+                form = self.prefix_count(self.boolean(arg, 0), node)
             case Count(arg, offsets):
                 form = self.local_count(self.boolean(arg), offsets, node)
             case CountConst(value):
@@ -426,21 +522,24 @@ class _Lowerer:
                 value = (self.ir(a) + self.ir(b)).scale(1 / g)
                 bound = min(self.bound(z), value.stored_max())
                 self.add(block, {out: bound})
-                self.track("relu", out, z, value)
+                self.track(lambda a: a.relu(out, z, value))
             case Cond(c, a, b):
                 # c ? x : y  =  y + g·c·((x − y)/g), by big-M gating
-                x, y, bit = self.count(a), self.count(b), self.boolean(c)
+                x, y, bit = self.count(a), self.count(b), self.boolean(c, 1)
                 diff = form_add((1, x), (-1, y))
                 g = _gcd(diff)
                 diff = Form({v: int(c) // g for v, c in diff.items()})
                 value = (self.ir(a) + self.ir(b)).scale(1 / g)
                 out = self.fresh("cond")
                 bound = min(self.bound(diff), value.stored_max())
+                # relu mode: M one above |x|, so that p = 0 switches both units off even
+                # where the bit (exact at 1) is inexact at 0
+                big = bound + 1 if self.mode == "relu" else bound
                 gate = ffn.conditional_bigm(
-                    bit, diff, Form(), out, bound=bound, label=format_expr(node)
+                    bit, diff, Form(), out, bound=big, label=format_expr(node)
                 )
                 self.add(gate, {out: bound})
-                self.track("gate", out, bit, diff, bound, value)
+                self.track(lambda a: a.gate(out, bit, diff, big, value, node=node))
                 form = form_add((1, y), (g, {out: 1}))
             case _:  # pragma: no cover
                 raise TypeError(node)
@@ -495,7 +594,7 @@ class _Lowerer:
             if label is None:
                 label = format_expr(node) if node is not None else f"# -> {out}"
             self.add(attention.causal_average(arg, out, label=label), {out: 1})
-            self.track("average", out, arg, node)
+            self.track(lambda a: a.average(out, arg, node))
             self.shifted[key] = Form({out: 1})
         return self.shifted[key]
 
@@ -511,13 +610,13 @@ class _Lowerer:
         if self.mode == "relu":
             soft = self.fresh(f"soft{shift}")
             self.add(self.soft_lookup(arg, shift, soft, label), {soft: 1})
-            self.track("soft_lookup", soft, arg, shift, node)
+            self.track(lambda a: a.soft_lookup(soft, arg, shift, node))
             clean = ffn.clean_bit({soft: 1}, bit, label=f"{label} (clean)")
             self.add(clean, {bit: 1})
-            self.track("clean", bit, {soft: 1}, node)
+            self.track(lambda a: a.clean(bit, soft, node))
         else:
             self.add(attention.offset_lookup(arg, shift, bit, constant, BOS, label), {bit: 1})
-            self.track("lookup", bit, arg)
+            self.track(lambda a: a.lookup(bit, arg))
         form = self.prefix_count(Form({bit: 1}), node, label=f"# {label}")
         self.shifted[key] = form
         return form
@@ -561,19 +660,19 @@ class _Lowerer:
                 gate_label = f"ONE·P(i-{offset}) in {format_expr(node)}"
                 if self.mode == "relu":
                     self.add(self.soft_lookup(arg, offset, bit, lookup_label), {bit: 1})
-                    self.track("soft_lookup", bit, arg, offset, node)
+                    self.track(lambda a, b=bit, c=offset: a.soft_lookup(b, arg, c, node))
                     gate = ffn.soft_gate({bit: 1.0}, one, out, bound=1.0, label=gate_label)
                     self.add(gate, {out: 1})
-                    self.track("soft_gate", out, {bit: 1}, one, node)
+                    self.track(lambda a, o=out, b=bit: a.soft_gate(o, b, one, node))
                 else:
                     lookup = attention.offset_lookup(arg, offset, bit, constant, BOS, lookup_label)
                     self.add(lookup, {bit: 1})
-                    self.track("lookup", bit, arg)
+                    self.track(lambda a, b=bit: a.lookup(b, arg))
                     gate = ffn.conditional_bigm(
                         {bit: 1.0}, one, Form(), out, bound=1.0, label=gate_label
                     )
                     self.add(gate, {out: 1})
-                    self.track("gate", out, {bit: 1}, one, 1.0)
+                    self.track(lambda a, o=out, b=bit: a.gate(o, {b: 1.0}, one, 1.0, nonneg=True))
                 form = form_add((1, form), (1, {out: 1}))
         return form
 
@@ -628,7 +727,7 @@ class _Lowerer:
             definition = self.program[name]
             rule = "bool" if definition.sort.value == "bool" else "count"
             form, what = self.forms[name], f"the output {name!r}"
-            self.track("output", form, rule, definition, what)
+            self.track(lambda a, f=form, r=rule, d=definition, w=what: a.output(f, r, d, w))
         return Lowered(self.builder, self.forms, self.rounding, self.at_bos, self.depth)
 
 
