@@ -68,12 +68,15 @@ def revision() -> dict:
 
     import crasp_compiler
 
+    package = Path(crasp_compiler.__file__).resolve()
     return {
         "commit": git("rev-parse", "HEAD") or None,
         "compiler_modified": bool(git("status", "--porcelain", "--", "crasp_compiler")),
         "benchmarks_modified": bool(git("status", "--porcelain", "--", "benchmarks")),
-        "checkout": str(ROOT),
-        "crasp_compiler_file": crasp_compiler.__file__,
+        # repository-relative, so that no record names a machine's folders
+        "crasp_compiler_file": str(package.relative_to(ROOT))
+        if package.is_relative_to(ROOT)
+        else "outside this checkout",
     }
 
 

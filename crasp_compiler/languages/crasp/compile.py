@@ -109,7 +109,7 @@ def _guarantee(program: Program, rounding: dict[str, Analysis], max_len: int | N
 def _precision_hint(max_len: int | None) -> str:
     if max_len is not None:
         return (
-            f"relu ramps of width 1/(4(N+1)) magnify rounding with N = --max-len {max_len}: "
+            f"relu ramps of slope 2(N+1) magnify rounding with N = --max-len {max_len}: "
             "use a smaller --max-len, or mode heaviside or layernorm"
         )
     return (
