@@ -96,7 +96,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=200, help="programs to draw")
     parser.add_argument("--start", type=int, default=0, help="first seed")
-    parser.add_argument("--max-len", type=int, default=2000, help="longest horizon attacked")
+    parser.add_argument("--max-len", type=int, default=20000, help="longest horizon attacked")
     parser.add_argument("--relu-max-len", type=int, default=256, help="relu mode's max-len")
     parser.add_argument("--repro", type=int, help="run one seed, raising its failure")
     parser.add_argument("--out", help="write the summary as JSON here")

@@ -128,7 +128,7 @@ class _Lowerer:
         self.track(lambda a: a.exact_input(BOS, Poly()))  # 0 at every token
         self.track(lambda a: a.exact_input(NONBOS, ones=True))
         for symbol in program.alphabet:
-            self.track(lambda a, s=symbol: a.exact_input(token_var(s)))
+            self.track(lambda a, s=symbol: a.exact_input(token_var(s), token=True))
         # the Boolean forms made, by node and the side they are exact on (relu mode)
         self.bools: dict[tuple[Node, int | None], Form] = {}
         self.shifted: dict[tuple[frozenset, int], Form] = {}

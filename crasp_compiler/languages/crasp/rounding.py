@@ -173,7 +173,8 @@ class Var:
     ``|X| ≤ mag(t)``; ``|X̃ − X| ≤ err(t) + rel·X`` (``rel`` where ``nonneg``); ``fixed``:
     X is this number at every token (``ONE``); ``bits``: a Boolean's errors when 0 and 1;
     ``soft``: a softmax lookup's error beyond its real-arithmetic deviation; ``ones``: a
-    bit that is 1 at every token (nonbos)."""
+    bit that is 1 at every token (nonbos); ``token``: a token's bit, or the prefix count
+    of one (the counts of distinct tokens add up to at most t)."""
 
     mag: Poly
     err: Poly = ZERO
@@ -183,6 +184,7 @@ class Var:
     bits: Pair | None = None
     soft: float | None = None
     ones: bool = False
+    token: str | None = None
 
 
 def boolean(pair: Pair) -> Var:
@@ -247,6 +249,7 @@ class Decision(Check):
     beta: float = 0.0
     terms: tuple[tuple[float, float, Poly], ...] = ()
     signed: tuple[tuple[float, Poly], ...] = ()
+    group: tuple[int, ...] = ()  # terms whose variables add up to at most t (tokens)
 
     def ok(self, t: int) -> bool:
         return all(self.side_ok(s, t) for s in (1, -1))
@@ -255,15 +258,31 @@ class Decision(Check):
         """The side ``sZ ≥ 1/2`` is decided right at position t (or cannot occur)."""
         mags = [(a, c, m(t)) for a, c, m in self.terms]
         signed = [(a, m(t)) for a, m in self.signed]
-        reach = s * self.beta + sum(max(s * a, 0.0) * m for a, _, m in mags)
+        grouped = set(self.group)
+        reach = s * self.beta + sum(
+            max(s * a, 0.0) * m for k, (a, _, m) in enumerate(mags) if k not in grouped
+        )
+        if grouped:
+            reach += max(max(s * mags[k][0], 0.0) for k in grouped) * t
         if reach + sum(abs(a) * m for a, m in signed) < 0.5:
             return True  # sZ < 1/2 everywhere: this side never happens
         base = self.const(t)
         candidates = {0.0, 1.0} | {c / (s * a) for a, c, _ in mags if a and c / (s * a) < 1}
+        for j in self.group:  # where two grouped terms' coefficients cross
+            for k in self.group:
+                (aj, cj, _), (ak, ck, _) = mags[j], mags[k]
+                if aj != ak and (cj - ck) / (s * (aj - ak)) < 1:
+                    candidates.add((cj - ck) / (s * (aj - ak)))
         best = math.inf
         for lam in candidates:
+            d = [c - lam * s * a for a, c, _ in mags]
             value = base - lam * s * self.beta + lam / 2
-            value += sum(max(c - lam * s * a, 0.0) * m for a, c, m in mags)
+            value += sum(max(d[k], 0.0) * m for k, (_, _, m) in enumerate(mags) if k not in grouped)
+            if grouped:  # a multiplier ν ≥ 0 on Σ X_k ≤ t
+                value += min(
+                    nu * t + sum(max(d[k] - nu, 0.0) * mags[k][2] for k in self.group)
+                    for nu in {0.0, *(max(d[k], 0.0) for k in self.group)}
+                )
             value += abs(lam) * sum(abs(a) * m for a, m in signed)
             best = min(best, value)
         return best < 0.5
@@ -368,15 +387,21 @@ class Analysis:
         return size < 2 ** PRECISION[self.dtype]
 
     def row(
-        self, form: Mapping[str, float], bias: float = 0.0, roundings: int | None = None
+        self,
+        form: Mapping[str, float],
+        bias: float = 0.0,
+        roundings: int | None = None,
+        last: bool = True,
     ) -> Affine:
         """The error of one matrix row ``Σ α_k x_k + b`` (integer units; ``b`` stored);
-        ``roundings``: those of the whole row where ``form`` is only part of it."""
+        ``roundings``: those of the whole row where ``form`` is only part of it. Without
+        ``last`` the last rounding is left out: it is relative to the row's result (the
+        caller's to count, as :meth:`threshold` does against ``|Z|``)."""
         if roundings is None:
             if self.exact_form(form, bias):
                 return Affine(ZERO, {})
             roundings = self.roundings(form, bias)
-        gamma = self.gamma(roundings)
+        gamma = self.gamma(roundings if last else max(roundings - 1, 0))
         const = t1().scale(gamma * abs(bias))
         coefs: dict[str, float] = {}
         for name, alpha in form.items():
@@ -467,13 +492,18 @@ class Analysis:
 
     # ------------------------------------------------------------ inputs
 
-    def exact_input(self, name: str, magnitude: Poly | None = None, ones: bool = False) -> None:
+    def exact_input(
+        self, name: str, magnitude: Poly | None = None, ones: bool = False, token: bool = False
+    ) -> None:
         """An embedding or positional Boolean (``magnitude``: a variable that is 0 at every
-        token, such as the BOS indicator; ``ones``: 1 at every token, such as nonbos)."""
+        token, such as the BOS indicator; ``ones``: 1 at every token, such as nonbos;
+        ``token``: a token's own bit, of which one holds at each position)."""
         if magnitude is not None:
             self.vars[name] = Var(magnitude, bits=EXACT)
             return
-        self.vars[name] = Var(t1(), nonneg=True, bits=EXACT, ones=ones)
+        self.vars[name] = Var(
+            t1(), nonneg=True, bits=EXACT, ones=ones, token=name if token else None
+        )
 
     def one(self, name: str) -> None:
         """``name`` := ``1/(t + 1)``, the average of the BOS indicator (S = 1 exactly)."""
@@ -498,7 +528,9 @@ class Analysis:
             err, rel = Poly.linear(0, e0) + sums, e1 - e0
         u = self.divide_and_cast
         worst = err + mag.scale(max(rel, 0.0))
-        self.vars[name] = Var(mag, err + worst.scale(u), rel + u, nonneg=True)
+        ((first, coef),) = value.items() if len(value) == 1 else ((None, 0.0),)
+        token = self.vars[first].token if first is not None and coef == 1 else None
+        self.vars[name] = Var(mag, err + worst.scale(u), rel + u, nonneg=True, token=token)
 
     # ------------------------------------------------------------ thresholds
 
@@ -532,17 +564,26 @@ class Analysis:
         # the ramp's units read row/(2w) ± 1/2; its w is ours up to float64's rounding
         r = self.roundings(row, 0.5, 1 / (2 * width)) if width else self.roundings(row)
         gamma = self.gamma(r)
-        # (1) the decision, guards holding: their terms cancel in value, not in rounding
-        holding = self.row(z, width, roundings=r)
+        # (1) the decision, guards holding: their terms cancel in value, not in rounding.
+        # The row's last rounding is relative to its result: |Z̃ − Z| ≤ E + u|Z̃| with E
+        # the rest, which holds Z̃'s sign where κE + σ/(1 − u) < |Z|, κ = (1 + u)/(1 − u)
+        # A partial sum holds z's terms and some of M·ℓ_i and −rM·nonbos: the latter
+        # within rM(1 + e₁) together.
+        inner = self.gamma(max(r - 1, 0))
+        holding = self.row(z, width, roundings=r, last=False)
         extra = ZERO
-        for g in guards:
-            e1 = self.pair(g)[1]
-            size = sum(abs(c) for c in g.values())
-            extra = extra + t1().scale(push * (e1 + gamma * size * (1 + e1)))
         if guards:
-            extra = extra + t1().scale(push * len(guards) * gamma)
-        sigma = t1().scale(width * (1 + 1e-9))
-        self._decision(z, Affine(holding.const + extra + sigma, holding.coefs), what, node)
+            e1s = [self.pair(g)[1] for g in guards]
+            inputs = push * sum(e1s)
+            rounding = inner * push * len(guards) * (1 + max(e1s))
+            extra = t1().scale(inputs + rounding)
+        kappa = (1 + self.u) / (1 - self.u) if r else 1.0
+        sigma = t1().scale(width * (1 + 1e-9) * kappa)
+        error = Affine(
+            (holding.const + extra).scale(kappa) + sigma,
+            {v: c * kappa for v, c in holding.coefs.items()},
+        )
+        self._decision(z, error, what, node)
         # (2, 3) pushes: row error plus the guards' errors, below the slack of 1 (stored)
         row_err = self.collapse(self.row(row, width, roundings=r)).over_t1()
         if guards:
@@ -586,6 +627,8 @@ class Analysis:
         beta, const = 0.0, error.const
         terms: list[tuple[float, float, Poly]] = []
         signed: list[tuple[float, Poly]] = []
+        group: list[int] = []
+        tokens: set[str] = set()
         coefs = dict(error.coefs)
         for name, alpha in z.items():
             v = self.vars[name]
@@ -593,12 +636,16 @@ class Analysis:
                 beta += alpha * v.fixed
                 const = const + Poly.const(max(coefs.pop(name, 0.0), 0.0) * v.fixed)
             elif v.nonneg:
+                if v.token is not None and v.bits is None and v.token not in tokens:
+                    tokens.add(v.token)
+                    group.append(len(terms))
                 terms.append((alpha, coefs.pop(name, 0.0), v.mag))
             else:
                 signed.append((alpha, v.mag))
         for name, c in coefs.items():  # error terms of variables Z does not read
             terms.append((0.0, c, self.vars[name].mag))
-        self.checks.append(Decision(what, node, const, beta, tuple(terms), tuple(signed)))
+        check = Decision(what, node, const, beta, tuple(terms), tuple(signed), tuple(group))
+        self.checks.append(check)
 
     # ------------------------------------------------------------ Boolean functions
 
@@ -649,10 +696,13 @@ class Analysis:
         bounds ``|x|`` in integer units when the program gives a tighter bound than the
         variables of x do."""
         e0, e1 = self.pair(bit)
-        gamma = self.gamma(self.roundings(x) + len(bit) + 1)  # x's terms, the bit, the bias
+        # x's terms, the bit, the bias: the last rounding is relative to the result (|x|
+        # where p = 1), the others to partial sums, which hold M·p and −M at most once
+        # each (together they are 0): |partial| ≤ |x| + M
+        inner = self.gamma(self.roundings(x) + len(bit))
         mag = value or self.magnitude(x)
         inputs = self.collapse(self.row(x))
-        rows = (mag + t1().scale(2 * bound)).scale(gamma)
+        rows = (mag + t1().scale(bound)).scale(inner) + mag.scale(2 * self.u)
         slack = bound - mag.token_max()
         if e0 and slack > 0:
             off = inputs.over_t1() + rows.over_t1() + Poly.const(bound * e0)
