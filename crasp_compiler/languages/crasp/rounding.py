@@ -9,10 +9,13 @@ and refuse a program whose float64 model would be exact for no input at all.
 roundoff u: 2^-53 for float64, 2^-24 for float32; float64's is written u₆₄): every
 operation rounds to nearest, ``fl(a ∘ b) = (a ∘ b)(1 + θ)``, ``|θ| ≤ u``. A matrix row
 ``Σ_k w_k y_k + b`` is summed in an order the BLAS picks: with r roundings on the way
-(K nonzero terms give K − 1 additions, plus one for the bias and one or two for products
-whose weight is not a power of two or not representable), it is within
-``γ_r (Σ|w_k ỹ_k| + |b|)`` of the real sum of the computed inputs ỹ, ``γ_r = r u/(1 − r u)``
-(≤ 1.01 r u). Terms that are exactly 0 (the BOS indicator at a token) add nothing. The
+(K nonzero terms give K − 1 additions, plus one for the bias, one for products whose
+weight is not a power of two and three for weights float64 and then the dtype cannot
+hold), it is within ``γ_r (Σ|w_k ỹ_k| + |b|)`` of the real sum of the computed inputs ỹ,
+``γ_r = (1 + u)^r − 1`` (≤ r u/(1 − r u)); more precisely, its last rounding is relative
+to its result, and each other partial sum is a sub-sum of the terms, within the larger of
+their positive and negative parts. Terms that are exactly 0 (the BOS indicator at a
+token) add nothing. The
 runtimes add the values of a uniform head in float64, divide by t + 1 in float64 and cast
 to the model's type (relative error ``u' = (1 + u)(1 + u₆₄) − 1``), and take a layer
 norm's square root in float64 (correctly rounded after the cast), so that the layer norm
@@ -242,12 +245,16 @@ class Bound(Check):
 class Decision(Check):
     """``Z = Σ α_k X_k + β`` (``|Z| ≥ 1/2``) decided right: its error ``const(t) + Σ c_k X_k``
     (``const`` includes the margin σ a ramp uses) stays below ``|Z|`` at every feasible X
-    (module docstring). ``terms``: per nonnegative variable ``(α_k, c_k, mag_k)``;
-    ``signed``: ``(α_k, mag_k)`` of variables that may be negative."""
+    (module docstring). ``terms``: per nonnegative variable ``(α_k, c_k, mag_k)``, where
+    ``c_k`` holds on the side ``sZ ≥ 1/2`` with s α_k ≤ 0 and ``c_k + rounding[k]`` where
+    s α_k > 0 (partial sums are within the larger of the row's positive and negative
+    parts, which is the positive one where Z > 0); ``signed``: ``(α_k, mag_k)`` of
+    variables that may be negative."""
 
     const: Poly = ZERO
     beta: float = 0.0
     terms: tuple[tuple[float, float, Poly], ...] = ()
+    rounding: tuple[float, ...] = ()
     signed: tuple[tuple[float, Poly], ...] = ()
     group: tuple[int, ...] = ()  # terms whose variables add up to at most t (tokens)
 
@@ -256,7 +263,11 @@ class Decision(Check):
 
     def side_ok(self, s: int, t: int) -> bool:
         """The side ``sZ ≥ 1/2`` is decided right at position t (or cannot occur)."""
-        mags = [(a, c, m(t)) for a, c, m in self.terms]
+        rounding = self.rounding or (0.0,) * len(self.terms)
+        mags = [
+            (a, c + (r if s * a > 0 else 0.0), m(t))
+            for (a, c, m), r in zip(self.terms, rounding, strict=True)
+        ]
         signed = [(a, m(t)) for a, m in self.signed]
         grouped = set(self.group)
         reach = s * self.beta + sum(
@@ -356,8 +367,9 @@ class Analysis:
         return (1 + self.u) * (1 + self.u64) - 1
 
     def gamma(self, r: int) -> float:
-        """``γ_r = r u/(1 − r u)``."""
-        return r * self.u / (1 - r * self.u)
+        """``(1 + u)^r − 1``, the relative error of r roundings in a row (at most ``γ_r =
+        r u/(1 − r u)``), rounded up."""
+        return math.expm1(r * math.log1p(self.u)) * (1 + 1e-12)
 
     def roundings(self, form: Mapping[str, float], bias: float = 0.0, scale: float = 1.0) -> int:
         """The roundings of one row ``scale·(Σ α_k x_k) + b``: additions of its nonzero
@@ -566,24 +578,31 @@ class Analysis:
         gamma = self.gamma(r)
         # (1) the decision, guards holding: their terms cancel in value, not in rounding.
         # The row's last rounding is relative to its result: |Z̃ − Z| ≤ E + u|Z̃| with E
-        # the rest, which holds Z̃'s sign where κE + σ/(1 − u) < |Z|, κ = (1 + u)/(1 − u)
-        # A partial sum holds z's terms and some of M·ℓ_i and −rM·nonbos: the latter
-        # within rM(1 + e₁) together.
+        # the rest, which holds Z̃'s sign where κE + σ/(1 − u) < |Z|, κ = (1 + u)/(1 − u).
+        # Every other partial sum is within the larger of the row's positive and negative
+        # parts (a sub-sum of the terms of each sign): on the side where Z > 0 the
+        # positive one, so only the terms of that sign count there; the guards' M·ℓ_i and
+        # −rM·nonbos add at most rM(1 + e₁) to either.
         inner = self.gamma(max(r - 1, 0))
-        holding = self.row(z, width, roundings=r, last=False)
-        extra = ZERO
+        inputs = self.row(z, roundings=0)  # the input errors alone
+        const = inputs.const + t1().scale(inner * width)
+        rounding: dict[str, float] = {}
+        for var_name, alpha in z.items():
+            v = self.vars[var_name]
+            const = const + v.err.scale(inner * abs(alpha))
+            if v.nonneg:
+                rounding[var_name] = inner * abs(alpha) * (1 + v.rel)
+            else:
+                const = const + v.mag.scale(inner * abs(alpha) * (1 + max(v.rel, 0.0)))
         if guards:
             e1s = [self.pair(g)[1] for g in guards]
-            inputs = push * sum(e1s)
-            rounding = inner * push * len(guards) * (1 + max(e1s))
-            extra = t1().scale(inputs + rounding)
+            const = const + t1().scale(
+                push * sum(e1s) + inner * push * len(guards) * (1 + max(e1s))
+            )
         kappa = (1 + self.u) / (1 - self.u) if r else 1.0
-        sigma = t1().scale(width * (1 + 1e-9) * kappa)
-        error = Affine(
-            (holding.const + extra).scale(kappa) + sigma,
-            {v: c * kappa for v, c in holding.coefs.items()},
-        )
-        self._decision(z, error, what, node)
+        const = const.scale(kappa) + t1().scale(width * (1 + 1e-9) * kappa)
+        error = Affine(const, {v: c * kappa for v, c in inputs.coefs.items()})
+        self._decision(z, error, what, node, {v: c * kappa for v, c in rounding.items()})
         # (2, 3) pushes: row error plus the guards' errors, below the slack of 1 (stored)
         row_err = self.collapse(self.row(row, width, roundings=r)).over_t1()
         if guards:
@@ -623,9 +642,17 @@ class Analysis:
         rounding = self.gamma(len(guards) + 1) * (2 * len(guards) * 2 + 1)
         return (0.0, 2 * sum(inputs) + rounding)
 
-    def _decision(self, z: Mapping[str, float], error: Affine, what: str, node: object) -> None:
+    def _decision(
+        self,
+        z: Mapping[str, float],
+        error: Affine,
+        what: str,
+        node: object,
+        rounding: Mapping[str, float],
+    ) -> None:
         beta, const = 0.0, error.const
         terms: list[tuple[float, float, Poly]] = []
+        sided: list[float] = []
         signed: list[tuple[float, Poly]] = []
         group: list[int] = []
         tokens: set[str] = set()
@@ -634,17 +661,29 @@ class Analysis:
             v = self.vars[name]
             if v.fixed is not None:
                 beta += alpha * v.fixed
-                const = const + Poly.const(max(coefs.pop(name, 0.0), 0.0) * v.fixed)
+                worst = max(coefs.pop(name, 0.0), 0.0) + rounding.get(name, 0.0)
+                const = const + Poly.const(worst * v.fixed)
             elif v.nonneg:
                 if v.token is not None and v.bits is None and v.token not in tokens:
                     tokens.add(v.token)
                     group.append(len(terms))
                 terms.append((alpha, coefs.pop(name, 0.0), v.mag))
+                sided.append(rounding.get(name, 0.0))
             else:
                 signed.append((alpha, v.mag))
         for name, c in coefs.items():  # error terms of variables Z does not read
             terms.append((0.0, c, self.vars[name].mag))
-        check = Decision(what, node, const, beta, tuple(terms), tuple(signed), tuple(group))
+            sided.append(0.0)
+        check = Decision(
+            what,
+            node,
+            const,
+            beta,
+            tuple(terms),
+            rounding=tuple(sided),
+            signed=tuple(signed),
+            group=tuple(group),
+        )
         self.checks.append(check)
 
     # ------------------------------------------------------------ Boolean functions
