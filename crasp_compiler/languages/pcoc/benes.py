@@ -236,8 +236,11 @@ class _Sender:
     def slot(self, lane: str, z: int, field: str) -> str:
         name = f"{self.tag}{lane}{z}_{field}"
         if name not in self.slots:
-            bound = self.payload_bound if field == "x" else 1.0
-            self.slots[name] = Slot(name, bound, 0.0)
+            if field == "x":  # a payload: one of the values sent, or 0
+                slot = Slot(name, self.payload_bound, made=True, carries=self.send.slot)
+            else:  # a valid flag or a destination bit: 0 or 1
+                slot = Slot(name, 1.0, made=True)
+            self.slots[name] = slot
         return name
 
     def virtual(self, lane: str) -> StaticExpr:

@@ -92,7 +92,8 @@ def compile_pcoc(
       output is thus within ``A·e^{−T}`` of the hard model (A from n, the value
       bounds, the margins and the rounds: every round adds its routing term, and errors
       routed earlier are carried along — the scan ``x = x + left`` of cumsum.pcoc doubles
-      the error each round, ``A = 2nB(2^R − 1)`` for R rounds and ``|x| ≤ B``; a data
+      the error and the bound of x each round, ``A = nBR·2^R`` for R rounds and inputs
+      ``|x| ≤ B``; a data
       conditional multiplies the error of its comparison by M/m); T is the smallest
       temperature making
       ``A·e^{−T}`` at most the tolerance less the estimated ``dtype`` rounding of both
@@ -169,8 +170,7 @@ def compile_pcoc(
         text = (
             f"exact for n = {n} machines (exactly {n} numbers per input slot) in real "
             "arithmetic, with average-hard attention, for inputs within their declared bounds "
-            "and data comparisons outside their margins (while every slot keeps its declared "
-            "bound); estimated float64 rounding of the "
+            "and data comparisons outside their margins; estimated float64 rounding of the "
             + (f"outputs {estimate:.3g}" if math.isfinite(estimate) else "outputs not bounded")
         )
     else:
