@@ -179,8 +179,8 @@ class Value:
     """A data value of every machine.
 
     ``form``: its residual form, 0 at BOS in the average-hard model. ``lo``/``hi``: an
-    interval holding at every machine (±inf where unknown; ``unbounded`` names the slots
-    whose missing bound makes it so). ``leak``/``noise``: softmax and rounding
+    interval holding at every machine, whichever branch it takes (±inf where unknown;
+    ``unbounded`` names the input slots whose missing bound makes it so). ``leak``/``noise``: softmax and rounding
     coefficients (module docstring). ``const``: the value of every machine when it is
     known at compile time. ``choices``: for a value selected per machine by static
     conditions, the candidate values and the machines that take each (a later static
