@@ -372,7 +372,8 @@ def compile_command(program: str, output: str, mode: str | None, **options: Any)
 @click.option("--float32", is_flag=True, help="Compute in float32 instead of float64.")
 @_beyond_option(
     "What to do with inputs the model's guarantee does not cover (longer than it covers "
-    "in this float type; PCOC: values outside their declared bounds)."
+    "in this float type; PCOC: values outside their declared bounds, send destinations "
+    "that are not integers or collide)."
 )
 @_batch_options
 def run_command(

@@ -672,18 +672,22 @@ def _periodic_from_version_1(w_e: NDArray[Any], w_p: Matrix, features: list[str]
 
 
 def guarantee_header(guarantee: Guarantee) -> dict[str, Any]:
-    """The guarantee as the header stores it (``dtypes``/``input_bounds`` only when set)."""
+    """The guarantee as the header stores it (``dtypes``/``input_bounds``/``destinations``
+    only when set: files written before ``destinations`` existed have none)."""
     out: dict[str, Any] = {"max_len": guarantee.max_len, "text": guarantee.text}
     if guarantee.dtypes:
         out["dtypes"] = dict(guarantee.dtypes)
     if guarantee.input_bounds:
         out["input_bounds"] = dict(guarantee.input_bounds)
+    if guarantee.destinations:
+        out["destinations"] = list(guarantee.destinations)
     return out
 
 
 def _guarantee(g: dict[str, Any], inputs: list[str]) -> Guarantee:
     """The header's guarantee, validated: lengths are integers >= 0, float limits name
-    float types and do not exceed the real-arithmetic limit, bounds name numeric inputs."""
+    float types and do not exceed the real-arithmetic limit, bounds and send
+    destinations name numeric inputs."""
     max_len = g.get("max_len")
     _expect(max_len is None or (type(max_len) is int and max_len >= 0), "malformed guarantee")
     _expect(isinstance(g.get("text", ""), str), "malformed guarantee text")
@@ -709,11 +713,19 @@ def _guarantee(g: dict[str, Any], inputs: list[str]) -> Guarantee:
         ),
         "malformed guarantee: 'input_bounds' must map numeric inputs to bounds >= 0",
     )
+    destinations = g.get("destinations", [])
+    _expect(
+        isinstance(destinations, list)
+        and all(isinstance(name, str) and name in inputs for name in destinations)
+        and len(set(destinations)) == len(destinations),
+        "malformed guarantee: 'destinations' must list distinct numeric inputs",
+    )
     return Guarantee(
         max_len,
         str(g.get("text", "")),
         {key: int(limit) for key, limit in dtypes.items()},
         {key: float(bound) for key, bound in bounds.items()},
+        list(destinations),
     )
 
 

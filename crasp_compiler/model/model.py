@@ -373,13 +373,17 @@ class Guarantee:
     type (−1: no input, not even the empty one); a type that is absent was not analysed
     (the model claims only ``max_len``).
     ``input_bounds``: ``|v| ≤ bound`` for numeric input channels; values outside are not
-    covered. ``text`` says all of this in words.
+    covered. ``destinations``: numeric input channels that are the destinations of a
+    data-dependent send (PCOC): in a run of T tokens, the values at positions 1..T
+    (machines 0..T−1) are covered only when they are integers and those in 0..T−1 are
+    distinct (a destination outside sends nothing). ``text`` says all of this in words.
     """
 
     max_len: int | None
     text: str
     dtypes: dict[str, int] = field(default_factory=dict)
     input_bounds: dict[str, float] = field(default_factory=dict)
+    destinations: list[str] = field(default_factory=list)
 
     def limit(self, dtype: str | None = None) -> int | None:
         """The longest input covered when running in ``dtype`` (None: no limit)."""
@@ -415,6 +419,57 @@ class Guarantee:
             f"numeric input {name!r} holds {worst:g}, outside its declared bound "
             f"|{name}| <= {bound:g} (the model is exact only within it)"
         )
+
+    def destination_problem(
+        self, name: str, values: NDArray[np.float64], lengths: NDArray[np.int64]
+    ) -> str | None:
+        """Why the send destinations of input ``name`` are not covered, or None:
+        ``values`` ``(B, T)`` at positions 0..T−1 (BOS at 0, padding past
+        ``lengths[b]``); the first run and machine with a destination that is not an
+        integer, or two machines with one destination in 0..lengths[b]−1."""
+        if name not in self.destinations:
+            return None
+        for b, length in enumerate(lengths):
+            where = f" of input {b}" if len(lengths) > 1 else ""
+            row = values[b, 1 : 1 + int(length)]
+            fractional = np.flatnonzero(row != np.floor(row))
+            if fractional.size:
+                i = int(fractional[0])
+                return (
+                    f"numeric input {name!r} holds {float(row[i])!r} at machine {i}{where}, "
+                    "not an integer: the model routes a send exactly only to integral "
+                    "destinations"
+                )
+            senders = np.flatnonzero((row >= 0) & (row < length))
+            order = senders[np.argsort(row[senders], kind="stable")]  # by destination
+            targets = row[order]
+            again = np.flatnonzero(targets[1:] == targets[:-1]) + 1
+            if again.size:  # the first machine whose destination an earlier one has
+                i = int(np.min(order[again]))
+                j = int(order[np.searchsorted(targets, row[i])])
+                return (
+                    f"numeric input {name!r} sends machines {j} and {i}{where} both to "
+                    f"machine {int(row[i])}: the model routes a send exactly only to "
+                    "distinct destinations"
+                )
+        return None
+
+    def input_problems(
+        self, names: Sequence[str], numeric: NDArray[np.float64], lengths: NDArray[np.int64]
+    ) -> list[str]:
+        """Why the numeric inputs ``numeric`` ``(B, T, m)`` (channel k is input
+        ``names[k]``; BOS at position 0) are not covered: values beyond a declared bound
+        (:meth:`value_problem`), send destinations that are not integers or collide
+        (:meth:`destination_problem`)."""
+        return [
+            problem
+            for k, name in enumerate(names)
+            for problem in (
+                self.value_problem(name, numeric[..., k]),
+                self.destination_problem(name, numeric[..., k], lengths),
+            )
+            if problem
+        ]
 
 
 @dataclass(frozen=True)

@@ -302,9 +302,9 @@ def run(
     tokens; BOS reads 0.
 
     ``on_overlength`` decides what happens with an input the model's guarantee does not
-    cover (longer than it covers in real arithmetic or in ``dtype``, or numeric inputs
-    outside their declared bounds): ``"error"`` raises :class:`CraspError`, ``"warn"``
-    warns, ``"ignore"``.
+    cover (longer than it covers in real arithmetic or in ``dtype``, numeric inputs
+    outside their declared bounds, send destinations that are not integers or collide):
+    ``"error"`` raises :class:`CraspError`, ``"warn"`` warns, ``"ignore"``.
     """
     if on_overlength not in ("error", "warn", "ignore"):
         raise ValueError(f"on_overlength must be error, warn or ignore, not {on_overlength!r}")
@@ -316,10 +316,7 @@ def run(
         numeric = numeric_matrix(model.inputs, lengths, values)
     problems = [model.guarantee.length_problem(longest, np.dtype(float_type).name)]
     if numeric is not None:
-        problems += [
-            model.guarantee.value_problem(name, numeric[..., k])
-            for k, name in enumerate(model.inputs)
-        ]
+        problems += model.guarantee.input_problems(model.inputs, numeric, lengths)
     beyond_guarantee([p for p in problems if p], on_overlength)
     size = longest + 1
     labels = _trace_labels(model) if residuals else {}

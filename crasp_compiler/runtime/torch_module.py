@@ -979,10 +979,9 @@ class TorchTransformer(nn.Module):
         numeric = None
         if self.numeric is not None:
             numeric = self.encode_values(values, lengths)
-            problems += [
-                self.guarantee.value_problem(name, numeric[..., k].cpu().numpy())
-                for k, name in enumerate(self.numeric.names)
-            ]
+            problems += self.guarantee.input_problems(
+                self.numeric.names, numeric.cpu().numpy(), lengths.cpu().numpy()
+            )
         beyond_guarantee([p for p in problems if p], on_overlength)
         return self.decide(self(ids, lengths, numeric), lengths)
 

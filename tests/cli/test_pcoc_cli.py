@@ -331,3 +331,28 @@ def test_inputs_outside_their_bounds_need_beyond_guarantee_warn(tmp_path):
     assert "outside its declared bound |x| <= 1e+09" in result.stderr
     warned = invoke("run", model, "--beyond-guarantee", "warn", input="3e9 1 2 5\n")
     assert warned.exit_code == 0 and "warning:" in warned.stderr
+
+
+def test_send_destinations_outside_the_guarantee_need_beyond_guarantee_warn(tmp_path):
+    """permute.pcoc at n = 8: a collision and a fractional destination are refused by
+    `crasp run` as by `crasp interpret` (one line naming the input and the machines);
+    warn runs them; a permutation runs exactly."""
+    program = EXAMPLES.parent / "pcoc_sends" / "permute.pcoc"
+    model = tmp_path / "permute.npz"
+    ok("compile", program, "--n", 8, "-o", model)
+    values = "1 2 3 4 5 6 7 8  "
+    for destinations, fragment in (
+        ("0 0 2 3 4 5 6 7", "input 'd' sends machines 0 and 1 both to machine 0"),
+        ("7.5 1 2 3 4 5 6 0", "input 'd' holds 7.5 at machine 0, not an integer"),
+    ):
+        line = values + destinations + "\n"
+        user_error("interpret", program, "--n", 8, input=line)
+        result = user_error("run", model, input=line)
+        (message,) = [text for text in result.stderr.splitlines() if fragment in text]
+        assert "--beyond-guarantee warn" in message and result.stdout == ""
+        warned = invoke("run", model, "--beyond-guarantee", "warn", input=line)
+        assert warned.exit_code == 0 and f"warning: numeric {fragment}" in warned.stderr
+        assert len(warned.stdout.split()) == 8
+    line = values + "7 6 5 4 3 2 1 0\n"
+    assert ok("run", model, input=line).stdout == "8 7 6 5 4 3 2 1\n"
+    assert ok("interpret", program, "--n", 8, input=line).stdout == "8 7 6 5 4 3 2 1\n"

@@ -538,12 +538,14 @@ def test_temperature_formula():
 
 
 def test_cumsum_temperature_has_its_closed_form():
-    """x = x + left doubles the error each round: A = 2nB(2^R − 1); with |x| ≤ 1e9 the
-    float64 rounding estimate exceeds τ/4, so the budget is τ/2."""
+    """x = x + left doubles the error and the bound each round (|x| ≤ 2^r·B after round
+    r, derived from the input bound B, not assumed from it): the error after round r is
+    2·A_{r−1} + n·2^r·B, so A = n·B·R·2^R; with inputs |x| ≤ 1e9 the float64 rounding
+    estimate exceeds τ/4, so the budget is τ/2."""
     for n in (2, 5, 16, 32):
         model = compiled("cumsum", n, "softmax")
         rounds = log2up(n)
-        leak = 2 * n * 1e9 * (2**rounds - 1)
+        leak = n * 1e9 * rounds * 2**rounds
         assert math.isclose(model.options["temperature"], math.log(leak / (TOLERANCE / 2)))
         assert math.isclose(model.info["error_bound"]["x"], TOLERANCE / 2)
         assert "rounding estimate exceeds half the tolerance" in model.guarantee.text

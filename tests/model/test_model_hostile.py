@@ -461,6 +461,23 @@ def test_pcoc_guarantee_must_match_n(tmp_path):
     refused(file_of(tmp_path, pcoc(), _guarantee(8)), "guarantee")
 
 
+@pytest.mark.parametrize(
+    "destinations",
+    ["d", ["y"], ["d", "d"], [1], [None], {"d": True}, [["d"]]],
+    ids=["string", "not-an-input", "twice", "number", "null", "mapping", "nested"],
+)
+def test_malformed_send_destinations_are_refused(tmp_path, destinations):
+    """The send check a PCOC guarantee records (``destinations``, distinct numeric
+    inputs) is validated like the input bounds: a hostile value is one clear error."""
+    model = compile_pcoc(load_pcoc(PCOC.parent / "pcoc_sends" / "permute.pcoc"), 2)
+    assert model.guarantee.destinations == ["d"]
+
+    def edit(header, arrays):
+        header["guarantee"]["destinations"] = destinations
+
+    refused(file_of(tmp_path, model, edit), "'destinations' must list distinct numeric inputs")
+
+
 def test_consistent_headers_load(tmp_path, relu30):
     assert_same_model(load_model(file_of(tmp_path, relu30)), relu30)
 

@@ -33,6 +33,13 @@ The construction, for ``p = 2^k`` virtual machines and memory ``s = 2^{k−1}`` 
   (loads ≤ s) means no tuple is ever dropped; the tests check the total count.
 - **Recombination** (fused into the last collection round): every copy carries the same
   payload, so the result is the payload of the first valid copy, or the default.
+- **What it needs.** Destinations that are integers, distinct among the machines
+  0..n−1 they name (where two machines send to one, a value is lost): the
+  compiled model's guarantee states it and the runtimes check it on input destinations
+  (:func:`~crasp_compiler.languages.pcoc.compile.compile_pcoc`). The slots made here are
+  marked ``Slot.made``: the lowering gives a payload the interval of the values sent
+  (``Slot.carries``) and a flag or bit [−1, 1], which the construction proves (every
+  compacted slot takes at most one tuple), where summing the gated tuples would not.
 
 **Size** (p = 2^k machines, s = 2^{k−1}, hard mode). A collection step's compactions
 test ``key_z = j`` for the pairs j ≤ z < 2s, j < s, stay and go: 3s² + s equality tests,
@@ -236,8 +243,11 @@ class _Sender:
     def slot(self, lane: str, z: int, field: str) -> str:
         name = f"{self.tag}{lane}{z}_{field}"
         if name not in self.slots:
-            bound = self.payload_bound if field == "x" else 1.0
-            self.slots[name] = Slot(name, bound, 0.0)
+            if field == "x":  # a payload: one of the values sent, or 0
+                slot = Slot(name, self.payload_bound, made=True, carries=self.send.slot)
+            else:  # a valid flag or a destination bit: 0 or 1
+                slot = Slot(name, 1.0, made=True)
+            self.slots[name] = slot
         return name
 
     def virtual(self, lane: str) -> StaticExpr:

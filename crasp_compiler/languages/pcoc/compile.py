@@ -20,9 +20,9 @@ from crasp_compiler.errors import CraspError, Diagnostic
 from crasp_compiler.languages.pcoc.benes import has_sends, lower_sends
 from crasp_compiler.languages.pcoc.interpret import check_pcoc
 from crasp_compiler.languages.pcoc.lower import MODES, TOKEN, Comparison, Lowered, lower_pcoc
-from crasp_compiler.languages.pcoc.nodes import Program, span_of
+from crasp_compiler.languages.pcoc.nodes import Assign, Program, Round, Stmt, span_of
 from crasp_compiler.model.model import Guarantee, Model
-from crasp_compiler.runtime.numpy_exec import beyond_guarantee, run
+from crasp_compiler.runtime.numpy_exec import beyond_guarantee, numeric_matrix, run
 
 DTYPES = {"float64": np.float64, "float32": np.float32}
 # The most machines a model is compiled for (the interpreter goes to 10^7).
@@ -92,7 +92,8 @@ def compile_pcoc(
       output is thus within ``A·e^{−T}`` of the hard model (A from n, the value
       bounds, the margins and the rounds: every round adds its routing term, and errors
       routed earlier are carried along — the scan ``x = x + left`` of cumsum.pcoc doubles
-      the error each round, ``A = 2nB(2^R − 1)`` for R rounds and ``|x| ≤ B``; a data
+      the error and the bound of x each round, ``A = nBR·2^R`` for R rounds and inputs
+      ``|x| ≤ B``; a data
       conditional multiplies the error of its comparison by M/m); T is the smallest
       temperature making
       ``A·e^{−T}`` at most the tolerance less the estimated ``dtype`` rounding of both
@@ -102,9 +103,13 @@ def compile_pcoc(
       positive margin (:class:`CraspError` otherwise).
 
     The guarantee covers exactly n machines: ``max_len`` = n, and :func:`run_pcoc`
-    rejects inputs of any other length. ``info`` reports the layers and heads next to
-    the simulation theorem's counts (R layers for R rounds, s heads for a memory of s words:
-    the slots plus the values received in a round).
+    rejects inputs of any other length. Data-dependent sends route exactly only to
+    integral destinations, distinct among the machines 0..n−1 they name: the guarantee
+    says so, records the input slots that are destinations for the runtimes to check
+    (``Guarantee.destinations``), and names a send whose destination the program
+    computes as the caller's condition (:func:`_send_condition`). ``info`` reports the
+    layers and heads next to the simulation theorem's counts (R layers for R rounds, s
+    heads for a memory of s words: the slots plus the values received in a round).
     """
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise CraspError(f"n must be an integer >= 1, not {n!r}", filename=program.filename)
@@ -169,8 +174,7 @@ def compile_pcoc(
         text = (
             f"exact for n = {n} machines (exactly {n} numbers per input slot) in real "
             "arithmetic, with average-hard attention, for inputs within their declared bounds "
-            "and data comparisons outside their margins (while every slot keeps its declared "
-            "bound); estimated float64 rounding of the "
+            "and data comparisons outside their margins; estimated float64 rounding of the "
             + (f"outputs {estimate:.3g}" if math.isfinite(estimate) else "outputs not bounded")
         )
     else:
@@ -186,6 +190,8 @@ def compile_pcoc(
             text += f"; the {dtype} rounding estimate exceeds half the tolerance"
     if mode == "hard" and resolved["float32"] is not None:
         text += "; not float32: a comparison margin is below float32 rounding"
+    destinations, condition = _send_condition(original, unrolled, n)
+    text += condition
     dtypes = {d: (n if problem is None else -1) for d, problem in resolved.items()}
     bounds = {s.name: s.bound for s in program.slots if s.name in program.inputs}
     model = lowered.builder.build(
@@ -195,6 +201,7 @@ def compile_pcoc(
             text,
             dtypes if mode == "hard" else {},
             {name: float(bound) for name, bound in bounds.items() if bound is not None},
+            destinations,
         ),
         filename=program.filename,
         options={
@@ -231,6 +238,56 @@ def compile_pcoc(
             "bound_2Rlog2n": 2 * sends * k,
         }
     return model
+
+
+def _assigned(body: Sequence[Stmt]) -> set[str]:
+    """The names a round's statements assign, in either branch of every ``if``."""
+    names: set[str] = set()
+    for stmt in body:
+        if isinstance(stmt, Assign):
+            names.add(stmt.target)
+        else:
+            names |= _assigned(stmt.then) | _assigned(stmt.otherwise)
+    return names
+
+
+def _send_condition(
+    program: Program, rounds: Sequence[tuple[Round, dict[str, int]]], n: int
+) -> tuple[list[str], str]:
+    """The condition under which the sends of ``program`` route exactly, as the guarantee
+    records it: the input slots that are the destinations of a send as they were read
+    (no round before it assigns them), which the runtimes check, and the words for the
+    guarantee's text (empty without sends). A send whose destination the program
+    computes cannot be checked before the routing: the text names it."""
+    checked: list[str] = []
+    computed: list[str] = []
+    assigned: set[str] = set()
+    for rnd, _ in rounds:
+        for send in rnd.sends:
+            if send.dest in program.inputs and send.dest not in assigned:
+                checked.append(send.dest)
+            else:
+                line = f" (line {send.span.line})" if send.span is not None else ""
+                computed.append(f"`{send.target} = send {send.slot} to {send.dest}`{line}")
+        assigned |= _assigned(rnd.body)
+    if not checked and not computed:
+        return [], ""
+    checked, computed = list(dict.fromkeys(checked)), list(dict.fromkeys(computed))
+    text = (
+        "; data-dependent sends route exactly only when their destinations are integers, "
+        f"distinct among the machines whose destination is in 0..{n - 1} (one outside sends "
+        "nothing)"
+    )
+    if checked:
+        names = ", ".join(repr(name) for name in checked)
+        text += f", which the runtimes check on input(s) {names} as they check the bounds"
+    if computed:
+        text += (
+            f"; the destinations of {', '.join(computed)} are computed by the program and "
+            "cannot be checked before the routing: that they meet this condition is the "
+            "caller's to ensure"
+        )
+    return checked, text
 
 
 # A data comparison is resolved in a float type when the estimated rounding of
@@ -348,7 +405,8 @@ def run_pcoc(
     """Run a compiled PCOC model on a batch of inputs (each as :func:`input_matrix`
     takes it); returns ``{output slot: array (B, n)}``, machine i in column i.
     ``runtime``: ``"numpy"`` (the reference executor) or ``"torch"``. Inputs outside the
-    declared bounds, or a float type the model is not exact in, are refused
+    declared bounds, send destinations that are not integers or collide
+    (``Guarantee.destinations``), or a float type the model is not exact in, are refused
     (``on_beyond="warn"`` warns, ``"ignore"`` runs them anyway)."""
     n = machines(model)
     matrices = [input_matrix(model, inputs) for inputs in batch]
@@ -365,10 +423,11 @@ def run_pcoc(
     from crasp_compiler.runtime.torch_module import TorchTransformer
 
     guarantee = model.guarantee
-    problems = [guarantee.length_problem(n, np.dtype(dtype).name)] + [
-        guarantee.value_problem(name, np.stack([m[:, k] for m in matrices]))
-        for k, name in enumerate(model.inputs)
-    ]
+    problems = [guarantee.length_problem(n, np.dtype(dtype).name)]
+    sizes = np.full(len(matrices), n, dtype=np.int64)
+    problems += guarantee.input_problems(
+        model.inputs, numeric_matrix(model.inputs, sizes, matrices), sizes
+    )
     beyond_guarantee([p for p in problems if p], on_beyond)
     module = TorchTransformer(model)
     if dtype == np.float32:

@@ -38,9 +38,15 @@ knows about it.
   block's ``evaluate`` on the BOS values of what it reads, a routing head's being its
   value forms at BOS, 0); the output of every MLP block at BOS is subtracted times the
   ``bos`` variable.
-- **Bounds.** Every value carries an interval that holds at the machines (from the
-  declared bounds, the constants and the operations); big-M gating needs a finite one,
-  else a :class:`CraspError` names the slots that need ``bound``.
+- **Bounds.** Every value carries an interval that holds at every machine, derived from
+  the declared bounds of the input slots (which the runtimes check), the constants and
+  the operations; the candidates of a selection keep their own intervals wherever they
+  are computed (a big-M gate bounds what it gates, taken or not). The bound declared on
+  any other slot is a promise of the programmer (checked by the interpreter with
+  ``check_promises``), never assumed: only slots the compiler makes itself (Beneš
+  routing) get the interval their construction proves (:meth:`_Lowerer.constructed`).
+  Big-M gating needs a finite interval, else a :class:`CraspError` names the input slots
+  that need ``bound``.
 - **Softmax error analysis.** Every value carries ``leak``: in the softmax model with
   temperature T, ``|value − hard value| ≤ leak · e^{−T}`` at every position (BOS
   included). A routed value gains ``n · R`` (R the width of its range over the
@@ -90,6 +96,7 @@ from crasp_compiler.languages.pcoc.nodes import (
     Receive,
     Round,
     Scale,
+    Slot,
     Static,
     StaticExpr,
     Stmt,
@@ -172,8 +179,8 @@ class Value:
     """A data value of every machine.
 
     ``form``: its residual form, 0 at BOS in the average-hard model. ``lo``/``hi``: an
-    interval holding at every machine (±inf where unknown; ``unbounded`` names the slots
-    whose missing bound makes it so). ``leak``/``noise``: softmax and rounding
+    interval holding at every machine, whichever branch it takes (±inf where unknown;
+    ``unbounded`` names the input slots whose missing bound makes it so). ``leak``/``noise``: softmax and rounding
     coefficients (module docstring). ``const``: the value of every machine when it is
     known at compile time. ``choices``: for a value selected per machine by static
     conditions, the candidate values and the machines that take each (a later static
@@ -314,8 +321,9 @@ class _Lowerer:
         slots = ", ".join(repr(s) for s in sorted(value.unbounded)) or "(unknown)"
         example = sorted(value.unbounded)[0] if value.unbounded else "x"
         raise self.error(
-            f"{what} needs a bound on the values involved; the slot(s) {slots} have none",
-            hint=f"declare one, e.g. `input {example} bound 1e6` or `slot {example} bound 1e6`",
+            f"{what} needs a bound on the values involved; the input slot(s) {slots} declare none",
+            hint=f"declare one, e.g. `input {example} bound 1e6` (the bounds of all other "
+            "values are derived from the inputs')",
         )
 
     # -------------------------------------------------------------- linear algebra of values
@@ -901,24 +909,28 @@ class _Lowerer:
             if isinstance(stmt, Assign):
                 value = self.expr(stmt.expr, scope, env)
                 self.partial.pop(stmt.target, None)
-                scope[stmt.target] = self.declared(stmt.target, value)
+                scope[stmt.target] = value
             elif isinstance(stmt, If):
                 self.branch(stmt, scope, env)
             else:  # pragma: no cover - the IR has no other statements
                 raise self.error(f"unknown statement {stmt!r}")
 
-    def declared(self, name: str, value: Value) -> Value:
-        """A value assigned to slot ``name``, within the slot's declared bound. Inside a
-        per-machine branch the bound holds only on the machines that take it, while the
-        value's form is evaluated on every machine (a later selection gates it there):
-        the interval is then left as computed."""
-        if name not in self.slots or self.slots[name] is None or not all(self.context):
-            return value
-        bound = float(self.slots[name])  # type: ignore[arg-type]
-        lo, hi = max(value.lo, -bound), min(value.hi, bound)
-        if lo > hi:  # the declaration contradicts the program; keep the computed interval
-            return value
-        return replace(value, lo=lo, hi=hi, unbounded=frozenset())
+    def constructed(self, slot: Slot, value: Value, start: dict[str, Value]) -> Value:
+        """The value a compiler-made slot (:mod:`~crasp_compiler.languages.pcoc.benes`)
+        holds after a round that assigned it, with the interval its construction proves:
+        one of the values of the slot it carries at the start of the round, or 0 (a
+        tuple's payload); within its bound (a 0/1 flag or bit)."""
+        if slot.carries is not None:
+            carried = start[slot.carries]
+            lo, hi = min(carried.lo, 0.0), max(carried.hi, 0.0)
+            unbounded = carried.unbounded
+        else:
+            assert slot.bound is not None, f"the compiler-made slot {slot.name!r} has no bound"
+            lo, hi, unbounded = -slot.bound, slot.bound, frozenset()
+        lo, hi = max(value.lo, lo), min(value.hi, hi)
+        if math.isfinite(lo) and math.isfinite(hi):
+            unbounded = frozenset()
+        return replace(value, lo=lo, hi=hi, unbounded=unbounded | value.unbounded)
 
     def branch(self, stmt: If, scope: dict[str, Value], env: dict[str, int]) -> None:
         if isinstance(stmt.cond, Compare):
@@ -940,7 +952,7 @@ class _Lowerer:
         for name in dict.fromkeys([*then_scope, *else_scope]):
             if name in then_scope and name in else_scope:
                 a, b = then_scope[name], else_scope[name]
-                scope[name] = a if a is b else self.declared(name, self.select(p, a, b))
+                scope[name] = a if a is b else self.select(p, a, b)
             else:  # a temporary made in one branch only
                 scope.pop(name, None)
                 self.partial[name] = stmt.span
@@ -1032,7 +1044,8 @@ class _Lowerer:
                 else:
                     scope[slot.name] = Value(form, -slot.bound, slot.bound)
             else:
-                scope[slot.name] = self.declared(slot.name, self.constant([slot.init] * self.n))
+                scope[slot.name] = self.constant([slot.init] * self.n)
+        made = {slot.name: slot for slot in program.slots if slot.made}
         for number, (rnd, env) in enumerate(unroll(program, self.n)):
             self.round_number = number
             self.span = rnd.span
@@ -1040,7 +1053,10 @@ class _Lowerer:
             local = {**scope, **received}
             self.partial = {}
             self.statements(rnd.body, local, env)
-            scope = {name: local[name] for name in scope}
+            start, scope = scope, {name: local[name] for name in scope}
+            for name, slot in made.items():
+                if scope[name] is not start[name]:
+                    scope[name] = self.constructed(slot, scope[name], start)
         self.prune([scope[name].form for name in program.outputs])
         return scope
 

@@ -224,12 +224,20 @@ class For:
 
 @dataclass(frozen=True)
 class Slot:
-    """A memory slot: ``init`` (0 unless an input), ``bound`` on ``|value|`` or None."""
+    """A memory slot: ``init`` (0 unless an input), ``bound`` on ``|value|`` or None.
+
+    The compiler relies on the bound of an input slot (the runtimes check the inputs);
+    the bound of any other slot of a program is a promise the interpreter checks with
+    ``check_promises``, never an assumption of a compiled model. ``made``: a slot the
+    compiler made (Beneš routing), whose bound holds by construction; ``carries``: the
+    slot whose values (at the start of the round) such a slot holds, or 0."""
 
     name: str
     bound: float | None = None
     init: float = 0.0
     span: Span | None = field(default=None, compare=False)
+    made: bool = False
+    carries: str | None = None
 
 
 @dataclass(frozen=True)
