@@ -743,7 +743,7 @@ def summarise(record: dict, args) -> None:
                     if (
                         other.get("diagnostic")
                         and other["length"] == done["length"]
-                        and other["row_read_at"] == first
+                        and other.get("row_read_at") == first
                     ):
                         comparisons = other["comparisons_wrong_at_row"]
             found = {
@@ -770,7 +770,9 @@ def summarise(record: dict, args) -> None:
     else:
         searched = max(e["simulator_numpy"]["searched_to"] for e in record["scenarios"])
         longest = max(agreed.values(), default=0)
-        record["measured"] = f"none up to {longest:,} (real runs), {searched:,} (simulator)"
+        record["measured"] = f"none up to {searched:,} (simulator)" + (
+            f", {longest:,} (real runs)" if longest else ""
+        )
         record["measured_failure"] = None
         record["ratio"] = None
 
@@ -914,7 +916,7 @@ def markdown(data: dict) -> str:
     for r in data["results"]:
         best = r.get("measured_failure")
         if best is None:
-            cells = [str(r["measured"]).split(" (real")[0], "", "", "", "", ""]
+            cells = [str(r["measured"]), "", "", "", "", ""]
         else:
             cells = [
                 _n(best["length"]),
@@ -1030,6 +1032,8 @@ def main(argv: list[str] | None = None) -> None:
                         flush=True,
                     )
                     data["results"].append(record)
+                    if args.out:  # what is done so far, in case a later run fails
+                        Path(args.out).write_text(json.dumps(data, indent=1, ensure_ascii=False))
     if args.relu or args.relu_only:
         names = args.relu_examples.split(",") if args.relu_examples else example_names()
         relu = {"max_len": args.relu_max_len, "dtype": "float32", "examples": []}
