@@ -770,9 +770,14 @@ def summarise(record: dict, args) -> None:
     else:
         searched = max(e["simulator_numpy"]["searched_to"] for e in record["scenarios"])
         longest = max(agreed.values(), default=0)
-        record["measured"] = f"none up to {searched:,} (simulator)" + (
-            f", {longest:,} (real runs)" if longest else ""
-        )
+        if unconfirmed:
+            t = min(u["length"] for u in unconfirmed)
+            record["measured"] = f"{t:,} simulated, not run (memory)"
+            record["ratio_simulated"] = round(t / record["proven"], 1)
+        else:
+            record["measured"] = f"none up to {searched:,} (simulator)"
+        if longest:
+            record["measured"] += f"; real runs right through {longest:,}"
         record["measured_failure"] = None
         record["ratio"] = None
 
