@@ -41,7 +41,8 @@ length p, p + 1, …, p + 64 (``EXTRA``) are run until one fails (MKL sums a row
 order that depends on where the row lies in the product, so the input ending at p may
 pass), then that input once more with forward hooks on the layers that keep the residual
 row at p, to name the comparison that went wrong there. A single-position family runs in
-torch at the simulator's length, hooked. A run whose estimated peak memory (a line
+torch at the simulator's length, hooked (without hooks where they do not fit in memory,
+the comparison then unnamed). A run whose estimated peak memory (a line
 through calibration runs of 2^21 and 2^23 tokens, plus 15 %) exceeds ``--memory-gib`` is
 cut to the longest length that fits (a multi-position family then shows agreement up to
 there) or skipped with a note; the simulator's prediction is kept, marked not run.
@@ -57,11 +58,13 @@ failure per runtime (or none up to N) and how far the raw outputs are from exact
 Usage::
 
     python benchmarks/adversarial_horizon.py --out docs/results/adversarial_horizon.json
+        # everything: 13 minutes on 2 shared cores, runs under 6 GiB each
     python benchmarks/adversarial_horizon.py --programs majority.crasp --modes layernorm
     python benchmarks/adversarial_horizon.py --max-len 20000000 --memory-gib 4 --no-relu
     python benchmarks/adversarial_horizon.py --markdown docs/results/adversarial_horizon.json
 
-The search is deterministic (no sampling but the relu section's seeded random strings);
+The search is deterministic (no sampling but the relu section's seeded random strings;
+only the lengths of runs cut by memory follow the memory measured in the calibration);
 the measured part depends only on the models' weights and the runtimes, not on the
 rounding analysis, so a rerun after the analysis changes puts the new proven horizons next
 to the same measurements. ``OPENBLAS_NUM_THREADS`` (and OMP/MKL) default to 1 here, and
