@@ -969,18 +969,6 @@ def markdown(data: dict) -> str:
     return "\n".join(lines)
 
 
-def _portable_revision() -> dict:
-    """:func:`_common.revision` without this machine's absolute paths."""
-    rev = revision()
-    rev.pop("checkout", None)
-    file = Path(rev.pop("crasp_compiler_file", "") or "")
-    try:
-        rev["crasp_compiler_imported_from"] = str(file.resolve().relative_to(ROOT))
-    except ValueError:
-        rev["crasp_compiler_imported_from"] = "outside this checkout"
-    return rev
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--programs", default=",".join(PROGRAMS), help="comma-separated")
@@ -1020,7 +1008,7 @@ def main(argv: list[str] | None = None) -> None:
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "command": "python benchmarks/adversarial_horizon.py " + " ".join(sys.argv[1:]),
         "machine": machine(),
-        "revision": _portable_revision(),
+        "revision": revision(),
         "numpy_row_order": numpy_row_order(),
         "settings": {
             "max_len": args.max_len,
