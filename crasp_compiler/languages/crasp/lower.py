@@ -403,17 +403,14 @@ class _Lowerer:
                 return le((-1 - beta) // g)
             case ">":
                 return ge(-((beta - 1) // g))
+        conj = conjunction()
         if beta % g:  # g·D' = −β has no integer solution
-            eq: Form = Form()
-            neq = conjunction()
-        else:
-            low = le(-beta // g, " (<= half)", 1)
-            high = ge(-beta // g, " (>= half)", 1)
-            both = form_add((1, low), (1, high))
-            eq = form_add((1, both), (-1, conjunction()))
-            neq = form_add((1, conjunction()), (-1, eq))
-            conj = conjunction()
-            self.track(lambda a: a.equality(eq, neq, low, high, conj))
+            return Form() if op == "==" else conj
+        low = le(-beta // g, " (<= half)", 1)
+        high = ge(-beta // g, " (>= half)", 1)
+        eq = form_add((1, low), (1, high), (-1, conj))
+        neq = form_add((1, conj), (-1, eq))
+        self.track(lambda a: a.equality(eq, neq, low, high, conj))
         return eq if op == "==" else neq
 
     def step(

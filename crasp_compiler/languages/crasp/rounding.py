@@ -43,7 +43,10 @@ a condition that holds at ``t = n`` holds at every ``t ≤ n``.
   condition ``A + σ − λsβ + Σ_k max(c_k − λ s α_k, 0)·mag_k + λ/2 < 1/2`` for any
   ``λ ≤ 1``: the error may grow with the distance from the threshold (a count of
   inexact bits compared with a small constant), and the best λ is 0, 1 or one of the
-  ratios ``c_k/(sα_k)`` (:class:`Decision`);
+  ratios ``c_k/(sα_k)`` (:class:`Decision`). The row's last rounding is relative to Z
+  itself (κ = (1 + u)/(1 − u) on the rest), its other partial sums count only the terms
+  whose sign wins on the side, and the prefix counts of distinct tokens, which add up
+  to t, share a second multiplier;
 - *saturated units output exact values*: a Heaviside unit and the layer-norm sign decided
   right output exactly 0 or 1; a ReLU ramp ``clamp(z/2w + 1/2, 0, 1)`` (width w =
   1/(4(N + 1)) in relu mode) decided right outputs an exact 0 on one side (both units
@@ -59,9 +62,11 @@ a condition that holds at ``t = n`` holds at every ``t ≤ n``.
 - *a truth table, and, or* over bits (:meth:`Analysis.table`): rows that do not match sit
   at ≤ −1 before their ReLU, so input errors below 1/2 leave them at an exact 0; the one
   matching row is off by twice the inputs' errors plus its rounding. Which side is exact
-  is the construction's (rows: 0, complement and ``any``: 1);
+  is the construction's (the truth-table rows and a one-unit and: 0; the complement and a
+  one-unit or: 1; the clamped and/or of :func:`ffn.all_of`/:func:`ffn.any_of`: either);
 - ReLU is 1-Lipschitz (min, max: :meth:`Analysis.relu`); a big-M gate ``ReLU(±x + Mp −
-  M)`` passes the error of x and M times the bit's (:meth:`Analysis.gate`); hard attention
+  M)`` passes the error of x and M times the bit's where p = 1, and none where p = 0 when
+  M exceeds |x| by more than the rounding (:meth:`Analysis.gate`); hard attention
   copies one key's value and its errors (:meth:`Analysis.lookup`); a softmax lookup on the
   integer scores ``3(2(t − c)j − j²)`` computes them exactly while they stay below 2^p
   and then adds at most 32u, and the ramps that follow it (a cleaner, a soft gate) absorb
