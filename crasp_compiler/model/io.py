@@ -665,18 +665,22 @@ def _periodic_from_version_1(w_e: NDArray[Any], w_p: Matrix, features: list[str]
 
 
 def guarantee_header(guarantee: Guarantee) -> dict[str, Any]:
-    """The guarantee as the header stores it (``dtypes``/``input_bounds`` only when set)."""
+    """The guarantee as the header stores it (``dtypes``/``input_bounds``/``errors`` only
+    when set)."""
     out: dict[str, Any] = {"max_len": guarantee.max_len, "text": guarantee.text}
     if guarantee.dtypes:
         out["dtypes"] = dict(guarantee.dtypes)
     if guarantee.input_bounds:
         out["input_bounds"] = dict(guarantee.input_bounds)
+    if guarantee.errors:
+        out["errors"] = dict(guarantee.errors)
     return out
 
 
 def _guarantee(g: dict[str, Any], inputs: list[str]) -> Guarantee:
     """The header's guarantee, validated: lengths are integers >= 0, float limits name
-    float types and do not exceed the real-arithmetic limit, bounds name numeric inputs."""
+    float types and do not exceed the real-arithmetic limit, bounds name numeric inputs,
+    error bounds are finite numbers >= 0 for float types that are covered."""
     max_len = g.get("max_len")
     _expect(max_len is None or (type(max_len) is int and max_len >= 0), "malformed guarantee")
     _expect(isinstance(g.get("text", ""), str), "malformed guarantee text")
@@ -702,11 +706,28 @@ def _guarantee(g: dict[str, Any], inputs: list[str]) -> Guarantee:
         ),
         "malformed guarantee: 'input_bounds' must map numeric inputs to bounds >= 0",
     )
+    errors = g.get("errors", {})
+    _expect(
+        isinstance(errors, dict)
+        and all(
+            key in FLOAT_DTYPES
+            and type(bound) in (int, float)
+            and math.isfinite(bound)
+            and bound >= 0
+            for key, bound in errors.items()
+        ),
+        "malformed guarantee: 'errors' must map float64/float32 to finite bounds >= 0",
+    )
+    _expect(
+        all(dtypes.get(key, 0) >= 0 for key in errors),
+        "inconsistent guarantee: 'errors' bounds a float type that 'dtypes' does not cover",
+    )
     return Guarantee(
         max_len,
         str(g.get("text", "")),
         {key: int(limit) for key, limit in dtypes.items()},
         {key: float(bound) for key, bound in bounds.items()},
+        {key: float(bound) for key, bound in errors.items()},
     )
 
 

@@ -373,13 +373,18 @@ class Guarantee:
     type (−1: no input, not even the empty one); a type that is absent was not analysed
     (the model claims only ``max_len``).
     ``input_bounds``: ``|v| ≤ bound`` for numeric input channels; values outside are not
-    covered. ``text`` says all of this in words.
+    covered. ``errors``: per float type the model is covered in, a bound on how far any
+    raw output may be from the reference semantics' output (a compiled PCOC model: from
+    its interpreter's float64 output) on every covered input; a type that is absent has
+    no such bound (a C-RASP model's outputs are decided exactly). ``text`` says all of
+    this in words.
     """
 
     max_len: int | None
     text: str
     dtypes: dict[str, int] = field(default_factory=dict)
     input_bounds: dict[str, float] = field(default_factory=dict)
+    errors: dict[str, float] = field(default_factory=dict)
 
     def limit(self, dtype: str | None = None) -> int | None:
         """The longest input covered when running in ``dtype`` (None: no limit)."""
