@@ -179,7 +179,7 @@ def test_softmax_run_is_within_the_tolerance(tmp_path):
     interpreted = ok("interpret", EXAMPLES / "running_argmax.pcoc", "--n", N, input=text)
     ran = ok("run", out, input=text)
     model = load_model(out)
-    slack = 1e-6 + 2 * max(model.info["rounding_estimate"].values())
+    slack = model.guarantee.errors["float64"]
     for a, b in zip(ran.stdout.splitlines(), interpreted.stdout.splitlines(), strict=True):
         slot_a, _, xs = a.partition(": ")
         slot_b, _, ys = b.partition(": ")

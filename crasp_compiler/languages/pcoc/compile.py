@@ -78,8 +78,8 @@ def temperature_for(
             if room <= 0:
                 over[name] = rounding
                 continue
-        if bound.leak > 0:
-            needed.append(math.log(bound.leak / room) / scale)
+        if bound.leak > 0:  # a little below the room: log and exp round
+            needed.append(math.log(bound.leak / (room * (1 - 2**-20))) / scale)
     return max(needed), over
 
 

@@ -101,6 +101,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 from typing import TypeVar
 
 import numpy as np
@@ -166,24 +167,23 @@ def times(a: float, b: float) -> float:
     return 0.0 if a == 0 or b == 0 else a * b
 
 
+@lru_cache(maxsize=1 << 16)
 def grid(value: float) -> int | None:
     """The exponent g of the lowest set bit of a float64 number (``value = m·2^g``, m an
     odd integer); None for 0 (a multiple of every power of two)."""
     if value == 0 or not math.isfinite(value):
         return None
     numerator, denominator = abs(float(value)).as_integer_ratio()
-    g = -(denominator.bit_length() - 1)
-    while numerator % 2 == 0:
-        numerator //= 2
-        g += 1
-    return g
+    return (numerator & -numerator).bit_length() - denominator.bit_length()
 
 
+@lru_cache(maxsize=1 << 16)
 def representable(value: float, d: int) -> bool:
     """Whether float type d holds ``value`` (a float64 number) exactly."""
     return d == 0 or float(np.float32(value)) == value
 
 
+@lru_cache(maxsize=1 << 16)
 def _power_of_two(value: float) -> bool:
     return value != 0 and math.isfinite(value) and math.frexp(abs(value))[0] == 0.5
 
@@ -256,84 +256,79 @@ class Floats:
 
     def read(self, form: Mapping[str, float], bias: float = 0.0) -> Reading:
         """The dot product ``Σ c·x̃ + bias`` as a matrix row computes it (module docstring)."""
-        at_bos: list[float] = [0.0, 0]  # |coefficients|, count of the features 1 at BOS
-        everywhere: list[float] = [0.0, 0]  # ... that are 1 at every machine
-        positions: dict[int, float] = {}  # onehot:k, k ≥ 1
-        data: list[tuple[float, Var]] = []
-        pis: list[tuple[float, bool]] = []  # (coefficient, multiplies a variable)
+        bos_sum, bos_count = abs(bias), 1 if bias else 0  # the bias is a term everywhere
+        machine_sum, machine_count = bos_sum, bos_count
+        positions: dict[int, float] = {}  # onehot:k, k ≥ 1: 1 at machine k − 1 only
+        data: list[tuple[float, float, Var]] = []  # (c, |c|, x)
+        constants = [bias] if bias else []  # terms c·1: only the cast of c may round
+        known, ref_grid = True, None if not bias else grid(bias)
         for name, coef in form.items():
             if coef == 0:
                 continue
             var = self.vars[name]
-            if var.feature is None:
-                data.append((coef, var))
+            feature = var.feature
+            if feature is None:
+                data.append((coef, abs(coef), var))
+                if var.grid is None:
+                    known = False
+                elif known:
+                    g = grid(coef) + var.grid  # type: ignore[operator]
+                    ref_grid = g if ref_grid is None else min(ref_grid, g)
                 continue
-            pis.append((coef, False))  # c·1: only the cast of c may round
-            if var.feature in ("bos", 0):
-                at_bos[0] += abs(coef)
-                at_bos[1] += 1
-            elif var.feature == "machines":
-                everywhere[0] += abs(coef)
-                everywhere[1] += 1
+            constants.append(coef)
+            g = grid(coef)
+            ref_grid = g if ref_grid is None else min(ref_grid, g)  # type: ignore[type-var]
+            if feature == "bos" or feature == 0:
+                bos_sum, bos_count = bos_sum + abs(coef), bos_count + 1
+            elif feature == "machines":
+                machine_sum, machine_count = machine_sum + abs(coef), machine_count + 1
             else:
-                positions[int(var.feature)] = abs(coef)
-        if bias:
-            pis.append((bias, False))
-        coefs = [c for c in form.values() if c] + ([bias] if bias else [])
-        exact = pair(
-            lambda d: all(v.exact[d] for _, v in data) and all(representable(c, d) for c in coefs)
-        )
-        known = all(v.grid is not None for _, v in data)
-        ref_grid = (
-            _grid_min(*(_grid_sum(c, v.grid) for c, v in data), *map(grid, coefs))
-            if known
-            else None
-        )
-        per_machine = bool(positions) or any(v.support is not None for _, v in data)
-        rounding, mag, bos = [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]
+                positions[int(feature)] = abs(coef)
+        if not known:
+            ref_grid = None
+        elif ref_grid is None:
+            ref_grid = 0
+        per_machine = bool(positions) or any(v.support is not None for _, _, v in data)
+        out: list[tuple[float, bool, float, float]] = []
         for d in range(2):
-            pi = max((_product_roundings(c, d, product) for c, product in pis), default=0)
-            pi = max([pi, *(_var_product(c, v, d) for c, v in data)])
-            extra = abs(bias), (1 if bias else 0)
-            sum_bos = at_bos[0] + extra[0] + sum(abs(c) * v.bos[d] for c, v in data)
-            count_bos = int(at_bos[1]) + extra[1] + sum(1 for _, v in data if v.bos[d])
+            pi = max((_product_roundings(c, d, False) for c in constants), default=0)
+            exact = all(representable(c, d) for c in constants)
+            sum_b, count_b = bos_sum, bos_count
+            sum_m, count_m = machine_sum, machine_count
+            for c, size, v in data:
+                pi = max(pi, _var_product(c, v, d))
+                exact = exact and v.exact[d] and representable(c, d)
+                if v.bos[d]:
+                    sum_b, count_b = sum_b + size * v.bos[d], count_b + 1
+                if v.mag[d] and not per_machine:
+                    sum_m, count_m = sum_m + size * v.mag[d], count_m + 1
             if per_machine:
-                sums = np.full(self.n, everywhere[0] + extra[0])
-                counts = np.full(self.n, everywhere[1] + extra[1], dtype=np.float64)
+                sums = np.full(self.n, sum_m)
+                counts = np.full(self.n, float(count_m))
                 for k, c in positions.items():
                     if 1 <= k <= self.n:
                         sums[k - 1] += c
                         counts[k - 1] += 1
-                for c, v in data:
-                    if not v.mag[d]:
-                        continue
-                    where = slice(None) if v.support is None else sorted(v.support)
-                    sums[where] += abs(c) * v.mag[d]
-                    counts[where] += 1
-                sum_machines = float(sums.max(initial=0.0))
-                count_machines = int(counts.max(initial=0.0))
+                for _, size, v in data:
+                    if v.mag[d]:
+                        where = slice(None) if v.support is None else sorted(v.support)
+                        sums[where] += size * v.mag[d]
+                        counts[where] += 1
+                sum_m, count_m = float(sums.max(initial=0.0)), int(counts.max(initial=0.0))
                 worst = max(
-                    (_sum_error(k, s, pi, d) for k, s in zip(counts, sums, strict=True)),
+                    (_sum_error(k, t, pi, d) for k, t in zip(counts, sums, strict=True)),
                     default=0.0,
                 )
             else:
-                terms = [abs(c) * v.mag[d] for c, v in data if v.mag[d]]
-                sum_machines = everywhere[0] + extra[0] + sum(terms)
-                count_machines = int(everywhere[1]) + extra[1] + len(terms)
-                worst = _sum_error(count_machines, sum_machines, pi, d)
-            worst = max(worst, _sum_error(count_bos, sum_bos, pi, d))
-            largest = max(sum_machines, sum_bos)
-            if exact[d] and ref_grid is not None and largest < 2.0 ** (BITS[d] + ref_grid):
+                worst = _sum_error(count_m, sum_m, pi, d)
+            worst = max(worst, _sum_error(count_b, sum_b, pi, d))
+            if exact and ref_grid is not None and max(sum_m, sum_b) < 2.0 ** (BITS[d] + ref_grid):
                 worst = 0.0  # integer multiples of 2^grid: every partial sum is a float
-            elif max(count_machines, count_bos) <= 1 and pi == 0:
+            elif max(count_m, count_b) <= 1 and pi == 0:
                 worst = 0.0  # one nonzero term, an exact product
-            rounding[d] = worst
-            mag[d] = sum_machines + worst
-            bos[d] = sum_bos + worst
-        computed = pair(lambda d: exact[d] and rounding[d] == 0.0)
-        return Reading(
-            (rounding[0], rounding[1]), computed, ref_grid, (mag[0], mag[1]), (bos[0], bos[1])
-        )
+            out.append((worst, exact and worst == 0.0, sum_m + worst, sum_b + worst))
+        (r0, e0, m0, b0), (r1, e1, m1, b1) = out
+        return Reading((r0, r1), (e0, e1), ref_grid, (m0, m1), (b0, b1))
 
     def grid(self, form: Mapping[str, float]) -> int | None:
         """The grid of a form's reference: every term's, the coarsest that divides all
@@ -349,7 +344,15 @@ class Floats:
 
     def mlp(self, block: FFNBlock) -> Mlp:
         """Every unit's pre-activation and every output's sum as the model computes them."""
-        units = [self.read(unit.form, unit.bias) for unit in block.units]
+        # a reading depends on the coefficients' magnitudes only: a pair of units
+        # ReLU(±x + b) shares one
+        readings: dict[tuple[frozenset[tuple[str, float]], float], Reading] = {}
+        units = []
+        for unit in block.units:
+            key = (frozenset((name, abs(c)) for name, c in unit.form.items() if c), abs(unit.bias))
+            if key not in readings:
+                readings[key] = self.read(unit.form, unit.bias)
+            units.append(readings[key])
         hidden: list[Hidden] = []
         for unit, reading in zip(block.units, units, strict=True):
             if unit.activation == "heaviside":
@@ -429,6 +432,8 @@ def bos_defect(block: FFNBlock, values: Mapping[str, float], computed: float, na
     """How far ``computed`` (the float64 value of ``block``'s output ``name`` at BOS, as
     the compiler evaluates it) is from the block's real value on the BOS values
     ``values`` (known numbers: exact rational arithmetic)."""
+    if _exact_at_bos(block, values, name):
+        return 0.0
     hidden = []
     for unit in block.units:
         pre = Fraction(unit.bias) + sum(
@@ -444,6 +449,30 @@ def bos_defect(block: FFNBlock, values: Mapping[str, float], computed: float, na
     )
     difference = abs(Fraction(computed) - exact)
     return 0.0 if difference == 0 else math.nextafter(float(difference), math.inf)
+
+
+def _exact_sum(terms: Sequence[tuple[float, float]]) -> tuple[bool, float]:
+    """Whether the float64 sum of the products ``c·v`` of known numbers is exact whatever
+    the order (every product and partial sum a multiple of the coarsest grid, below
+    ``2^(53 + grid)``), and a bound on its magnitude."""
+    live = [(c, v) for c, v in terms if c and v]
+    size = sum(abs(c * v) for c, v in live)
+    grids = [grid(c) + grid(v) for c, v in live]  # type: ignore[operator]
+    return (not grids or size < 2.0 ** (BITS[0] + min(grids))), size
+
+
+def _exact_at_bos(block: FFNBlock, values: Mapping[str, float], name: str) -> bool:
+    """Whether float64 computes ``block``'s output ``name`` exactly on the BOS values."""
+    hidden = []
+    for unit in block.units:
+        terms = [(c, values[v]) for v, c in unit.form.items()] + [(1.0, unit.bias)]
+        exact, _ = _exact_sum(terms)
+        if not exact:
+            return False
+        pre = sum(c * v for c, v in terms)
+        hidden.append(float(pre >= 0) if unit.activation == "heaviside" else max(pre, 0.0))
+    outputs = [(c, hidden[u]) for u, c in block.outputs.get(name, {}).items()]
+    return _exact_sum([*outputs, (1.0, block.constants.get(name, 0.0))])[0]
 
 
 def _grid_sum(coef: float, g: int | None) -> int | None:
