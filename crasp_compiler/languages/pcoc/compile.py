@@ -57,8 +57,8 @@ def temperature_for(
     """The smallest temperature at which the softmax model of ``lowered`` decides every
     data comparison exactly in float type d (``leak·e^{−T} < slack − err − ref``) and,
     with a ``tolerance`` τ, keeps every output within τ of the interpreter
-    (``leak·e^{−T} ≤ τ − err − ref``); without one, within twice its rounding
-    (``leak·e^{−T} ≤ err + ref``, at least u·(|output| + 1)). Returns T (at least 1) and,
+    (``leak·e^{−T} ≤ τ − err − ref``); without one, within its rounding plus one rounding
+    of its bound B (``leak·e^{−T} ≤ u·(B + 1)``). Returns T (at least 1) and,
     for a τ that the rounding alone reaches, the outputs that reach it with their
     rounding (T is then meaningless)."""
     scale = 1 - UNIT[d]
@@ -70,9 +70,8 @@ def temperature_for(
     over: dict[str, float] = {}
     for name, bound in lowered.bounds.items():
         rounding = bound.total(d)
-        if tolerance is None:
-            size = lowered.slots[name].magnitude + 1
-            room = max(rounding, UNIT[d] * size)
+        if tolerance is None:  # the softmax error: one rounding of the output's bound
+            room = UNIT[d] * (lowered.slots[name].magnitude + 1)
         else:
             room = tolerance - rounding
             if room <= 0:
@@ -198,7 +197,8 @@ def compile_pcoc(
       side, which the softmax error does not cross. T is the smallest temperature at which
       every comparison stays exact and every output, rounding in ``dtype`` included, is
       within ``tolerance`` of the interpreter (:func:`temperature_for`); without a
-      tolerance, within twice its rounding, and that bound is recorded as the tolerance.
+      tolerance, the softmax error is at most one rounding of each output's bound (u·B),
+      and the bound (rounding plus that) is recorded as the tolerance.
       A tolerance the rounding alone reaches is refused, saying what would compile.
 
     The guarantee covers exactly n machines: ``max_len`` = n, and :func:`run_pcoc`

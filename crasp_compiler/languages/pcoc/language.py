@@ -99,7 +99,7 @@ class Pcoc(Language):
         Option(
             "tolerance",
             "PCOC softmax: largest distance of an output from the interpreter's, float "
-            "rounding included (default: twice the rounding).",
+            "rounding included (default: the rounding, plus one rounding of the outputs' bounds).",
             frozenset({"compile"}),
             kind="float",
             minimum=0,
