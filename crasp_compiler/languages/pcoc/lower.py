@@ -121,7 +121,6 @@ from crasp_compiler.languages.pcoc.rounding import (
     padd,
     pair,
     pmax,
-    pmin,
     pscale,
     psub,
     times,
@@ -211,7 +210,7 @@ def unresolved(comparison: Comparison, program: Program, dtype: str) -> Unresolv
             f"it within {comparison.threshold:g}"
         )
         hint = f"declare `margin {_round_up(need)}` or more, or tighter bounds on the values"
-    span = (span_of(node) if node is not None else None) or comparison.span
+    span = span_of(node) or comparison.span
     return Unresolved(comparison, Diagnostic(message, span, hint), program)
 
 
@@ -321,13 +320,15 @@ class Value:
 
 @dataclass(frozen=True)
 class Comparison:
-    """A decision the model takes exactly only while a rounding stays below a slack: a data
-    comparison (``node``), or the unselected side of a big-M gate (``node`` None). In float
-    type d it holds while ``err[d] + ref + leak·e^{−T} < slack[d]`` (for margin 0: while
-    all of it is 0); ``magnitude`` bounds ``left − right``; ``generated``: a comparison
-    the compiler made (Beneš routing), not one of the program's."""
+    """A data comparison as compiled, which the model decides exactly only while the
+    rounding of ``left − right`` stays below a slack: in float type d while ``err[d] + ref
+    + leak·e^{−T} < slack[d]`` (for margin 0: while all of it is 0), ``slack`` being the
+    ``threshold`` (m/2 for a Heaviside step, m/4 for a softmax ramp) less the rounding of
+    the unit's own sum. ``magnitude`` bounds ``left − right``; ``generated``: a comparison
+    the compiler made (Beneš routing), not one of the program's; ``unbounded``: the slots
+    whose missing bound leaves its rounding unbounded."""
 
-    node: Compare | None
+    node: Compare
     span: Span | None
     margin: float
     threshold: float
@@ -544,18 +545,15 @@ class _Lowerer:
         at_bos: float,
         grid: int | None,
         support: frozenset[int] | None = None,
-        mag: Pair | None = None,
-        bos: Pair | None = None,
     ) -> None:
         """Record variable ``name``, which holds ``value`` at the machines and ``at_bos``
         at BOS (its reference there), as the model computes it."""
         leak = times(value.leak, self.decay)
-        computed = self.computed(value)
         self.floats.define(
             name,
             Var(
-                computed if mag is None else pmin(computed, mag),
-                pair(lambda d: abs(at_bos) + value.err[d] + leak) if bos is None else bos,
+                self.computed(value),
+                pair(lambda d: abs(at_bos) + value.err[d] + leak),
                 pair(lambda d: value.err[d] == 0 and value.leak == 0),
                 grid,
                 support,

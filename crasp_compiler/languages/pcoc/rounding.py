@@ -27,13 +27,14 @@ exclusive selections).
 k·u/(1 − k·u)):
 
 - IEEE arithmetic with round to nearest: ``fl(a ∘ b) = (a ∘ b)(1 + δ)``, ``|δ| ≤ u``, plus
-  an absolute ``η`` (half the smallest subnormal) where a product underflows; the sum of
-  two floats is off by at most the smaller of them (the nearest float is no farther than
-  either operand); a real number that is a float is computed exactly;
+  an absolute ``η`` (half the smallest subnormal) where a product underflows; a result
+  that is a float is computed exactly;
 - a matrix product computes each entry as a sum of its products in some order (BLAS,
-  sparse, FMA or not): for K terms that are nonzero at a position, of which π_max products
-  round (a coefficient that is not a power of two; in float32 also one that float32 cannot
-  hold, cast once), ``|fl(Σ c_k x̃_k) − Σ c_k x̃_k| ≤ γ_{K−1+π_max}·Σ|c_k x̃_k| + K·η``;
+  sparse, FMA or not): for K terms that are nonzero at a position, each rounding at most
+  π_max times (its product, unless the coefficient is a power of two or the variable an
+  exact multiple of ``2^g`` whose product fits the significand; in float32 also the
+  cast of a coefficient float32 cannot hold),
+  ``|fl(Σ c_k x̃_k) − Σ c_k x̃_k| ≤ γ_{K−1+π_max}·Σ|c_k x̃_k| + K·η``;
   exact zero terms (a one-hot feature away from its position, a variable outside its
   support) add nothing; a sum whose terms are all integer multiples of ``2^g`` with
   ``Σ|c_k x̃_k| < 2^{p+g}`` is exact (every partial sum is a float); one nonzero term is
@@ -53,42 +54,52 @@ k·u/(1 − k·u)):
   and the weighted sum of n + 1 values adds ``γ_{n+1}·Σ α̃_s|ṽ_s|``.
 
 **Rules** (the lowering states each at its construction; E is a value's ``err[d]``, r the
-rounding of a unit's pre-activation from :meth:`Floats.read`):
+rounding of a unit's pre-activation from :meth:`Floats.read`, r_out that of its output sum):
 
 - linear forms: ``E(Σ c_i v_i) = Σ|c_i| E(v_i)``, no rounding until a block reads them;
 - a ReLU unit is 1-Lipschitz: a block ``Σ_u a_u ReLU(pre_u) + b`` computing ``f(X)`` of
   its input forms X is off by ``L·E_X + Σ_u |a_u| r_u + r_out`` (L the Lipschitz constant
-  of f, r_out the rounding of its output sum); an identity pair ``ReLU(X) − ReLU(−X)``
-  only by ``max(r_1, r_2)`` (where both fire, ``|X| ≤ max(r_1, r_2)``); so ``min``/``max``
-  are off by ``max(E_x, E_y) + max(r_1, r_2) + r_3 + r_out``;
+  of f: ``abs``, ``relu``, ``clamp``); an identity pair ``ReLU(X) − ReLU(−X)`` only by
+  ``max(r_1, r_2)`` (where both fire, ``|X| ≤ max(r_1, r_2)``); so ``min``/``max`` are
+  off by ``max(E_x, E_y) + max(r_1, r_2) + r_3 + r_out``;
 - a block whose inputs are all exact, on known grids, whose every pre-activation and
   output sum is an exact sum (above), is exact: integer keys, ranks, bits and flags stay
   exact however long the program runs;
-- a Heaviside comparison at the middle of its margin m (hard mode) outputs exactly 0 or 1
-  when ``E_d + r + ref_d < m/2`` (strictly): the computed ``d`` keeps the reference's
-  side of the threshold, which the interpreter's value keeps by m. Error does not pass
+- a Heaviside comparison at the middle of its margin m (hard mode; its threshold is
+  ``m/2`` times the constant 1, so BOS, where every value is 0, keeps the slack too)
+  outputs exactly 0 or 1 when ``E_d + r + ref_d < m/2`` (strictly): the computed ``d``
+  keeps the side of the threshold the interpreter's value keeps by m. Error does not pass
   through it. A comparison with margin 0 is exact only where ``d`` is computed exactly;
-- a softmax comparison is a ReLU ramp from ``m/4`` to ``3m/4``: it outputs exactly 0 below
-  and ``1 ± (r_1 + r_2 + r_out)`` above when ``E_d + r·m/2 + ref_d + leak_d·e^{−T} < m/4``;
+- a softmax comparison is a ReLU ramp from ``m/4`` to ``3m/4`` (for ``==``: two of them):
+  it outputs exactly 0 below and ``1 ± Σ_u r_u`` above while ``E_d + ref_d +
+  leak_d·e^{−T} < m/4 − (m/2)·max_u r_u``. Before a big-M gate reads it (which would
+  multiply that by M) it may be made exact by ``2·ReLU(p − 1/4) − 2·ReLU(p − 3/4)``,
+  off by its own rounding only (one layer more; the compiler does so where the tolerance
+  needs it);
 - a big-M gate ``ReLU(z + M'p − M') − ReLU(−z + M'p − M')`` with ``M' = M(1 + 2^-6)``
-  (M bounds |z|) on an exact bit p: where ``p = 1`` it is z off by ``E_z + max(r_1,
-  r_2)``; where ``p = 0`` both units are exactly 0 while ``E_z + r < M' − M``; so a
-  selection ``y + p(x − y)`` is off by ``max(E_x, E_y) + max(r_1, r_2)`` (plus ``M'·E_p``
-  for a bit that is only ``1 ± E_p``); a per-machine selection by the error of the
-  candidate each machine takes; a sum of selections whose conditions are exclusive (a
-  compaction slot of :mod:`~crasp_compiler.languages.pcoc.benes`) by the largest;
+  (M bounds |z|) on a bit p: where ``p = 1`` it is z off by ``E_z + max(r_1, r_2) +
+  M'·E_p``; where ``p = 0`` both units are exactly 0 while ``E_z + ref_z + r < M' − M``
+  (*robust*; else off by ``E_z + r``); so a selection ``y + p(x − y)`` is off by
+  ``max(E_x, E_y) + max(r_1, r_2) + r_out``; a per-machine selection (p a positional
+  0/1) by the error of the candidate each machine takes plus its gate's rounding, each
+  gate exactly 0 off its machines (its support); a sum of selections by the sum of the
+  selected ones' errors, or by the largest where their conditions are exclusive (a
+  compaction slot of :mod:`~crasp_compiler.languages.pcoc.benes`, a promise the
+  interpreter checks), whose output sum then has one nonzero pair: ``γ_1`` of it;
 - a ``min``/``max`` inside a per-machine branch, ``x ∓ ReLU(±(x − y) − K·1[i ∉ S])`` with
-  ``K = 2|x − y| + 1``: inside S it is the ``min``/``max`` above; outside its unit is
+  ``K = 2|x − y| + 1``: inside S it is the ``min``/``max`` above; outside, its unit is
   exactly 0 (its support is S) while ``E_x + E_y + r < K/2 + 1``;
 - a routing head (hard) copies: ``E = E_v + read(v)``; softmax: ``(1 + θ)(E_v + read(v))
   + (θ + γ_{n+1}(1 + θ))·V`` (V the largest value it averages), and the leak
   ``leak_v + n·R`` (R the width of the values' range, the sink's 0 included);
 - the sink: a value's form is ``var − c·bos`` with c the variable's value at BOS as the
   compiler computes it in float64; the reference takes that c, so at BOS a block is off by
-  its rule plus its own float64 rounding at BOS (known numbers, usually exact);
+  its rule plus the difference between c and the block's exact value on the BOS values
+  (known numbers: computed in rational arithmetic, :func:`bos_defect`; usually 0);
 - the interpreter: ``+``, ``−`` and ``c·`` round once each (``u64·|result|``; exact for
-  ``c = ±2^k``); ``min``, ``max``, ``abs``, ``relu``, ``clamp``, selections and receives
-  are exact on its own values.
+  ``c = ±2^k``, for a term that is 0, and for exact values on a grid whose sums stay
+  below ``2^(53 + grid)``); ``min``, ``max``, ``abs``, ``relu``, ``clamp``, selections
+  and receives are exact on its own values, and it decides comparisons exactly on them.
 
 Magnitudes: a variable's computed magnitude is its reference bound (the value's interval,
 the declared slot bounds; the interpreter keeps those, the reference within ``ref`` of
@@ -125,7 +136,6 @@ GATE_SLACK = 2.0**-6
 T = TypeVar("T")
 Pair = tuple[float, float]
 ZERO: Pair = (0.0, 0.0)
-INF: Pair = (math.inf, math.inf)
 BOTH = (True, True)
 
 
@@ -156,10 +166,6 @@ def pscale(c: float, a: Pair) -> Pair:
 
 def psub(a: Pair, b: Pair) -> Pair:
     return (a[0] - b[0], a[1] - b[1])
-
-
-def pmin(a: Pair, b: Pair) -> Pair:
-    return (min(a[0], b[0]), min(a[1], b[1]))
 
 
 def times(a: float, b: float) -> float:
@@ -510,23 +516,11 @@ def _sum_error(count: float, total: float, pi: int, d: int) -> float:
     return gamma(count - 1 + pi, d) * total + count * TINY[d]
 
 
-def sum_rounding(terms: Sequence[tuple[float, Pair]], d: int, *, small: float = 0.0) -> float:
-    """The rounding of adding ``terms`` (coefficient, magnitude per float type) in any
-    order, plus terms whose magnitudes sum to ``small`` (each addition of a term is off by
-    at most that term, so they add at most twice their sum and nothing relative)."""
-    nonzero = [abs(c) * m[d] for c, m in terms if c and m[d]]
-    pi = max((_product_roundings(c, d) for c, _ in terms if c), default=0)
-    if len(nonzero) <= 1 and pi == 0:
-        return 2 * small
-    return _sum_error(len(nonzero), sum(nonzero) + small, pi, d) + 2 * small
-
-
 __all__ = [
     "BITS",
     "DTYPES",
     "FLOAT32_MAX",
     "GATE_SLACK",
-    "INF",
     "SOFTMAX_WEIGHT_ROUNDINGS",
     "UNIT",
     "ZERO",
@@ -541,10 +535,8 @@ __all__ = [
     "padd",
     "pair",
     "pmax",
-    "pmin",
     "pscale",
     "psub",
     "representable",
-    "sum_rounding",
     "times",
 ]
