@@ -211,6 +211,18 @@ def test_float32_inputs_round_once():
     assert 0 < error <= model.guarantee.errors["float32"] <= 2 * UNIT[1] * 1e9
 
 
+def test_a_clamp_rounds_where_its_pre_activation_crosses_a_binade():
+    """clamp_steps measures 0 on random inputs (its differences are far from ±1, where
+    d ± 1 is exact); d = 2^19 − 2^-34 makes d + 1 round (its last bit falls off), and the
+    step is then off by 2^-34, which the bound covers within a factor 100."""
+    prog = program("clamp_steps")
+    model = compiled("clamp_steps", 4)
+    x = np.array([2.0**19 - 2.0**-34, 0.0, 1e6, -1e6])
+    assert keeps_promises(prog, 4, x[None])
+    error = measured(model, prog, 4, x[None, None], "float64")
+    assert 0 < error <= model.guarantee.errors["float64"] <= 100 * error
+
+
 def test_gates_at_their_bound_are_exact_when_unselected():
     """running_argmax with |left − x| = 2·10^9, the big-M bound of its selection: the
     unselected gate is exactly 0 (its M has a slack), so ``at`` is exact."""

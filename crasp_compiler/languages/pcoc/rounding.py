@@ -186,7 +186,9 @@ def grid(value: float) -> int | None:
 @lru_cache(maxsize=1 << 16)
 def representable(value: float, d: int) -> bool:
     """Whether float type d holds ``value`` (a float64 number) exactly."""
-    return d == 0 or float(np.float32(value)) == value
+    if d == 0:
+        return True
+    return abs(value) <= FLOAT32_MAX and float(np.float32(value)) == value
 
 
 @lru_cache(maxsize=1 << 16)
