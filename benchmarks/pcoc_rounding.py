@@ -150,8 +150,8 @@ def softmax_row(path: Path, n: int, tolerance: float, samples: int, seed: int) -
     try:
         model = compile_pcoc(program, n, mode="softmax", tolerance=tolerance)
     except CraspError as err:
-        entry["refused"] = str(err).splitlines()[0]
-        entry["hint"] = str(err).splitlines()[-1].strip()
+        lines = str(err).replace(f"{ROOT}/", "").splitlines()  # no machine paths
+        entry["refused"], entry["hint"] = lines[0], lines[-1].strip()
         entry["compile_cpu_s"] = round(time.process_time() - start, 2)
         return entry
     entry["compile_cpu_s"] = round(time.process_time() - start, 2)
