@@ -49,6 +49,18 @@ same MLP, and a real payload cannot be gated exactly by a test computed beside i
 exact 0 off the slot needs the test as an input), so the tests take residual
 dimensions for one sublayer rather than the model taking a layer more per round.
 
+**Floats.** Every comparison the routing makes, except those of the destination itself
+(the bits and the valid flag), is of exact integers: flags, ranks, keys and bits are sums
+of exact 0/1 decisions, so the rounding analysis
+(:mod:`crasp_compiler.languages.pcoc.rounding`) proves them exact at any n, and the
+float guarantee of a send depends only on how exactly the destination is compared with the
+machine numbers. :func:`destination_probe` lowers just that (the rounds before the send
+and its first routing step), so that a destination bound the float type cannot route is
+refused in moments rather than after the whole lowering. A compaction slot's sum of
+selections is marked ``exclusive`` (:class:`~crasp_compiler.languages.pcoc.nodes.Add`):
+the keys of flagged tuples are distinct ranks, so at most one selection is taken; the
+interpreter checks it with its promises, and the analysis counts one selected payload.
+
 The first routing round reads the original DEST and SLOT directly (the tuple layout is
 computed after the receive), and the original round's receives and statements run in the
 last routing round (the routing rounds write only their own slots), so a send round
