@@ -1597,7 +1597,7 @@ class _Lowerer:
     def routed(self, name: str, source: Value) -> tuple[Pair, float]:
         """Record the variable ``name`` a routing head writes from ``source``'s form; its
         error and softmax leak. Average-hard: the source's computed form, copied exactly.
-        Softmax: weights ``α_s(1 + θ_s)``, |θ_s| ≤ θ = γ_{n+8}, summed over n + 1 values
+        Softmax: weights ``α_s(1 + θ_s)``, |θ_s| ≤ θ = γ_{n+12}, summed over n + 1 values
         (``γ_{n+1}``), around the source's weight ``≥ 1 − n·e^{−T}`` (the leak ``n·R``)."""
         reading = self.floats.read(source.form)
         err = padd(source.err, reading.rounding)
