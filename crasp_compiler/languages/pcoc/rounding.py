@@ -271,7 +271,8 @@ class Floats:
         positions: dict[int, float] = {}  # onehot:k, k ≥ 1: 1 at machine k − 1 only
         data: list[tuple[float, float, Var]] = []  # (c, |c|, x)
         constants = [bias] if bias else []  # terms c·1: only the cast of c may round
-        known, ref_grid = True, None if not bias else grid(bias)
+        known = True
+        grids: list[int] = [] if not bias else [grid(bias) or 0]
         for name, coef in form.items():
             if coef == 0:
                 continue
@@ -281,23 +282,18 @@ class Floats:
                 data.append((coef, abs(coef), var))
                 if var.grid is None:
                     known = False
-                elif known:
-                    g = grid(coef) + var.grid  # type: ignore[operator]
-                    ref_grid = g if ref_grid is None else min(ref_grid, g)
+                else:
+                    grids.append((grid(coef) or 0) + var.grid)
                 continue
             constants.append(coef)
-            g = grid(coef)
-            ref_grid = g if ref_grid is None else min(ref_grid, g)  # type: ignore[type-var]
+            grids.append(grid(coef) or 0)
             if feature == "bos" or feature == 0:
                 bos_sum, bos_count = bos_sum + abs(coef), bos_count + 1
             elif feature == "machines":
                 machine_sum, machine_count = machine_sum + abs(coef), machine_count + 1
             else:
                 positions[int(feature)] = abs(coef)
-        if not known:
-            ref_grid = None
-        elif ref_grid is None:
-            ref_grid = 0
+        ref_grid = min(grids, default=0) if known else None
         per_machine = bool(positions) or any(v.support is not None for _, _, v in data)
         out: list[tuple[float, bool, float, float]] = []
         for d in range(2):
