@@ -251,7 +251,7 @@ def compile_pcoc(
         for d, name in enumerate(DTYPES)
     }
     bounds = {
-        name: {out: b.total(d, decay(temperature, d)) for out, b in lowered.bounds.items()}
+        name: {out: float(b.total(d, decay(temperature, d))) for out, b in lowered.bounds.items()}
         for d, name in enumerate(DTYPES)
         if covered[name]
     }
