@@ -67,6 +67,7 @@ from crasp_compiler.model.features import feature_matrix, onehot
 from crasp_compiler.model.io import (
     MAX_HEADER_CHARS,
     byte_budget,
+    hidden_units,
     model_from_parts,
     model_parts,
     occupants_header,
@@ -415,7 +416,7 @@ def _model_arrays(
         if state[f"{prefix}.attn.W_O"][~keep].any():
             raise ValueError(f"{prefix}.attn.W_O has nonzero padding")
         mlp = f"{prefix}.mlp"
-        width = len(layer["mlp"]["activations"]) if layer["mlp"] is not None else 0
+        width = hidden_units(header, layer["mlp"]) if layer["mlp"] is not None else 0
         w_in = take(state[f"{mlp}.W_in"], (slice(None), slice(0, width)), f"{mlp}.W_in")
         b_in = take(state[f"{mlp}.b_in"], (slice(0, width),), f"{mlp}.b_in")
         w_out = take(state[f"{mlp}.W_out"], (slice(0, width), slice(None)), f"{mlp}.W_out")

@@ -73,10 +73,13 @@ from crasp_compiler.model.model import (
 )
 
 FORMAT = "crasp-model"
-VERSION = 3
+VERSION = 4
 # Version 1 differs only in the value of periodic features at BOS (converted on load);
-# version 2 has no "occupants" (every dimension holds one variable).
-READABLE_VERSIONS = (1, 2, 3)
+# version 2 has no "occupants" (every dimension holds one variable); versions 1–3 list an
+# MLP's activations and labels unit by unit, version 4 as runs ``[value, count]`` (a wide
+# model's header held one word per hidden unit: 115 M characters for permute.pcoc at
+# n = 256).
+READABLE_VERSIONS = (1, 2, 3, 4)
 
 MAX_MODEL_BYTES = 4 << 30  # default budget for a model's uncompressed size
 BUDGET_VARIABLE = "CRASP_MAX_MODEL_BYTES"
@@ -117,8 +120,8 @@ def model_parts(
             for key in ("w1", "b1", "w2", "b2"):
                 arrays[f"layer{l_index}.mlp.{key}"] = getattr(layer.mlp, key)
             mlp = {
-                "activations": layer.mlp.activations,
-                "labels": layer.mlp.labels,
+                "activations": _runs([str(a) for a in layer.mlp.activations]),
+                "labels": _runs(list(layer.mlp.labels)),
                 "norm_groups": layer.mlp.norm_groups,
             }
         layers.append({"heads": heads, "mlp": mlp})
@@ -500,11 +503,18 @@ def _parse(raw_header: Any, data: _Source) -> Model:
                 f"{where} is malformed",
             )
             _expect(isinstance(ms.get("labels", []), list), f"{where}: malformed labels")
-            hidden = len(ms["activations"])
+            if header["version"] >= 4:  # runs [value, count]; the counts agree with w1
+                activations = _run_values(ms["activations"], f"{where}: activations")
+                label_runs = _run_values(ms.get("labels", []), f"{where}: labels")
+            else:
+                activations = [(a, 1) for a in ms["activations"]]
+                label_runs = [(x, 1) for x in ms.get("labels", [])]
+            hidden = sum(count for _, count in activations)
+            _expect(all(a in ACTIVATIONS for a, _ in activations), f"{where}: unknown activation")
             _expect(
-                all(a in ACTIVATIONS for a in ms["activations"]), f"{where}: unknown activation"
+                sum(count for _, count in label_runs) <= hidden,
+                f"{where}: more labels than hidden units",
             )
-            labels = [str(x) for x in ms.get("labels", [])]
             groups = ms.get("norm_groups", [])
             _expect(
                 isinstance(groups, list)
@@ -515,13 +525,14 @@ def _parse(raw_header: Any, data: _Source) -> Model:
                 and len({u for g in groups for u in g}) == sum(len(g) for g in groups),
                 f"{where}: norm_groups must be disjoint lists of hidden-unit indices",
             )
+            w1 = _matrix(data, f"{prefix}.w1", (hidden, d))  # the file holds the units
             mlp = MLP(
-                _matrix(data, f"{prefix}.w1", (hidden, d)),
+                w1,
                 _array(data, f"{prefix}.b1", (hidden,)),
                 _matrix(data, f"{prefix}.w2", (d, hidden)),
                 _array(data, f"{prefix}.b2", (d,)),
-                [Activation(a) for a in ms["activations"]],
-                labels,
+                [Activation(a) for a, count in activations for _ in range(count)],
+                [str(x) for x, count in label_runs for _ in range(count)],
                 [list(g) for g in groups],
             )
         layers.append(Layer(heads, mlp))
@@ -661,6 +672,52 @@ def _check_origin(model: Model) -> None:
             raise _Invalid(str(err)) from None
 
 
+def hidden_units(header: dict[str, Any], mlp: Any) -> int:
+    """The number of hidden units a header's MLP entry names (runs from version 4 on, a
+    list before), without validating it (:func:`model_from_parts` does): 0 where the
+    entry is malformed."""
+    activations = mlp.get("activations") if isinstance(mlp, dict) else None
+    if not isinstance(activations, list):
+        return 0
+    if header.get("version", VERSION) >= 4:
+        return sum(
+            run[1]
+            for run in activations
+            if isinstance(run, list) and len(run) == 2 and type(run[1]) is int
+        )
+    return len(activations)
+
+
+def _runs(values: list[str]) -> list[list[Any]]:
+    """``values`` as runs ``[value, count]`` of equal neighbours."""
+    runs: list[list[Any]] = []
+    for value in values:
+        if runs and runs[-1][0] == value:
+            runs[-1][1] += 1
+        else:
+            runs.append([value, 1])
+    return runs
+
+
+def _run_values(raw: Any, where: str) -> list[tuple[str, int]]:
+    """Runs ``[value, count]`` read from a header: strings, counts from 1 up to
+    :data:`MAX_INTEGER` in all."""
+    _expect(
+        isinstance(raw, list)
+        and all(
+            isinstance(run, list)
+            and len(run) == 2
+            and isinstance(run[0], str)
+            and type(run[1]) is int
+            and run[1] >= 1
+            for run in raw
+        ),
+        f"{where} must be runs [value, count >= 1]",
+    )
+    _expect(sum(run[1] for run in raw) <= MAX_INTEGER, f"{where}: too many units")
+    return [(run[0], run[1]) for run in raw]
+
+
 def _periodic_from_version_1(w_e: NDArray[Any], w_p: Matrix, features: list[str]) -> None:
     """Version 1 had ``periodic:m:r`` = 0 at BOS; version 2 has its value at position −1
     (1 for r = m − 1). Moving those columns' contribution off the BOS embedding row keeps
@@ -672,8 +729,8 @@ def _periodic_from_version_1(w_e: NDArray[Any], w_p: Matrix, features: list[str]
 
 
 def guarantee_header(guarantee: Guarantee) -> dict[str, Any]:
-    """The guarantee as the header stores it (``dtypes``/``input_bounds``/``destinations``
-    only when set: files written before ``destinations`` existed have none)."""
+    """The guarantee as the header stores it (``dtypes``/``input_bounds``/``destinations``/
+    ``errors`` only when set: files written before those existed have none)."""
     out: dict[str, Any] = {"max_len": guarantee.max_len, "text": guarantee.text}
     if guarantee.dtypes:
         out["dtypes"] = dict(guarantee.dtypes)
@@ -681,13 +738,16 @@ def guarantee_header(guarantee: Guarantee) -> dict[str, Any]:
         out["input_bounds"] = dict(guarantee.input_bounds)
     if guarantee.destinations:
         out["destinations"] = list(guarantee.destinations)
+    if guarantee.errors:
+        out["errors"] = dict(guarantee.errors)
     return out
 
 
 def _guarantee(g: dict[str, Any], inputs: list[str]) -> Guarantee:
     """The header's guarantee, validated: lengths are integers >= 0, float limits name
     float types and do not exceed the real-arithmetic limit, bounds and send
-    destinations name numeric inputs."""
+    destinations name numeric inputs, error bounds are finite numbers >= 0 for float
+    types that are covered."""
     max_len = g.get("max_len")
     _expect(max_len is None or (type(max_len) is int and max_len >= 0), "malformed guarantee")
     _expect(isinstance(g.get("text", ""), str), "malformed guarantee text")
@@ -720,12 +780,29 @@ def _guarantee(g: dict[str, Any], inputs: list[str]) -> Guarantee:
         and len(set(destinations)) == len(destinations),
         "malformed guarantee: 'destinations' must list distinct numeric inputs",
     )
+    errors = g.get("errors", {})
+    _expect(
+        isinstance(errors, dict)
+        and all(
+            key in FLOAT_DTYPES
+            and type(bound) in (int, float)
+            and math.isfinite(bound)
+            and bound >= 0
+            for key, bound in errors.items()
+        ),
+        "malformed guarantee: 'errors' must map float64/float32 to finite bounds >= 0",
+    )
+    _expect(
+        all(dtypes.get(key, 0) >= 0 for key in errors),
+        "inconsistent guarantee: 'errors' bounds a float type that 'dtypes' does not cover",
+    )
     return Guarantee(
         max_len,
         str(g.get("text", "")),
         {key: int(limit) for key, limit in dtypes.items()},
         {key: float(bound) for key, bound in bounds.items()},
         list(destinations),
+        {key: float(bound) for key, bound in errors.items()},
     )
 
 

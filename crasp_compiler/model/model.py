@@ -376,7 +376,11 @@ class Guarantee:
     covered. ``destinations``: numeric input channels that are the destinations of a
     data-dependent send (PCOC): in a run of T tokens, the values at positions 1..T
     (machines 0..T−1) are covered only when they are integers and those in 0..T−1 are
-    distinct (a destination outside sends nothing). ``text`` says all of this in words.
+    distinct (a destination outside sends nothing). ``errors``: per float type the model
+    is covered in, a bound on how far any raw output may be from the reference
+    semantics' output (a compiled PCOC model: from its interpreter's float64 output) on
+    every covered input; a type that is absent has no such bound (a C-RASP model's
+    outputs are decided exactly). ``text`` says all of this in words.
     """
 
     max_len: int | None
@@ -384,6 +388,7 @@ class Guarantee:
     dtypes: dict[str, int] = field(default_factory=dict)
     input_bounds: dict[str, float] = field(default_factory=dict)
     destinations: list[str] = field(default_factory=list)
+    errors: dict[str, float] = field(default_factory=dict)
 
     def limit(self, dtype: str | None = None) -> int | None:
         """The longest input covered when running in ``dtype`` (None: no limit)."""

@@ -31,6 +31,7 @@ from crasp_compiler.languages.pcoc.compile import (
     run_pcoc,
     temperature_for,
 )
+from crasp_compiler.languages.pcoc.lower import lower_pcoc
 from crasp_compiler.languages.pcoc.nodes import (
     Add,
     Assign,
@@ -226,11 +227,7 @@ def test_ir_programs_against_numpy_definitions(n):
             got = run_pcoc(model, [x[None] for x in xs])
             for row, x in enumerate(xs):
                 want = reference(x)
-                atol = (
-                    0.0
-                    if mode == "hard"
-                    else TOLERANCE + 2 * max(model.info["rounding_estimate"].values())
-                )
+                atol = 0.0 if mode == "hard" else model.guarantee.errors["float64"]
                 outputs_agree({"x": got["x"][row]}, want, atol)
     pairs = integers(rng, 20, (6, 2, n))
     for mode in ("hard", "softmax"):
@@ -380,17 +377,16 @@ def test_random_programs_interpreter_numpy_torch_softmax(prog, n, seed):
     except CraspError as err:  # a margin float64 cannot resolve at these bounds: said so
         assert "below what float64 resolves" in str(err)
         return
-    got = run_pcoc(hard, list(inputs))
-    scale = max(1.0, max(float(np.max(np.abs(v))) for v in want.values()))
-    outputs_agree(got, want, 1e-9 * scale)
-    outputs_agree(run_pcoc(hard, list(inputs), runtime="torch"), got, 1e-9 * scale)
+    # within the bound the model records, in both runtimes
+    bound = hard.guarantee.errors["float64"]
+    outputs_agree(run_pcoc(hard, list(inputs)), want, bound)
+    outputs_agree(run_pcoc(hard, list(inputs), runtime="torch"), want, bound)
     try:
         soft = compile_pcoc(prog, n, mode="softmax")
     except CraspError as err:  # T beyond float64's exponent range: said so, not a crash
         assert "temperature" in str(err)
         return
-    noise = 2 * max(soft.info["rounding_estimate"].values())
-    outputs_agree(run_pcoc(soft, list(inputs)), got, TOLERANCE + noise)
+    outputs_agree(run_pcoc(soft, list(inputs)), want, soft.guarantee.errors["float64"])
 
 
 # ---------------------------------------------------------------------------- examples
@@ -484,9 +480,9 @@ def test_examples_interpreter_numpy_torch_softmax(case):
     outputs_agree(got, want, 0.0)  # integers: the hard model is exact in float64 too
     outputs_agree(run_pcoc(hard, list(inputs), runtime="torch"), want, 1e-6)
     soft = compiled(name, n, "softmax")
-    noise = 2 * max(soft.info["rounding_estimate"].values())
-    worst = outputs_agree(run_pcoc(soft, list(inputs)), got, TOLERANCE + noise)
-    assert worst <= soft.info["tolerance"] + noise
+    bound = soft.guarantee.errors["float64"]
+    assert bound == soft.info["tolerance"] == soft.options["tolerance"]
+    outputs_agree(run_pcoc(soft, list(inputs)), want, bound)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -507,13 +503,19 @@ def test_examples_read_zero_at_the_sink(name):
 
 
 def test_temperature_and_tolerance_are_recorded():
+    """Without a tolerance, T keeps the softmax error within one rounding of the output's
+    bound (u·B); the bound recorded (rounding plus that) is the tolerance."""
     model = compiled("cumsum", 8, "softmax")
     temperature = model.options["temperature"]
+    bound = model.guarantee.errors["float64"]
     assert model.info["temperature"] == temperature > 0
-    assert model.options["tolerance"] == model.info["tolerance"] == TOLERANCE
+    assert model.options["tolerance"] == model.info["tolerance"] == bound
     assert model.options["mode"] == "softmax" and model.options["n"] == 8
     assert f"T = {temperature:.6g}" in model.guarantee.text
-    assert "within 1e-06 of the average-hard model" in model.guarantee.text
+    assert f"within {bound:.3g} of the interpreter's (float64) output" in model.guarantee.text
+    # B: the output's bound, 2^3·1e9 after the three rounds of n = 8 (derived from the
+    # input bound, the partial sums doubling)
+    assert 0 < model.info["leak_bound"]["x"] <= 2.0**-53 * (8e9 + 1)
     heads = [head for layer in model.layers for head in layer.heads]
     assert heads and all(h.weighting == "softmax" and h.mask == "none" for h in heads)
     assert all(math.isclose(h.scale, temperature, rel_tol=1e-12) for h in heads)
@@ -522,33 +524,41 @@ def test_temperature_and_tolerance_are_recorded():
     assert hard.options["temperature"] is None and "exact" in hard.guarantee.text
 
 
-def test_temperature_formula():
-    """T = max over outputs of ln(A/β), β = τ − 2ρ but at least τ/2."""
-    leaks, noises = {"a": 1e3, "b": 1e6}, {"a": 0.0, "b": 1e5}
-    t, bounds, rounding = temperature_for(leaks, noises, 8, 1e-6, "float64")
-    unit = np.finfo(np.float64).eps / 2
-    assert rounding == {"a": 0.0, "b": 1e5 * unit}
-    beta_b = 1e-6 - 2 * 1e5 * unit
-    assert math.isclose(t, math.log(1e6 / beta_b))
-    assert bounds["b"] <= beta_b * (1 + 1e-12) and bounds["a"] < bounds["b"]
-    t32, _, _ = temperature_for(leaks, noises, 8, 1e-6, "float32")
-    assert math.isclose(t32, math.log(1e6 / 0.5e-6))  # float32 rounding: half the tolerance
-    t0, bounds0, _ = temperature_for({"a": 0.0}, {"a": 0.0}, 8, 1e-6, "float64")
-    assert math.isclose(t0, math.log(16 / 1e-6)) and bounds0 == {"a": 0.0}
+def test_temperature_is_the_smallest_that_keeps_the_tolerance():
+    """T = max over outputs of ln(A / (τ − E)) (E the output's rounding, model and
+    interpreter), over comparisons of ln(A / (slack − E)): each output is then within τ,
+    and no smaller T keeps them all."""
+    program = example("running_argmax")
+    lowered = lower_pcoc(program, 8, "softmax", 700.0, clean=True)
+    tolerance = 1e-2
+    t, over = temperature_for(lowered, tolerance, 0)
+    assert not over
+    totals = [b.total(0, math.exp(-t)) for b in lowered.bounds.values()]
+    checks = [c.holds(0, math.exp(-t)) for c in lowered.comparisons]
+    assert max(totals) <= tolerance * (1 + 1e-9) and all(checks)
+    smaller = math.exp(-t * (1 - 1e-6))
+    assert max(b.total(0, smaller) for b in lowered.bounds.values()) > tolerance or not all(
+        c.holds(0, smaller) for c in lowered.comparisons
+    )
+    _, over = temperature_for(lowered, 1e-12, 0)  # below the rounding: refused
+    assert set(over) == {"x", "at"} or set(over) == {"x"}
 
 
 def test_cumsum_temperature_has_its_closed_form():
     """x = x + left doubles the error and the bound each round (|x| ≤ 2^r·B after round
-    r, derived from the input bound B, not assumed from it): the error after round r is
-    2·A_{r−1} + n·2^r·B, so A = n·B·R·2^R; with inputs |x| ≤ 1e9 the float64 rounding
-    estimate exceeds τ/4, so the budget is τ/2."""
+    r, derived from the input bound B, not assumed from it): the softmax error after
+    round r is 2·A_{r−1} + n·2^r·B, so A = n·B·R·2^R; T is ln(A / (τ − E)), E the
+    rounding of the output (model and interpreter)."""
     for n in (2, 5, 16, 32):
-        model = compiled("cumsum", n, "softmax")
+        model = compile_pcoc(example("cumsum"), n, mode="softmax", tolerance=1e-2)
+        lowered = lower_pcoc(example("cumsum"), n, "softmax", model.options["temperature"])
         rounds = log2up(n)
         leak = n * 1e9 * rounds * 2**rounds
-        assert math.isclose(model.options["temperature"], math.log(leak / (TOLERANCE / 2)))
-        assert math.isclose(model.info["error_bound"]["x"], TOLERANCE / 2)
-        assert "rounding estimate exceeds half the tolerance" in model.guarantee.text
+        assert math.isclose(lowered.bounds["x"].leak, leak)
+        rounding = lowered.bounds["x"].total(0)
+        expected = math.log(leak / (1e-2 - rounding)) / (1 - 2.0**-53)
+        assert math.isclose(model.options["temperature"], expected, rel_tol=1e-6)
+        assert model.guarantee.errors["float64"] <= 1e-2 * (1 + 1e-9)
 
 
 def test_softmax_bound_holds_and_is_nearly_attained():
@@ -563,35 +573,47 @@ def test_softmax_bound_holds_and_is_nearly_attained():
         (Round((Receive("m", "x", SBin("-", SBin("-", n_, SNum(1)), i), 0.0),), (Assign("x", Read("m")),)),),
     )  # fmt: skip
     for n in (2, 8, 32):
-        model = compile_pcoc(prog, n, mode="softmax")
+        model = compile_pcoc(prog, n, mode="softmax", tolerance=1e-6)
         x = np.full(n, -bound)
         x[-1] = bound
         got = run_pcoc(model, [x[None]])["x"][0]
         error = abs(got[0] - bound)
-        stated = model.info["error_bound"]["x"]
-        assert math.isclose(stated, n * 2 * bound * math.exp(-model.options["temperature"]))
-        assert 0.4 * stated <= error <= stated * (1 + 1e-6)
-        assert np.max(np.abs(got[1:] - x[::-1][1:])) <= stated
+        stated = model.info["leak_bound"]["x"]
+        t = model.options["temperature"]
+        assert math.isclose(stated, n * 2 * bound * math.exp(-t), rel_tol=1e-9)
+        assert 0.4 * stated <= error <= model.guarantee.errors["float64"] <= 1e-6
+        assert np.max(np.abs(got[1:] - x[::-1][1:])) <= model.guarantee.errors["float64"]
 
 
 @pytest.mark.parametrize("scale", [1e3, 1e6])
-def test_softmax_far_out_with_a_loose_and_a_tight_tolerance(scale):
+def test_softmax_far_out_with_a_loose_tolerance_and_a_refused_tight_one(scale):
+    """1e-2 compiles (with the comparisons' bits cleaned before the gates, so that their
+    rounding is not multiplied by M) and holds; 1e-8 is below the float64 rounding of
+    values up to 1e9 and is refused, saying what would compile."""
     rng = np.random.default_rng(1)
-    for tolerance in (1e-2, 1e-8):
-        model = compile_pcoc(example("running_argmax"), 16, mode="softmax", tolerance=tolerance)
-        inputs = integers(rng, scale, (5, 1, 16))
-        want = interpret_pcoc_batch(example("running_argmax"), 16, inputs).outputs
-        noise = 2 * max(model.info["rounding_estimate"].values())
-        outputs_agree(run_pcoc(model, list(inputs)), want, tolerance + noise)
+    model = compile_pcoc(example("running_argmax"), 16, mode="softmax", tolerance=1e-2)
+    inputs = integers(rng, scale, (5, 1, 16))
+    want = interpret_pcoc_batch(example("running_argmax"), 16, inputs).outputs
+    outputs_agree(run_pcoc(model, list(inputs)), want, 1e-2)
+    with pytest.raises(CraspError, match="tolerance 1e-08 cannot be met in float64") as err:
+        compile_pcoc(example("running_argmax"), 16, mode="softmax", tolerance=1e-8)
+    assert "or more compiles" in str(err.value) and "mode hard" in str(err.value)
 
 
 def test_float32_budget():
-    model = compile_pcoc(example("cumsum"), 8, mode="softmax", tolerance=1e-2, dtype="float32")
+    """A float32 tolerance above the float32 rounding compiles and holds; one below it is
+    refused, naming float64 where that would compile it."""
+    small = scan(Add, 0.0, bound=100.0)
+    model = compile_pcoc(small, 8, mode="softmax", tolerance=1e-2, dtype="float32")
     assert model.options["dtype"] == "float32"
-    inputs = integers(np.random.default_rng(2), 1000, (5, 1, 8))
-    want = interpret_pcoc_batch(example("cumsum"), 8, inputs).outputs
+    assert model.guarantee.errors["float32"] <= 1e-2
+    inputs = integers(np.random.default_rng(2), 10, (5, 1, 8))
+    want = interpret_pcoc_batch(small, 8, inputs).outputs
     got = run_pcoc(model, list(inputs), dtype=np.float32)
-    outputs_agree(got, want, 1e-2 + 2 * max(model.info["rounding_estimate"].values()))
+    outputs_agree(got, want, 1e-2)
+    with pytest.raises(CraspError, match="cannot be met in float32") as err:
+        compile_pcoc(example("cumsum"), 8, mode="softmax", tolerance=1e-2, dtype="float32")
+    assert "--dtype float64 compiles this tolerance" in str(err.value)
 
 
 # ---------------------------------------------------------------------------- the model file

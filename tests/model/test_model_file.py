@@ -335,7 +335,11 @@ def _mlp(key, value):
         (_head("bias", {"x": 1.0}), "malformed bias or scale"),
         (_head("bias", {"1": float("inf")}), "non-finite bias or scale"),
         (_head("bias", [1, 2, 3]), "malformed bias or scale"),
-        (_mlp("activations", ["relu", "swish"]), "unknown activation"),
+        (_mlp("activations", [["relu", 1], ["swish", 1]]), "unknown activation"),
+        (_mlp("activations", [["relu", 0]]), "activations must be runs"),
+        (_mlp("activations", [["relu", 2**40]]), "too many units"),
+        (_mlp("activations", ["relu", "relu"]), "activations must be runs"),
+        (_mlp("labels", [["a", 1], ["b", 10**6]]), "more labels than hidden units"),
         (_mlp("norm_groups", [[0, 0]]), "norm_groups must be disjoint"),
         (_mlp("norm_groups", [[0], [0]]), "norm_groups must be disjoint"),
         (_mlp("norm_groups", [[10_000]]), "norm_groups must be disjoint"),
@@ -357,7 +361,7 @@ def test_unknown_activation_count_mismatch(tmp_path):
 
     def edit(header, arrays):
         layer = next(layer for layer in header["layers"] if layer["mlp"] is not None)
-        layer["mlp"]["activations"].append("relu")
+        layer["mlp"]["activations"].append(["relu", 1])
 
     refused(edited(tmp_path, edit), "has shape", "expected")
 
@@ -518,6 +522,10 @@ def test_version_1_files_with_periodic_features_load_as_the_same_model(tmp_path)
         arrays = {name: data[name] for name in data.files}
     header = json.loads(str(arrays.pop("header")))
     header["version"] = 1
+    for layer in header["layers"]:  # version 1 lists an MLP's activations and labels
+        if layer["mlp"] is not None:
+            for key in ("activations", "labels"):
+                layer["mlp"][key] = [v for v, count in layer["mlp"][key] for _ in range(count)]
     w_e = arrays["w_e"].copy()
     for column, name in enumerate(header["features"]):
         m, r = map(int, name.split(":")[1:])
@@ -530,3 +538,30 @@ def test_version_1_files_with_periodic_features_load_as_the_same_model(tmp_path)
     np.testing.assert_array_equal(loaded.w_e, model.w_e)
     for name, values in run(loaded, words).values.items():
         np.testing.assert_array_equal(values, run(model, words).values[name])
+
+
+def test_version_3_files_list_activations_and_labels_unit_by_unit(tmp_path):
+    """Version 4 stores an MLP's activations and labels as runs; a version 3 file lists
+    them unit by unit and loads as the same model. A wide model's header is a fraction of
+    its version 3 size (permute.pcoc at n = 256 wrote 115 M characters, over the cap)."""
+    model = compile_program(load_program(EXAMPLES / "dyck1.cr"))
+    path = tmp_path / "v3.npz"
+    save_model(model, path)
+    with np.load(path) as data:
+        arrays = {name: data[name] for name in data.files}
+    header = json.loads(str(arrays.pop("header")))
+    assert header["version"] == VERSION == 4
+    mlp = next(layer["mlp"] for layer in header["layers"] if layer["mlp"] is not None)
+    assert all(isinstance(run, list) and len(run) == 2 for run in mlp["activations"])
+    header["version"] = 3
+    for layer in header["layers"]:
+        if layer["mlp"] is not None:
+            for key in ("activations", "labels"):
+                layer["mlp"][key] = [v for v, count in layer["mlp"][key] for _ in range(count)]
+    np.savez(path, header=np.array(json.dumps(header)), **arrays)
+    loaded = load_model(path)
+    for old, new in zip(loaded.layers, model.layers, strict=True):
+        if new.mlp is not None:
+            assert old.mlp is not None
+            assert old.mlp.activations == new.mlp.activations
+            assert old.mlp.labels == new.mlp.labels

@@ -56,6 +56,18 @@ same MLP, and a real payload cannot be gated exactly by a test computed beside i
 exact 0 off the slot needs the test as an input), so the tests take residual
 dimensions for one sublayer rather than the model taking a layer more per round.
 
+**Floats.** Every comparison the routing makes, except those of the destination itself
+(the bits and the valid flag), is of exact integers: flags, ranks, keys and bits are sums
+of exact 0/1 decisions, so the rounding analysis
+(:mod:`crasp_compiler.languages.pcoc.rounding`) proves them exact at any n, and the
+float guarantee of a send depends only on how exactly the destination is compared with the
+machine numbers. :func:`destination_probe` lowers just that (the rounds before the send
+and its first routing step), so that a destination bound the float type cannot route is
+refused in moments rather than after the whole lowering. A compaction slot's sum of
+selections is marked ``exclusive`` (:class:`~crasp_compiler.languages.pcoc.nodes.Add`):
+the keys of flagged tuples are distinct ranks, so at most one selection is taken; the
+interpreter checks it with its promises, and the analysis counts one selected payload.
+
 The first routing round reads the original DEST and SLOT directly (the tuple layout is
 computed after the receive), and the original round's receives and statements run in the
 last routing round (the routing rounds write only their own slots), so a send round
@@ -64,7 +76,7 @@ costs ``2k − 1`` rounds (1 for n = 2, 0 extra for n = 1).
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from crasp_compiler.languages.pcoc.nodes import (
     STATIC_TYPES,
@@ -82,6 +94,7 @@ from crasp_compiler.languages.pcoc.nodes import (
     SBin,
     Scale,
     SCall,
+    Send,
     Slot,
     SNot,
     SNum,
@@ -139,7 +152,7 @@ def _sub_expr(expr: Expr, env: dict[str, int]) -> Expr:
         case Static(inner):
             return Static(_sub_static(inner, env))
         case Add(left, right):
-            return Add(_sub_expr(left, env), _sub_expr(right, env))
+            return replace(expr, left=_sub_expr(left, env), right=_sub_expr(right, env))
         case Sub(left, right):
             return Sub(_sub_expr(left, env), _sub_expr(right, env))
         case Scale(factor, arg):
@@ -207,13 +220,15 @@ def _select(cond: StaticExpr, value: StaticExpr) -> StaticExpr:
     return SBin("-", SBin("*", cond, _add(value, _s(1))), _s(1))
 
 
-def _sum(terms: list[Expr]) -> Expr:
+def _sum(terms: list[Expr], exclusive: bool = False) -> Expr:
+    """``((t₁ + t₂) + t₃) + …``; ``exclusive``: at most one of the terms' selections is
+    taken (:class:`~crasp_compiler.languages.pcoc.nodes.Add`)."""
     if not terms:
         return Num(0.0)
     out = terms[0]
     for term in terms[1:]:
         out = Add(out, term)
-    return out
+    return replace(out, exclusive=True) if exclusive and isinstance(out, Add) else out
 
 
 # ================================================================== the pass
@@ -347,7 +362,11 @@ class _Sender:
             tup: dict[str, Expr] = {"v": Call("relu", (_sum([hit for _, hit in hits]),))}
             for field in fields:
                 if field != "v":
-                    tup[field] = _sum([IfExpr(hit, tuples[z][field], Num(0.0)) for z, hit in hits])
+                    # the keys of flagged tuples are their distinct ranks: one hit at most
+                    tup[field] = _sum(
+                        [IfExpr(hit, tuples[z][field], Num(0.0)) for z, hit in hits],
+                        exclusive=True,
+                    )
             out.append(tup)
         return out
 
@@ -475,6 +494,60 @@ class _Sender:
         (first,) = self.compact(flags, tuples, 1, ["v", "x"], body)
         count = self.let("count", _sum(flags), body)
         return IfExpr(Compare(">", count, Num(0.5), 0.5), first["x"], Num(float(self.send.default)))
+
+
+@dataclass(frozen=True)
+class Probe:
+    """The rounds of a program before its first send round, then that round's first
+    routing step on the destinations (:func:`destination_probe`)."""
+
+    program: Program
+    before: Program
+    send: Send
+
+    def with_bound(self, bound: float) -> Program:
+        """The probe with the destination slot's bound replaced."""
+        slots = tuple(
+            replace(slot, bound=bound) if slot.name == self.send.dest else slot
+            for slot in self.program.slots
+        )
+        return replace(self.program, slots=slots)
+
+
+def destination_probe(program: Program, n: int) -> Probe | None:
+    """What the routing of the first send round compares with data, cheaply: the rounds
+    before it, then one round computing, for each of its sends, the destination tuples of
+    the machine's own destination and of its first partner's (:meth:`_Sender.raw_tuple`:
+    every threshold the routing compares a destination with). Every later comparison of
+    the routing is between exact integers. None without sends."""
+    rounds: list[Round] = []
+    for number, (rnd, env) in enumerate(unroll(program, n)):
+        base = _sub_round(rnd, {key: value for key, value in env.items() if key != "n"})
+        if not rnd.sends:
+            rounds.append(replace(base, sends=()))
+            continue
+        receives: list[Receive] = []
+        body: list[Stmt] = []
+        slots = list(program.slots)
+        for q, send in enumerate(rnd.sends):
+            sender = _Sender(send, n, f"{PREFIX}{number}_{q}_probe_", None)
+            sender.raw_tuple(Read(send.dest), Read(send.slot), body)
+            if sender.k:
+                partner = _xor(sender.virtual("A"), max(sender.k - 1, 0))
+                d, x = sender.receive_raw("A", partner, receives)
+                sender.raw_tuple(d, x, body)
+            slots.extend(sender.slots.values())
+        rounds.append(Round(tuple(receives), tuple(body), rnd.span))
+        probe = Program(
+            tuple(slots),
+            program.inputs,
+            program.outputs,
+            tuple(rounds),
+            source=program.source,
+            filename=program.filename,
+        )
+        return Probe(probe, replace(probe, rounds=tuple(rounds[:-1])), rnd.sends[0])
+    return None
 
 
 def lower_sends(program: Program, n: int) -> Program:

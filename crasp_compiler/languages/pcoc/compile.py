@@ -17,14 +17,22 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from crasp_compiler.errors import CraspError, Diagnostic
-from crasp_compiler.languages.pcoc.benes import has_sends, lower_sends
+from crasp_compiler.languages.pcoc.benes import Probe, destination_probe, has_sends, lower_sends
 from crasp_compiler.languages.pcoc.interpret import check_pcoc
-from crasp_compiler.languages.pcoc.lower import MODES, TOKEN, Comparison, Lowered, lower_pcoc
-from crasp_compiler.languages.pcoc.nodes import Assign, Program, Round, Stmt, span_of
+from crasp_compiler.languages.pcoc.lower import (
+    MODES,
+    TOKEN,
+    Comparison,
+    Lowered,
+    Unresolved,
+    lower_pcoc,
+    unresolved,
+)
+from crasp_compiler.languages.pcoc.nodes import Assign, Program, Round, Stmt
+from crasp_compiler.languages.pcoc.rounding import DTYPES, UNIT, times
 from crasp_compiler.model.model import Guarantee, Model
 from crasp_compiler.runtime.numpy_exec import beyond_guarantee, numeric_matrix, run
 
-DTYPES = {"float64": np.float64, "float32": np.float32}
 # The most machines a model is compiled for (the interpreter goes to 10^7).
 MAX_COMPILE_MACHINES = 100_000
 # exp(−T) underflows in float64 past about 745; no program needs that much.
@@ -34,34 +42,127 @@ LANGUAGE = "PCOC"
 Inputs = Mapping[str, Sequence[float]] | Sequence[Sequence[float]] | np.ndarray
 
 
-def temperature_for(
-    leaks: Mapping[str, float],
-    noises: Mapping[str, float],
-    n: int,
-    tolerance: float,
-    dtype: str,
-) -> tuple[float, dict[str, float], dict[str, float]]:
-    """The temperature T of the softmax model, with the real-arithmetic error bound and
-    the estimated rounding of every output.
+def decay(temperature: float | None, d: int) -> float:
+    """The most weight a softmax row puts on one key off its source, per unit of n
+    (``e^{−T̃}``, with T̃ the scale as float type number d holds it, at least ``T(1 − u)``);
+    0 for the average-hard model."""
+    if temperature is None:
+        return 0.0
+    return math.exp(-temperature * (1 - UNIT[d]))
 
-    Output k deviates from the average-hard model by at most ``A_k·e^{−T}`` in real
-    arithmetic (``A_k`` = ``leaks[k]``, see :mod:`crasp_compiler.languages.pcoc.lower`), and each
-    of the two models rounds by about ``ρ_k = noise_k · u`` (u the dtype's unit
-    roundoff). The budget for the softmax deviation is ``β_k = τ − 2ρ_k``, but at least
-    ``τ/2``; T is the smallest temperature with ``A_k e^{−T} ≤ β_k`` for every output,
-    ``T = max_k ln(A_k/β_k)`` (``ln(2n/τ)`` when no output depends on a routed value).
-    """
-    unit = float(np.finfo(DTYPES[dtype]).eps) / 2
-    rounding = {name: noise * unit for name, noise in noises.items()}
-    needed = []
-    for name, leak in leaks.items():
-        if leak > 0:
-            budget = max(tolerance - 2 * rounding[name], tolerance / 2)
-            needed.append(math.log(leak / budget))
-    temperature = max(needed) if needed else math.log(2 * n / tolerance)
-    temperature = max(temperature, 1.0)
-    bounds = {name: leak * math.exp(-temperature) for name, leak in leaks.items()}
-    return temperature, bounds, rounding
+
+def temperature_for(
+    lowered: Lowered, tolerance: float | None, d: int
+) -> tuple[float, dict[str, float]]:
+    """The smallest temperature at which the softmax model of ``lowered`` decides every
+    data comparison exactly in float type d (``leak·e^{−T} < slack − err − ref``) and,
+    with a ``tolerance`` τ, keeps every output within τ of the interpreter
+    (``leak·e^{−T} ≤ τ − err − ref``); without one, within its rounding plus one rounding
+    of its bound B (``leak·e^{−T} ≤ u·(B + 1)``). Returns T (at least 1) and,
+    for a τ that the rounding alone reaches, the outputs that reach it with their
+    rounding (T is then meaningless)."""
+    scale = 1 - UNIT[d]
+    needed = [1.0]
+    for comparison in lowered.comparisons:
+        room = comparison.slack[d] - comparison.err[d] - comparison.ref
+        if comparison.leak > 0 and room > 0:
+            needed.append(math.log(comparison.leak / (room * (1 - 2**-20))) / scale)
+    over: dict[str, float] = {}
+    for name, bound in lowered.bounds.items():
+        rounding = bound.total(d)
+        if tolerance is None:  # the softmax error: one rounding of the output's bound
+            room = UNIT[d] * (lowered.slots[name].magnitude + 1)
+        else:
+            room = tolerance - rounding
+            if room <= 0:
+                over[name] = rounding
+                continue
+        if bound.leak > 0:  # a little below the room: log and exp round
+            needed.append(math.log(bound.leak / (room * (1 - 2**-20))) / scale)
+    return max(needed), over
+
+
+def _softmax(
+    program: Program, n: int, tolerance: float | None, dtype: str
+) -> tuple[Lowered, float]:
+    """The softmax model's lowering and temperature: :func:`_softmax_at` as lowered, and
+    where that fails, with every data bit a big-M gate reads made exact first (one layer
+    more per such comparison, but a bit's rounding is no longer multiplied by M)."""
+    try:
+        return _softmax_at(program, n, tolerance, dtype, clean=False)
+    except CraspError:
+        return _softmax_at(program, n, tolerance, dtype, clean=True)
+
+
+def _softmax_at(
+    program: Program, n: int, tolerance: float | None, dtype: str, clean: bool
+) -> tuple[Lowered, float]:
+    """The softmax model's lowering and temperature (:func:`temperature_for`): analysed
+    once at a temperature so high that no softmax weight off a source is felt (the errors
+    do not depend on T), then lowered at T, whose errors (the values then carry their
+    softmax leak too) are checked; T is raised and the program lowered again if they need
+    it. CraspError for a comparison no temperature decides exactly, a tolerance the
+    rounding alone reaches, or a T beyond :data:`MAX_TEMPERATURE`."""
+    d = DTYPES.index(dtype)
+    lowered = lower_pcoc(program, n, "softmax", MAX_TEMPERATURE, dtype, clean)
+    for comparison in lowered.comparisons:
+        if not comparison.holds(d, 0.0):
+            raise unresolved(comparison, program, dtype)
+    temperature = None
+    for _ in range(3):
+        needed, over = temperature_for(lowered, tolerance, d)
+        if over:
+            raise _tolerance_error(program, lowered, tolerance, dtype, over)
+        if needed > MAX_TEMPERATURE:
+            raise CraspError(
+                f"the softmax model would need temperature {needed:.4g} (> "
+                f"{MAX_TEMPERATURE:g}) for tolerance {tolerance or 'the float rounding'}; use "
+                "mode hard, a larger tolerance, or tighter bounds and margins",
+                filename=program.filename,
+            )
+        if temperature is not None and needed <= temperature:
+            return lowered, temperature
+        temperature = needed
+        lowered = lower_pcoc(program, n, "softmax", temperature, dtype, clean)
+    raise CraspError(  # pragma: no cover - the errors shrink as T grows
+        "the softmax temperature did not settle", filename=program.filename
+    )
+
+
+def _tolerance_error(
+    program: Program,
+    lowered: Lowered,
+    tolerance: float | None,
+    dtype: str,
+    over: Mapping[str, float],
+) -> CraspError:
+    """A tolerance that the float rounding of some output reaches on its own."""
+    name, rounding = max(over.items(), key=lambda item: item[1])
+    size = lowered.slots[name].magnitude
+    text = (
+        f"tolerance {tolerance:g} cannot be met in {dtype}: the rounding of output {name!r} "
+        f"alone may reach {rounding:.3g} (values up to {size:.3g})"
+    )
+    widest = max(b.total(DTYPES.index(dtype)) for b in lowered.bounds.values())
+    hints = [f"a tolerance of {_round_up(2 * widest)} or more compiles"]
+    if dtype == "float32":
+        wide64 = max(b.total(0) for b in lowered.bounds.values())
+        if math.isfinite(wide64) and wide64 < (tolerance or 0):
+            hints.append("--dtype float64 compiles this tolerance")
+        elif math.isfinite(wide64):
+            hints.append(f"in float64, a tolerance of {_round_up(2 * wide64)} or more")
+    hints.append("tighter bounds shrink it, and mode hard has no softmax error")
+    return CraspError(
+        [Diagnostic(text, None, "; ".join(hints))], program.source or None, program.filename
+    )
+
+
+def _round_up(value: float) -> str:
+    """``value`` rounded up to 2 significant digits, as text."""
+    if not math.isfinite(value) or value <= 0:
+        return f"{value:g}"
+    exponent = math.floor(math.log10(value)) - 1
+    return f"{math.ceil(value / 10**exponent) * 10**exponent:.2g}"
 
 
 def compile_pcoc(
@@ -69,7 +170,7 @@ def compile_pcoc(
     n: int,
     *,
     mode: str = "hard",
-    tolerance: float = 1e-6,
+    tolerance: float | None = None,
     dtype: str = "float64",
 ) -> Model:
     """Compile ``program`` for exactly ``n`` machines to a :class:`Model`.
@@ -78,29 +179,27 @@ def compile_pcoc(
     token ``m`` and the input slots are numeric input channels (``Model.inputs``, in
     declaration order). The outputs are the program's output slots (rule ``value``).
 
-    - ``mode="hard"``: routing heads with average-hard attention. Exact in real
-      arithmetic for n machines, for inputs within their declared bounds and data
-      comparisons outside their margins.
-    - ``mode="softmax"``: the same heads with softmax attention and scores ×T. The
-      temperature comes from the error analysis of :mod:`crasp_compiler.languages.pcoc.lower`:
-      a routing head's row puts weight ``≤ n·e^{−T}`` off its source (its n other keys
-      score 0, the source 1), so a routed value with range width R over the positions
-      (``R ≤ 2B`` for ``|value| ≤ B``, the sink's 0 included) is off by
-      ``≤ Δ + n·e^{−T}·R`` where Δ is the error of the slot it reads; linear maps scale
-      errors by ``Σ|c|``, min/max/abs/relu/clamp by 1, a comparison with margin m by
-      1/m, a conditional ``y + p·(x − y)`` with ``|x − y| ≤ M`` adds ``M·Δp``. Every
-      output is thus within ``A·e^{−T}`` of the hard model (A from n, the value
-      bounds, the margins and the rounds: every round adds its routing term, and errors
-      routed earlier are carried along — the scan ``x = x + left`` of cumsum.pcoc doubles
-      the error and the bound of x each round, ``A = nBR·2^R`` for R rounds and inputs
-      ``|x| ≤ B``; a data
-      conditional multiplies the error of its comparison by M/m); T is the smallest
-      temperature making
-      ``A·e^{−T}`` at most the tolerance less the estimated ``dtype`` rounding of both
-      models (but at least half the tolerance): see :func:`temperature_for`. T, the
-      tolerance, the bound and the rounding estimate are recorded in the guarantee, the
-      options and the info. Every routed slot needs a bound and every comparison a
-      positive margin (:class:`CraspError` otherwise).
+    The guarantee is against the interpreter (:func:`~crasp_compiler.languages.pcoc.
+    interpret.interpret_pcoc`, float64), for inputs within their declared bounds on which
+    it keeps the program's promises (data comparisons outside their margins, slots within
+    their bounds): per float type, whether the model is covered (``Guarantee.dtypes``: n,
+    or −1 where a data comparison is not provably decided exactly) and a bound on how far
+    any output may be from the interpreter's (``Guarantee.errors``), from the rounding
+    analysis of :mod:`crasp_compiler.languages.pcoc.rounding`.
+
+    - ``mode="hard"``: routing heads with average-hard attention: exact in real
+      arithmetic. A data comparison float64 cannot decide exactly is refused when the
+      lowering reaches it (naming it and the margin that would compile).
+    - ``mode="softmax"``: the same heads with softmax attention and scores ×T. In real
+      arithmetic a routing row puts weight ``≤ n·e^{−T}`` off its source, so every value
+      is within ``leak·e^{−T}`` of the hard model (:mod:`~crasp_compiler.languages.pcoc.
+      lower`); data comparisons are ReLU ramps with a slack of a quarter margin on either
+      side, which the softmax error does not cross. T is the smallest temperature at which
+      every comparison stays exact and every output, rounding in ``dtype`` included, is
+      within ``tolerance`` of the interpreter (:func:`temperature_for`); without a
+      tolerance, the softmax error is at most one rounding of each output's bound (u·B),
+      and the bound (rounding plus that) is recorded as the tolerance.
+      A tolerance the rounding alone reaches is refused, saying what would compile.
 
     The guarantee covers exactly n machines: ``max_len`` = n, and :func:`run_pcoc`
     rejects inputs of any other length. Data-dependent sends route exactly only to
@@ -109,7 +208,8 @@ def compile_pcoc(
     (``Guarantee.destinations``), and names a send whose destination the program
     computes as the caller's condition (:func:`_send_condition`). ``info`` reports the
     layers and heads next to the simulation theorem's counts (R layers for R rounds, s
-    heads for a memory of s words: the slots plus the values received in a round).
+    heads for a memory of s words: the slots plus the values received in a round), and
+    the bounds per output.
     """
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise CraspError(f"n must be an integer >= 1, not {n!r}", filename=program.filename)
@@ -127,7 +227,9 @@ def compile_pcoc(
         raise CraspError(
             f"dtype must be one of {tuple(DTYPES)}, not {dtype!r}", filename=program.filename
         )
-    if not (isinstance(tolerance, (int, float)) and math.isfinite(tolerance) and tolerance > 0):
+    if tolerance is not None and not (
+        isinstance(tolerance, (int, float)) and math.isfinite(tolerance) and tolerance > 0
+    ):
         raise CraspError(
             f"the tolerance must be a number > 0, not {tolerance!r}", filename=program.filename
         )
@@ -136,79 +238,65 @@ def compile_pcoc(
     unrolled = check_pcoc(program, n)
     original = program
     if has_sends(program):
+        _probe_destinations(program, n, mode, dtype)
         program = lower_sends(program, n)
     temperature = None
-    softmax: dict[str, object] = {}
     if mode == "softmax":
-        # the error coefficients do not depend on T: analyse once, then build with T
-        analysis = lower_pcoc(program, n, "softmax", temperature=1.0)
-        leaks = {name: analysis.slots[name].leak for name in program.outputs}
-        noises = {name: analysis.slots[name].noise for name in program.outputs}
-        temperature, bounds, rounding = temperature_for(leaks, noises, n, tolerance, dtype)
-        if temperature > MAX_TEMPERATURE:
-            raise CraspError(
-                f"the softmax model would need temperature {temperature:.4g} (> "
-                f"{MAX_TEMPERATURE:g}) for tolerance {tolerance:g}; use mode hard, a larger "
-                "tolerance, or tighter bounds and margins",
-                filename=program.filename,
-            )
-        softmax = {
-            "temperature": temperature,
-            "tolerance": tolerance,
-            "error_bound": bounds,
-            "rounding_estimate": rounding,
-            "dtype": dtype,
-        }
-    lowered = lower_pcoc(program, n, mode, temperature)
+        lowered, temperature = _softmax(program, n, tolerance, dtype)
+    else:
+        lowered = lower_pcoc(program, n, mode)
+        for comparison in lowered.comparisons:  # float64 must decide every one exactly
+            if not comparison.holds(0):
+                raise unresolved(comparison, program, "float64")
     rounds = len(lowered.rounds)
     # the theorem's memory s: the slots plus the values a machine receives in a round
     memory = len(program.slots) + max((r.receives for r in lowered.rounds), default=0)
-    # hard mode: Heaviside comparisons at the middle of each margin are exact in a float
-    # type whose rounding of left − right stays below it (softmax mode states its rounding
-    # estimate against the tolerance instead, in the guarantee's text)
-    resolved = {d: _margins_resolved(lowered.comparisons, d) for d in DTYPES}
-    if mode == "hard" and resolved["float64"] is not None:
-        raise _margin_error(program, resolved["float64"], "float64")
-    if mode == "hard":
-        estimate = max(_rounding(lowered, program, "float64").values(), default=0.0)
-        text = (
-            f"exact for n = {n} machines (exactly {n} numbers per input slot) in real "
-            "arithmetic, with average-hard attention, for inputs within their declared bounds "
-            "and data comparisons outside their margins; estimated float64 rounding of the "
-            + (f"outputs {estimate:.3g}" if math.isfinite(estimate) else "outputs not bounded")
-        )
-    else:
-        worst = max(bounds.values(), default=0.0)
-        noise = max(rounding.values(), default=0.0)
-        text = (
-            f"approximate (softmax attention, T = {temperature:.6g}): for n = {n} machines "
-            f"every output is within {tolerance:g} of the average-hard model (real-arithmetic "
-            f"bound {worst:.3g}, estimated {dtype} rounding {noise:.3g}), for inputs within "
-            "their declared bounds and data comparisons outside their margins"
-        )
-        if 2 * noise > tolerance / 2:
-            text += f"; the {dtype} rounding estimate exceeds half the tolerance"
-    if mode == "hard" and resolved["float32"] is not None:
-        text += "; not float32: a comparison margin is below float32 rounding"
+    covered = {
+        name: all(c.holds(d, decay(temperature, d)) for c in lowered.comparisons)
+        for d, name in enumerate(DTYPES)
+    }
+    bounds = {
+        name: {out: float(b.total(d, decay(temperature, d))) for out, b in lowered.bounds.items()}
+        for d, name in enumerate(DTYPES)
+        if covered[name]
+    }
+    errors = {
+        name: max(per.values(), default=0.0)
+        for name, per in bounds.items()
+        if all(math.isfinite(v) for v in per.values())
+    }
+    target = errors.get(dtype, math.inf) if mode == "softmax" else None
+    text = _guarantee_text(n, mode, temperature, target, dtype, covered, errors)
     destinations, condition = _send_condition(original, unrolled, n)
     text += condition
-    dtypes = {d: (n if problem is None else -1) for d, problem in resolved.items()}
-    bounds = {s.name: s.bound for s in program.slots if s.name in program.inputs}
+    input_bounds = {s.name: s.bound for s in program.slots if s.name in program.inputs}
+    softmax: dict[str, object] = {}
+    if temperature is not None:
+        softmax = {
+            "temperature": temperature,
+            "tolerance": target if tolerance is None else tolerance,
+            "dtype": dtype,
+            "leak_bound": {
+                out: times(b.leak, decay(temperature, DTYPES.index(dtype)))
+                for out, b in lowered.bounds.items()
+            },
+        }
     model = lowered.builder.build(
         {name: (lowered.slots[name].form, "value") for name in program.outputs},
         guarantee=Guarantee(
             n,
             text,
-            dtypes if mode == "hard" else {},
-            {name: float(bound) for name, bound in bounds.items() if bound is not None},
+            {name: (n if ok else -1) for name, ok in covered.items()},
+            {name: float(bound) for name, bound in input_bounds.items() if bound is not None},
             destinations,
+            errors,
         ),
         filename=program.filename,
         options={
             "language": LANGUAGE,
             "n": n,
             "mode": mode,
-            "tolerance": tolerance if mode == "softmax" else None,
+            "tolerance": softmax.get("tolerance"),
             "dtype": dtype,
             "temperature": temperature,
         },
@@ -222,7 +310,8 @@ def compile_pcoc(
             "pcoc_outputs": list(program.outputs),
             "heads_per_round": [len(r.heads) for r in lowered.rounds],
             "theorem": {"nodes": n + 1, "layers": rounds, "heads_per_layer": memory},
-            **(softmax or {"rounding_estimate": _rounding(lowered, program, "float64")}),
+            "error_bounds": bounds,
+            **softmax,
         },
     )
     model.info["layers"] = len(model.layers)
@@ -290,48 +379,117 @@ def _send_condition(
     return checked, text
 
 
-# A data comparison is resolved in a float type when the estimated rounding of
-# left − right is at most this fraction of its margin.
-MARGIN_FRACTION = 0.25
-
-
-def _rounding(lowered: Lowered, program: Program, dtype: str) -> dict[str, float]:
-    """The estimated rounding of every output of a hard-mode model in ``dtype``."""
-    unit = float(np.finfo(DTYPES[dtype]).eps) / 2
-    return {name: lowered.slots[name].noise * unit for name in program.outputs}
-
-
-def _margins_resolved(comparisons: Sequence[Comparison], dtype: str) -> Comparison | None:
-    """The comparison whose declared margin is smallest against the estimated rounding of
-    ``left − right`` in ``dtype`` (:data:`MARGIN_FRACTION`), or None when every margin is
-    wide enough. A margin of 0 (a Heaviside step, exact in real arithmetic) is not
-    checked: such a comparison is decided exactly where ``left − right`` is computed
-    with the right sign."""
-    unit = float(np.finfo(DTYPES[dtype]).eps) / 2
-    worst, ratio = None, MARGIN_FRACTION
-    for comparison in comparisons:
-        if comparison.margin > 0 and comparison.noise * unit / comparison.margin > ratio:
-            worst, ratio = comparison, comparison.noise * unit / comparison.margin
-    return worst
-
-
-def _margin_error(program: Program, comparison: Comparison, dtype: str) -> CraspError:
-    unit = float(np.finfo(DTYPES[dtype]).eps) / 2
-    rounding = comparison.noise * unit
-    need = rounding / MARGIN_FRACTION
-    return CraspError(
-        [
-            Diagnostic(
-                f"the margin {comparison.margin:g} of this comparison is below what {dtype} "
-                f"resolves: left − right (values up to {comparison.magnitude:g}) is computed "
-                f"only to within about {rounding:.3g}",
-                span_of(comparison.node) or comparison.span,
-                f"declare `margin {need:.2g}` or more, or tighter bounds on the values",
-            )
-        ],
-        program.source or None,
-        program.filename,
+def _guarantee_text(
+    n: int,
+    mode: str,
+    temperature: float | None,
+    tolerance: float | None,
+    dtype: str,
+    covered: Mapping[str, bool],
+    errors: Mapping[str, float],
+) -> str:
+    """The guarantee in words: what is covered and each float type's bound."""
+    promises = (
+        "for inputs within their declared bounds on which the interpreter keeps the "
+        "program's promises (data comparisons outside their margins, slots within their "
+        "bounds)"
     )
+    if mode == "hard":
+        head = (
+            f"exact for n = {n} machines (exactly {n} numbers per input slot) in real "
+            f"arithmetic, with average-hard attention, {promises}"
+        )
+    else:
+        head = (
+            f"approximate (softmax attention, T = {temperature:.6g}): for n = {n} machines "
+            f"every output is within {tolerance:.3g} of the interpreter's (float64) output "
+            f"when the model runs in {dtype}, {promises}"
+        )
+    parts = []
+    for name in DTYPES:
+        if not covered[name]:
+            parts.append(f"not {name}: a data comparison is within {name} rounding of its margin")
+        elif name in errors:
+            parts.append(
+                f"in {name} every output is within {errors[name]:.3g} of the interpreter's"
+            )
+        else:
+            parts.append(f"in {name} the rounding is not bounded (values without bounds)")
+    return head + "; " + "; ".join(parts)
+
+
+def _probe_destinations(program: Program, n: int, mode: str, dtype: str) -> None:
+    """Refuse, before the Beneš lowering (O(n² log n) comparisons), a send whose
+    destination the routing cannot compare exactly in ``dtype``: the rounds before the
+    first send round and that round's first routing step, lowered alone
+    (:func:`~crasp_compiler.languages.pcoc.benes.destination_probe`; the routing compares
+    only the destination with data, everything else it compares is an exact integer). The
+    message names the destination slot and, where it has a bound, the largest bound that
+    compiles."""
+    probe = destination_probe(program, n)
+    if probe is None:
+        return
+    temperature = MAX_TEMPERATURE if mode == "softmax" else None
+    d = DTYPES.index(dtype)
+    before = len(lower_pcoc(probe.before, n, mode, temperature, dtype).comparisons)
+    failure = _probe_failure(probe.program, n, mode, temperature, dtype, before)
+    if failure is None:
+        return
+    send, slot = probe.send, probe.program.slot(probe.send.dest)
+    text = (
+        f"`{send.target} = send {send.slot} to {send.dest}`: the compiler routes it by "
+        f"comparing the destination {send.dest!r} (values up to {failure.magnitude:g}) with "
+        f"the machine numbers (margin 0.5, Beneš routing), but {dtype} computes their "
+        f"difference only to within {failure.rounding(d):.3g} and the routing needs it "
+        f"within {failure.threshold:g}"
+    )
+    hint = f"tighter bounds on the values {send.dest!r} is computed from"
+    if slot.bound is not None:
+        best = _largest_bound(probe, n, mode, temperature, dtype, before, slot.bound)
+        if best is not None:
+            keyword = "input" if slot.name in program.inputs else "slot"
+            hint = f"declare `{keyword} {slot.name} bound {best}` or less (it is {slot.bound:g})"
+    raise CraspError([Diagnostic(text, send.span, hint)], program.source or None, program.filename)
+
+
+def _probe_failure(
+    probe: Program, n: int, mode: str, temperature: float | None, dtype: str, before: int
+) -> Comparison | None:
+    """The first comparison of the probe's routing step (after the ``before`` ones of
+    the program's own rounds) that ``dtype`` cannot decide exactly, or None."""
+    d = DTYPES.index(dtype)
+    try:
+        lowered = lower_pcoc(probe, n, mode, temperature, dtype)
+    except Unresolved as err:
+        return err.comparison
+    failing = [c for c in lowered.comparisons[before:] if not c.holds(d)]
+    return failing[0] if failing else None
+
+
+def _largest_bound(
+    probe: Probe,
+    n: int,
+    mode: str,
+    temperature: float | None,
+    dtype: str,
+    before: int,
+    bound: float,
+) -> str | None:
+    """The largest bound of the destination slot (two significant digits, rounded down)
+    with which the probe compiles, by bisection (None if not even 1 does)."""
+
+    def compiles(value: float) -> bool:
+        program = probe.with_bound(value)
+        return _probe_failure(program, n, mode, temperature, dtype, before) is None
+
+    if not compiles(1.0):
+        return None
+    lo, hi = 1.0, float(bound)
+    while hi / lo > 1.001:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if compiles(mid) else (lo, mid)
+    exponent = math.floor(math.log10(lo)) - 1
+    return f"{math.floor(lo / 10**exponent) * 10**exponent:.2g}"
 
 
 def is_pcoc(model: Model) -> bool:

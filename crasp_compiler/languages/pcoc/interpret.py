@@ -255,6 +255,8 @@ class _Machine:
             case Static(inner):
                 return self.static_number(inner)
             case Add(left, right):
+                if expr.exclusive and active is not None:
+                    self.check_exclusive(expr, mem, temps, active)
                 return self.value(left, mem, temps, active) + self.value(right, mem, temps, active)
             case Sub(left, right):
                 return self.value(left, mem, temps, active) - self.value(right, mem, temps, active)
@@ -302,6 +304,32 @@ class _Machine:
         if active is not None:
             self.check_margin(expr, np.broadcast_to(np.subtract(a, b), result.shape), active)
         return result
+
+    def check_exclusive(
+        self,
+        expr: Add,
+        mem: dict[str, np.ndarray],
+        temps: dict[str, np.ndarray],
+        active: np.ndarray,
+    ) -> None:
+        """The promise of an ``exclusive`` sum: at most one of its data selections is taken."""
+        terms: list[Compare] = []
+        stack: list[Expr] = [expr]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, Add):
+                stack += [node.right, node.left]
+            elif isinstance(node, IfExpr) and isinstance(node.cond, Compare):
+                terms.append(node.cond)
+        taken = np.zeros((self.batch, self.n), dtype=np.int64)
+        for cond in terms:
+            taken += self.compare(cond, mem, temps, active)
+        bad = (taken > 1) & active
+        if np.any(bad):
+            raise self.fail(
+                f"more than one selection of an exclusive sum is taken (for {self.where(bad)})",
+                span_of(expr),
+            )
 
     def check_margin(self, expr: Compare, diff: np.ndarray, active: np.ndarray) -> None:
         m = expr.margin

@@ -98,7 +98,8 @@ class Pcoc(Language):
         ),
         Option(
             "tolerance",
-            "PCOC softmax: largest distance of an output from the hard model (default 1e-6).",
+            "PCOC softmax: largest distance of an output from the interpreter's, float "
+            "rounding included (default: the rounding, plus one rounding of the outputs' bounds).",
             frozenset({"compile"}),
             kind="float",
             minimum=0,
@@ -192,12 +193,13 @@ class Pcoc(Language):
         return [(n, n)]
 
     def tolerance(self, model: Model, dtype: str) -> float:
-        """The model's own bound: the softmax tolerance, or twice the float64 rounding
-        estimate of a hard model (float32: its rounding, scaled by 2^29)."""
-        estimate = max(model.info.get("rounding_estimate", {}).values(), default=0.0)
-        base = model.info.get("tolerance") or model.options.get("tolerance") or 0.0
-        scale = 1.0 if dtype == "float64" else 2.0**29
-        return float(base) + 2 * estimate * scale + (1e-9 if dtype == "float64" else 1e-4)
+        """The model's own bound in ``dtype`` (``Guarantee.errors``: every output within it
+        of the interpreter's); for a model without one (values without bounds, or an
+        older file), the float type's resolution at the values sampled (about 1)."""
+        bound = model.guarantee.errors.get(dtype)
+        if bound is not None:
+            return bound
+        return 1e-9 if dtype == "float64" else 1e-4
 
     def format_input(self, item: Any) -> str:
         return format_vector(item)
@@ -257,13 +259,7 @@ class Pcoc(Language):
         tolerance, dtype = options.get("tolerance"), options.get("dtype")
         if mode == "hard" and (tolerance is not None or dtype is not None):
             raise CraspError("tolerance and dtype (--tolerance, --dtype) are for mode softmax")
-        return compile_pcoc(
-            program,
-            n,
-            mode=mode,
-            tolerance=1e-6 if tolerance is None else tolerance,
-            dtype=dtype or "float64",
-        )
+        return compile_pcoc(program, n, mode=mode, tolerance=tolerance, dtype=dtype or "float64")
 
     def headline(self, model: Model) -> str:
         return shape(model)

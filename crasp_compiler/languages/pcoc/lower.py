@@ -17,11 +17,15 @@ knows about it.
   (:func:`ffn.minimum`/:func:`ffn.maximum`), ``abs``/``relu``/``clamp`` (:func:`ffn.absolute`,
   :func:`ffn.relu`, :func:`ffn.clamp`)
   are exact ReLU blocks; static per-machine values are positional forms
-  ``Σ v_i · onehot:(i+1)``; data comparisons are :func:`ffn.gt_zero` / ``ge_zero`` /
-  ``eq_zero`` with the declared margin as tolerance (Heaviside units for margin 0);
-  conditionals (on a static condition that differs between machines, or on a data
-  comparison) are ``y + p·(x − y)`` by :func:`ffn.conditional_bigm` with M the bound of
-  ``|x − y|``; ``y + c·p`` (linear) when ``x − y`` is one number c.
+  ``Σ v_i · onehot:(i+1)``; data comparisons are Heaviside units at the middle of the
+  declared margin (hard mode, :meth:`_Lowerer.step`) or ReLU ramps between a quarter and
+  three quarters of it (softmax, :meth:`_Lowerer.ramp`), so that a rounding below the
+  rest of the margin changes nothing; conditionals (on a static condition that differs
+  between machines, or on a data comparison) are ``y + p·(x − y)`` by
+  :func:`ffn.conditional_bigm` with ``M' = M(1 + 2^-6)``, M the bound of ``|x − y|`` (the
+  slack makes an unselected gate exactly 0 under rounding); ``y + c·p`` (linear) when
+  ``x − y`` is one number c. A form that grows every round (``x − ReLU(…) + ReLU(…)``)
+  is made one variable where an MLP reads it anyway (:meth:`_Lowerer.materialize`).
 - **Per-machine branches cost no extra layer where it can be avoided.** Nested static
   conditions are flattened: the machines are split between candidate values, and one
   layer of gates (one per candidate but the most common) picks them. Inside a static
@@ -47,16 +51,18 @@ knows about it.
   routing) get the interval their construction proves (:meth:`_Lowerer.constructed`).
   Big-M gating needs a finite interval, else a :class:`CraspError` names the input slots
   that need ``bound``.
-- **Softmax error analysis.** Every value carries ``leak``: in the softmax model with
+- **Error analysis.** Every value carries ``leak``: in the softmax model with
   temperature T, ``|value − hard value| ≤ leak · e^{−T}`` at every position (BOS
   included). A routed value gains ``n · R`` (R the width of its range over the
   positions, the sink's 0 included: each row puts weight ≤ n·e^{−T} off its source);
   linear maps scale it by ``Σ|c|``; ``min``/``max``/``abs``/``relu``/``clamp`` are
-  1-Lipschitz; a comparison with margin m is (1/m)-Lipschitz in ``left − right`` (the
-  ramp clamps to [0, 1]); the gate ``y + g(p, z)`` moves by at most
-  ``Δy + Δz + M·Δp`` for p in (−∞, 1]. ``noise`` is the same analysis for float
-  rounding, in units of the dtype's unit roundoff: every operation adds about twice the
-  magnitude it handles (an estimate, first order).
+  1-Lipschitz; a data comparison stops it (it is decided exactly while the leak of
+  ``left − right``, with its rounding, stays below its slack: each is recorded as a
+  :class:`Comparison` the temperature must satisfy); a selection passes the larger of its
+  branches'. Every value also carries its float errors, ``err`` (the model, per float
+  type) and ``ref`` (the interpreter), by the rules of
+  :mod:`crasp_compiler.languages.pcoc.rounding`, which each construction here applies;
+  each output's are collected in :attr:`Lowered.bounds`.
 """
 
 from __future__ import annotations
@@ -82,6 +88,7 @@ from crasp_compiler.cookbook.blocks import (
     var,
 )
 from crasp_compiler.errors import CraspError, Diagnostic, Span
+from crasp_compiler.languages.pcoc.benes import PREFIX
 from crasp_compiler.languages.pcoc.nodes import (
     Add,
     Assign,
@@ -101,6 +108,29 @@ from crasp_compiler.languages.pcoc.nodes import (
     StaticExpr,
     Stmt,
     Sub,
+    span_of,
+)
+from crasp_compiler.languages.pcoc.rounding import (
+    BITS,
+    DTYPES,
+    FLOAT32_MAX,
+    GATE_SLACK,
+    SOFTMAX_WEIGHT_ROUNDINGS,
+    UNIT,
+    ZERO,
+    Floats,
+    Mlp,
+    Pair,
+    Var,
+    bos_defect,
+    gamma,
+    grid,
+    padd,
+    pair,
+    pmax,
+    pscale,
+    psub,
+    times,
 )
 from crasp_compiler.languages.pcoc.static import (
     StaticFailure,
@@ -115,11 +145,92 @@ _T = TypeVar("_T")
 MODES = ("hard", "softmax")
 COMPARISONS = (">", ">=", "<", "<=", "==", "!=")
 INF = math.inf
+# A value whose form has more variables than this is made one variable where an MLP
+# reads it anyway (_Lowerer.materialize).
+LONG_FORM = 4
 
 
-def _times(a: float, b: float) -> float:
-    """``a·b`` with ``∞·0 = 0`` (an infinite Lipschitz constant times no error)."""
-    return 0.0 if a == 0 or b == 0 else a * b
+def _arithmetic(terms: Sequence[tuple[float, Value]], grid: int | None = None) -> float:
+    """The float64 rounding of ``Σ c·v`` evaluated left to right, as the interpreter
+    evaluates ``+``, ``−`` and ``c·``: ``u·|c v|`` for every product with c not ±2^k and
+    ``u·|S_k|`` for every partial sum S_k after the first term (|v| at most its interval
+    plus its own rounding ``ref``); none when every term is exact (``ref`` 0) and every
+    product and partial sum a multiple of ``2^grid`` below ``2^(53 + grid)``."""
+    u, total, partial = UNIT[0], 0.0, 0.0
+    terms = [(c, v) for c, v in terms if c and (v.lo, v.hi, v.ref) != (0.0, 0.0, 0.0)]
+    if grid is not None and all(v.ref == 0 for _, v in terms):
+        size = sum(times(abs(c), v.magnitude) for c, v in terms)
+        if size < 2.0 ** (BITS[0] + grid):
+            return 0.0
+    for k, (c, v) in enumerate((c, v) for c, v in terms if c):
+        size = times(abs(c), v.magnitude + v.ref)
+        if not _power_of_two(c):
+            total += u * size
+        partial += size
+        if k >= 1:
+            total += u * partial
+    return total
+
+
+class Unresolved(CraspError):
+    """A data comparison that a float type cannot decide exactly (:func:`unresolved`)."""
+
+    def __init__(self, comparison: Comparison, diagnostic: Diagnostic, program: Program) -> None:
+        self.comparison = comparison
+        super().__init__([diagnostic], program.source or None, program.filename)
+
+
+def unresolved(comparison: Comparison, program: Program, dtype: str) -> Unresolved:
+    """Why a data comparison cannot be decided exactly in float type ``dtype``: the
+    margin that would compile, or the bound that is missing."""
+    d = DTYPES.index(dtype)
+    rounding = comparison.rounding(d)
+    margin = comparison.margin
+    node = comparison.node
+    if comparison.unbounded:
+        slots = ", ".join(repr(s) for s in sorted(comparison.unbounded))
+        example = sorted(comparison.unbounded)[0]
+        message = (
+            f"this comparison needs a bound on the values it compares, so that their {dtype} "
+            f"rounding is bounded; the slot(s) {slots} have none"
+        )
+        hint = f"declare one, e.g. `input {example} bound 1e6` or `slot {example} bound 1e6`"
+    elif comparison.generated:
+        message = (
+            f"the routing of a send (Beneš, generated by the compiler) compares the "
+            f"destination and integers derived from it with margin {margin:g}, but "
+            f"{dtype} computes their differences only to within {rounding:.3g}"
+        )
+        hint = "declare a smaller bound on the destination slot"
+    elif margin == 0:
+        message = (
+            "this comparison has margin 0, a step that is exact only where left − right "
+            f"is computed exactly; {dtype} computes it only to within {rounding:.3g}"
+        )
+        hint = f"declare a margin, e.g. `margin {_round_up(4 * rounding)}`"
+    else:
+        need = rounding * margin / comparison.threshold * 1.25
+        message = (
+            f"the margin {margin:g} of this comparison is below what {dtype} resolves: "
+            f"left − right (values up to {comparison.magnitude:g}) is computed only to "
+            f"within {rounding:.3g} (the model and the interpreter), and the model needs "
+            f"it within {comparison.threshold:g}"
+        )
+        hint = f"declare `margin {_round_up(need)}` or more, or tighter bounds on the values"
+    span = span_of(node) or comparison.span
+    return Unresolved(comparison, Diagnostic(message, span, hint), program)
+
+
+def _round_up(value: float) -> str:
+    """``value`` rounded up to 2 significant digits, as text."""
+    if not math.isfinite(value) or value <= 0:
+        return f"{value:g}"
+    exponent = math.floor(math.log10(value)) - 1
+    return f"{math.ceil(value / 10**exponent) * 10**exponent:.2g}"
+
+
+def _power_of_two(value: float) -> bool:
+    return value != 0 and math.isfinite(value) and math.frexp(abs(value))[0] == 0.5
 
 
 def _covers(machines: Sequence[bool], mask: Sequence[bool], where: bool) -> bool:
@@ -180,24 +291,29 @@ class Value:
 
     ``form``: its residual form, 0 at BOS in the average-hard model. ``lo``/``hi``: an
     interval holding at every machine, whichever branch it takes (±inf where unknown;
-    ``unbounded`` names the input slots whose missing bound makes it so). ``leak``/``noise``: softmax and rounding
-    coefficients (module docstring). ``const``: the value of every machine when it is
+    ``unbounded`` names the input slots whose missing bound makes it so). ``leak``: the
+    softmax coefficient (module docstring); ``err`` (per float type,
+    :data:`~crasp_compiler.languages.pcoc.rounding.DTYPES`) and ``ref``: the model's and
+    the interpreter's rounding (:mod:`crasp_compiler.languages.pcoc.rounding`). ``const``:
+    the value of every machine when it is
     known at compile time. ``choices``: for a value selected per machine by static
     conditions, the candidate values and the machines that take each (a later static
     selection builds on the candidates, so nested static ``if``s cost one gating layer).
     ``zero_at``: machines where a selector is exactly 0; ``same``: a value this one equals
-    on the given machines (a data selection that keeps its ``else`` value there)."""
+    on the given machines (a data selection that keeps its ``else`` value there), as the
+    model computes them up to the given rounding per float type."""
 
     form: Form
     lo: float
     hi: float
     leak: float = 0.0
-    noise: float = 0.0
+    err: Pair = ZERO
+    ref: float = 0.0
     const: tuple[float, ...] | None = None
     unbounded: frozenset[str] = frozenset()
     choices: tuple[tuple[Value, tuple[bool, ...]], ...] | None = None
     zero_at: tuple[bool, ...] | None = None
-    same: tuple[Value, tuple[bool, ...]] | None = None
+    same: tuple[Value, tuple[bool, ...], Pair] | None = None
 
     @property
     def magnitude(self) -> float:
@@ -212,14 +328,78 @@ class Value:
 
 @dataclass(frozen=True)
 class Comparison:
-    """A data comparison as compiled: its margin and the rounding estimate ``noise`` (in
-    units of the float type's unit roundoff) and bound ``magnitude`` of ``left − right``."""
+    """A data comparison as compiled, which the model decides exactly only while the
+    rounding of ``left − right`` stays below a slack: in float type d while ``err[d] + ref
+    + leak·e^{−T} < slack[d]`` (for margin 0: while all of it is 0), ``slack`` being the
+    ``threshold`` (m/2 for a Heaviside step, m/4 for a softmax ramp) less the rounding of
+    the unit's own sum. ``magnitude`` bounds ``left − right``; ``generated``: a comparison
+    the compiler made (Beneš routing), not one of the program's; ``unbounded``: the slots
+    whose missing bound leaves its rounding unbounded."""
 
     node: Compare
     span: Span | None
     margin: float
-    noise: float
+    threshold: float
+    slack: Pair
+    err: Pair
+    ref: float
+    leak: float
     magnitude: float
+    generated: bool = False
+    unbounded: frozenset[str] = frozenset()
+
+    def holds(self, d: int, decay: float = 0.0) -> bool:
+        """Whether it is decided exactly in float type number d when softmax weights off
+        the source are at most ``decay`` (e^{−T}; 0 in hard mode)."""
+        total = self.err[d] + self.ref + times(self.leak, decay)
+        if self.margin == 0:
+            return total == 0 and self.slack[d] == 0
+        return total < self.slack[d]
+
+    def rounding(self, d: int) -> float:
+        """What the model and the interpreter may be off by in ``left − right`` (against
+        ``threshold``: m/2 for a Heaviside step, m/4 for a softmax ramp)."""
+        return self.err[d] + self.ref + self.threshold - self.slack[d]
+
+
+@dataclass(frozen=True)
+class Bound:
+    """An output's bound against the interpreter: ``err[d] + ref + leak·e^{−T}``."""
+
+    err: Pair
+    ref: float
+    leak: float
+
+    def total(self, d: int, decay: float = 0.0) -> float:
+        return self.err[d] + self.ref + times(self.leak, decay)
+
+
+@dataclass
+class _Emitted:
+    """An MLP block just added: the form of its output (corrected to 0 at BOS), the output
+    variable, its value at BOS, its output coefficients per unit, and the block as the
+    model computes it."""
+
+    form: Form
+    name: str
+    at_bos: float
+    coefs: dict[int, float]
+    info: Mlp
+    defect: float
+
+    def spread(self) -> Pair:
+        """``Σ_u |a_u| r_u + r_out``: what the block's own rounding adds to its output."""
+        units = padd(*(pscale(abs(a), self.info.pre(u)) for u, a in self.coefs.items()))
+        return padd(units, self.out)
+
+    def pre(self, *units: int) -> Pair:
+        """The largest rounding of these units' pre-activations."""
+        return pmax(*(self.info.pre(u) for u in units))
+
+    @property
+    def out(self) -> Pair:
+        """The rounding of the output sum."""
+        return self.info.outputs[self.name].rounding
 
 
 @dataclass
@@ -233,14 +413,33 @@ class RoundReport:
 
 
 class _Lowerer:
-    def __init__(self, program: Program, n: int, mode: str, temperature: float | None) -> None:
+    def __init__(
+        self,
+        program: Program,
+        n: int,
+        mode: str,
+        temperature: float | None,
+        dtype: int,
+        clean: bool = False,
+    ) -> None:
         self.program = program
         self.n = n
         self.mode = mode
         self.temperature = temperature
+        # softmax: the weight off a row's source is at most n·e^{−T} (magnitudes grow by
+        # leak·e^{−T}); the float type the model must be exact in (refused otherwise)
+        self.decay = math.exp(-temperature) if mode == "softmax" and temperature else 0.0
+        self.dtype = dtype
+        # softmax: make a comparison's bit exact before a big-M gate reads it (clean_bit)
+        self.clean = clean
         self.builder = Builder([TOKEN])
         # every variable's value at BOS, from the blocks' evaluate (BOS reads only itself)
         self.at_bos = BosValues({BOS_VAR: 1.0, NONBOS_VAR: 0.0, token_var(TOKEN): 0.0})
+        # every variable as the model computes it (crasp_compiler.languages.pcoc.rounding)
+        self.floats = Floats(n)
+        self.floats.feature(BOS_VAR, "bos")
+        self.floats.feature(NONBOS_VAR, "machines")
+        self.floats.feature(token_var(TOKEN), "machines")
         self.span: Span | None = None
         self.rounds: list[RoundReport] = []
         self.comparisons: list[Comparison] = []
@@ -254,6 +453,8 @@ class _Lowerer:
         self.context: tuple[bool, ...] = (True,) * n
         # the values that stood before the innermost per-machine branch (by identity)
         self.bases: set[int] = set()
+        # this round's long forms made one variable each (:meth:`materialize`)
+        self.materialized: dict[int, tuple[Value, Value]] = {}
 
     # -------------------------------------------------------------- errors and helpers
 
@@ -283,6 +484,7 @@ class _Lowerer:
         if name not in self.at_bos:
             self.builder.feature(name)
             self.at_bos.set(name, 1.0 if position == 0 else 0.0)
+            self.floats.onehot(position)
         return var(name)
 
     def positional(self, values: Sequence[float]) -> Form:
@@ -308,12 +510,120 @@ class _Lowerer:
     def fresh(self, stem: str) -> str:
         return self.builder.fresh(stem)
 
-    def mlp(self, block: FFNBlock) -> Form:
-        """Add an MLP block with one output; its form, corrected to 0 at BOS."""
+    def emit(self, block: FFNBlock) -> _Emitted:
+        """Add an MLP block with one output: its form (corrected to 0 at BOS), and the
+        block as the model computes it; :meth:`made` then records the output's value."""
         (name,) = block.writes
+        info = self.floats.mlp(block)
         self.builder.add(block)
         at_bos = self.at_bos.add(block)[name]
-        return form_add((1, var(name)), (-at_bos, var(BOS_VAR)))
+        # the float64 rounding of the value at BOS the compiler subtracts
+        defect = bos_defect(block, self.at_bos.values, at_bos, name)
+        form = form_add((1, var(name)), (-at_bos, var(BOS_VAR)))
+        return _Emitted(form, name, at_bos, dict(block.outputs.get(name, {})), info, defect)
+
+    def made(
+        self,
+        emitted: _Emitted,
+        value: Value,
+        support: frozenset[int] | None = None,
+        at_bos_exact: bool = False,
+    ) -> Value:
+        """``value`` (computed by ``emitted``, its ``err`` from the construction's rule)
+        recorded for its variable: exact where the block is computed exactly on exact
+        inputs, else off by its rule plus the float64 rounding of its value at BOS (none
+        where ``at_bos_exact``: a decision that holds there with a slack)."""
+        out = emitted.info.outputs[emitted.name]
+        defect = 0.0 if at_bos_exact else emitted.defect
+        err = pair(
+            lambda d: (
+                0.0
+                if out.exact[d] and out.exact[0] and value.leak == 0 and math.isfinite(value.err[d])
+                else value.err[d] + defect
+            )
+        )
+        value = replace(value, err=err)
+        self.define(emitted.name, value, emitted.at_bos, out.grid, support)
+        return value
+
+    def define(
+        self,
+        name: str,
+        value: Value,
+        at_bos: float,
+        grid: int | None,
+        support: frozenset[int] | None = None,
+    ) -> None:
+        """Record variable ``name``, which holds ``value`` at the machines and ``at_bos``
+        at BOS (its reference there), as the model computes it."""
+        leak = times(value.leak, self.decay)
+        self.floats.define(
+            name,
+            Var(
+                self.computed(value),
+                pair(lambda d: abs(at_bos) + value.err[d] + leak),
+                pair(lambda d: value.err[d] == 0 and value.leak == 0),
+                grid,
+                support,
+            ),
+        )
+
+    def computed(self, value: Value) -> Pair:
+        """A bound on ``|value|`` as the model computes it, per float type: its reference
+        bound (the interpreter keeps the interval, the reference is within ``ref`` of it),
+        its softmax leak and its rounding."""
+        base = value.magnitude + value.ref + times(value.leak, self.decay)
+        return pair(lambda d: base + value.err[d])
+
+    def grid(self, terms: Sequence[tuple[float, Value]]) -> int | None:
+        """The grid of the references of ``Σ c·v`` (every product's; None if unknown)."""
+        grids = []
+        for c, v in terms:
+            if c:
+                g, cg = self.floats.grid(v.form), grid(c)
+                if g is None or cg is None:
+                    return None
+                grids.append(g + cg)
+        return min(grids, default=0)
+
+    def robust(self, value: Value, slack: Pair) -> tuple[bool, bool]:
+        """Per float type, whether ``value`` as computed stays within ``slack`` of its
+        reference (rounding, the interpreter's, the softmax leak at this temperature)."""
+        leak = times(value.leak, self.decay)
+        return pair(lambda d: value.err[d] + value.ref + leak < slack[d])
+
+    def check(
+        self,
+        margin: float,
+        slack: Pair,
+        value: Value,
+        node: Compare,
+        generated: bool = False,
+    ) -> Comparison:
+        """Record a data comparison, which decides exactly while ``value``'s rounding stays
+        below ``slack`` (:class:`Comparison`); one that no temperature makes hold in the
+        model's float type is refused here (:func:`unresolved`), before the rest of the
+        program is lowered."""
+        threshold = margin / 2 if self.mode == "hard" else margin / 4
+        comparison = Comparison(
+            node,
+            self.span,
+            margin,
+            threshold,
+            slack,
+            value.err,
+            value.ref,
+            value.leak,
+            value.magnitude,
+            generated,
+            value.unbounded,
+        )
+        self.comparisons.append(comparison)
+        # a comparison of values without bounds is refused after the lowering, which may
+        # name the bounds a gate needs first
+        if not comparison.holds(self.dtype, 0.0) and not value.unbounded:
+            raise unresolved(comparison, self.program, DTYPES[self.dtype])
+        return comparison
 
     def require(self, bound: float, value: Value, what: str) -> float:
         if math.isfinite(bound):
@@ -329,7 +639,9 @@ class _Lowerer:
     # -------------------------------------------------------------- linear algebra of values
 
     def combine(self, *terms: tuple[float, Value]) -> Value:
-        """``Σ c · value``: a form (no block)."""
+        """``Σ c · value``: a form (no block). Its error is ``Σ|c|·err``; the interpreter
+        rounds each of its ``+``, ``−`` and ``c·`` (:func:`_arithmetic`), and so does the
+        compiler where the result is a constant (a positional form)."""
         form = self.linear(*((c, v.form) for c, v in terms))
         lo = sum(c * (v.lo if c > 0 else v.hi) for c, v in terms if c)
         hi = sum(c * (v.hi if c > 0 else v.lo) for c, v in terms if c)
@@ -340,12 +652,15 @@ class _Lowerer:
                 for i in range(self.n)
             )
             lo, hi = min(const), max(const)
+        rounding = _arithmetic(terms, self.grid(terms))
+        err = padd(*(pscale(abs(c), v.err) for c, v in terms))
         return Value(
             form,
             lo,
             hi,
-            leak=sum(_times(abs(c), v.leak) for c, v in terms),
-            noise=sum(abs(c) * (v.noise + 2 * v.magnitude) for c, v in terms if c),
+            leak=sum(times(abs(c), v.leak) for c, v in terms),
+            err=err if const is None else padd(err, (rounding, rounding)),
+            ref=sum(times(abs(c), v.ref) for c, v in terms) + rounding,
             const=const,
             unbounded=_unbounded([v for c, v in terms if c], lo, hi),
         )
@@ -359,19 +674,18 @@ class _Lowerer:
 
     def chain(self, values: Sequence[Value]) -> Value:
         """``((v₁ + v₂) + v₃) + …``: what :meth:`combine` gives pair by pair, left to
-        right (the same interval, constant, leak, and noise with each partial sum's
-        magnitude counted), with the form built once: O(total size), not quadratic in
+        right (the same interval, constant, leak, errors, and the interpreter's rounding
+        of every partial sum), with the form built once: O(total size), not quadratic in
         the number of terms."""
         if len(values) == 1:
             return values[0]
         form = self.linear(*((1, v.form) for v in values))
-        lo = hi = noise = leak = 0.0
+        lo = hi = leak = ref = 0.0
+        err = ZERO
         const: list[float] | None = [0.0] * self.n
         for k, v in enumerate(values):
-            if k >= 2:  # the partial sum of the first k terms is an operand
-                noise += 2 * max(abs(lo), abs(hi))
-            noise += v.noise + 2 * v.magnitude
-            leak += _times(1.0, v.leak)
+            leak += times(1.0, v.leak)
+            err, ref = padd(err, v.err), ref + v.ref
             lo, hi = lo + v.lo, hi + v.hi
             if const is not None and v.const is not None:
                 const = [a + b for a, b in zip(const, v.const, strict=True)]
@@ -379,33 +693,37 @@ class _Lowerer:
                     lo, hi = min(const), max(const)
             else:
                 const = None
+        terms = [(1.0, v) for v in values]
+        rounding = _arithmetic(terms, self.grid(terms))
         return Value(
             form,
             lo,
             hi,
             leak=leak,
-            noise=noise,
+            err=err if const is None else padd(err, (rounding, rounding)),
+            ref=ref + rounding,
             const=None if const is None else tuple(const),
             unbounded=_unbounded(values, lo, hi),
         )
 
-    def nonlinear(
-        self,
-        block: FFNBlock,
-        inputs: Sequence[tuple[float, Value]],
-        lo: float,
-        hi: float,
-        magnitude: float,
-        unbounded: frozenset[str] = frozenset(),
+    def piecewise(
+        self, block: FFNBlock, x: Value, lo: float, hi: float, unbounded: frozenset[str]
     ) -> Value:
-        """The output of an MLP block whose output moves by at most ``Σ L · Δinput``
-        (``inputs``: (Lipschitz constant, value)); it handles numbers up to ``magnitude``."""
-        form = self.mlp(block)
-        leak = sum(_times(lip, v.leak) for lip, v in inputs)
-        noise = sum(_times(lip, v.noise) for lip, v in inputs) + 2 * magnitude
+        """A 1-Lipschitz piecewise-linear function of ``x`` (``abs``, ``relu``, ``clamp``):
+        off by ``E_x + Σ_u |a_u| r_u + r_out``; the interpreter's is exact on its values."""
+        emitted = self.emit(block)
         if math.isfinite(lo) and math.isfinite(hi):
             unbounded = frozenset()
-        return Value(form, lo, hi, leak=leak, noise=noise, unbounded=unbounded)
+        value = Value(
+            emitted.form,
+            lo,
+            hi,
+            leak=x.leak,
+            err=padd(x.err, emitted.spread()),
+            ref=x.ref,
+            unbounded=unbounded,
+        )
+        return self.made(emitted, value)
 
     # -------------------------------------------------------------- expressions
 
@@ -420,7 +738,7 @@ class _Lowerer:
             case Add():
                 terms = _flatten_add(node)
                 if sum(map(_data_select, terms)) > 1:
-                    return self.select_sum(terms, scope, env)
+                    return self.select_sum(terms, scope, env, exclusive=node.exclusive)
                 if _left_chain(node):
                     return self.chain([self.expr(term, scope, env) for term in terms])
                 return self.add_tree(node, scope, env)
@@ -518,7 +836,7 @@ class _Lowerer:
                 lo, hi = max(x.lo, 0.0), max(x.hi, 0.0)
             out = self.fresh(fn)
             block = make(x.form, out, label=self.site(fn))
-            return self.nonlinear(block, [(1.0, x)], lo, hi, x.magnitude, x.unbounded)
+            return self.piecewise(block, x, lo, hi, x.unbounded)
         if fn == "clamp":
             if len(args) != 3 or args[1].const is None or args[2].const is None:
                 raise self.error("clamp(x, lo, hi) takes a value and two constant bounds")
@@ -541,8 +859,7 @@ class _Lowerer:
                     f"clamp(x, {low:g}, {high:g}): the bounds overflow float64"
                 ) from None
             lo, hi = min(max(x.lo, low), high), max(min(x.hi, high), low)
-            magnitude = max(x.magnitude, abs(low), abs(high))
-            return self.nonlinear(block, [(1.0, x)], lo, hi, magnitude)
+            return self.piecewise(block, x, lo, hi, frozenset())
         raise self.error(f"unknown function {fn}()")
 
     def min_max(self, fn: str, x: Value, y: Value, branch: bool = False) -> Value:
@@ -557,19 +874,7 @@ class _Lowerer:
             x, y = y, x
         z = self.combine((1, x), (-1, y)) if fn == "min" else self.combine((1, y), (-1, x))
         if branch and any(outside) and math.isfinite(z.magnitude) and id(x) in self.bases:
-            # min(x, y) = x − ReLU(x − y), max(x, y) = x + ReLU(y − x); the ReLU's input
-            # pushed down by K ≥ |z| on the machines outside makes it 0 there: x
-            shift = self.constant([z.magnitude if o else 0.0 for o in outside])
-            shifted = self.combine((1, z), (-1, shift))
-            out = self.fresh(f"{fn}-in-branch")
-            block = ffn.relu(shifted.form, out, label=self.site(f"{fn} in a branch"))
-            relu = self.nonlinear(block, [(1.0, shifted)], 0.0, max(z.hi, 0.0), shifted.magnitude)
-            result = self.combine((1, x), (-1 if fn == "min" else 1, relu))
-            if fn == "min":
-                lo, hi = min(x.lo, y.lo), x.hi
-            else:
-                lo, hi = x.lo, max(x.hi, y.hi)
-            return replace(self.hull(result, [x, y]), lo=lo, hi=hi, same=(x, outside))
+            return self.min_max_in_branch(fn, x, y, z, outside)
         out = self.fresh(fn)
         make = ffn.minimum if fn == "min" else ffn.maximum
         block = make(x.form, y.form, out, label=self.site(fn))
@@ -577,18 +882,98 @@ class _Lowerer:
             lo, hi = min(x.lo, y.lo), min(x.hi, y.hi)
         else:
             lo, hi = max(x.lo, y.lo), max(x.hi, y.hi)
-        form = self.mlp(block)
+        emitted = self.emit(block)
         unbounded = (
             frozenset() if math.isfinite(lo) and math.isfinite(hi) else x.unbounded | y.unbounded
         )
-        # |Δmin| ≤ max(Δx, Δy)
-        return Value(
-            form,
+        # min(X, Y) is 1-Lipschitz in max(ΔX, ΔY); units ReLU(X), ReLU(−X) (an identity
+        # pair: off by the larger of their roundings) and ReLU(±(Y − X))
+        err = padd(pmax(x.err, y.err), emitted.pre(0, 1), emitted.pre(2), emitted.out)
+        value = Value(
+            emitted.form,
             lo,
             hi,
             leak=max(x.leak, y.leak),
-            noise=max(x.noise, y.noise) + 2 * (x.magnitude + y.magnitude),
+            err=err,
+            ref=max(x.ref, y.ref),
             unbounded=unbounded,
+        )
+        return self.made(emitted, value)
+
+    def materialize(self, x: Value) -> None:
+        """Make a form of more than :data:`LONG_FORM` variables one variable, by an
+        identity pair ``ReLU(x) − ReLU(−x)`` in the MLP that reads it now (no layer more):
+        the next round's values then read that variable (:meth:`shorten`), so forms that
+        grow every round (``x − ReLU(…) + ReLU(…)``, odd-even transposition sort) stay
+        short and each read rounds over a few terms, not all the rounds'."""
+        data = [v for v in x.form if self.floats.vars[v].feature is None]
+        if len(data) <= LONG_FORM or id(x) in self.materialized:
+            return
+        emitted = self.emit(ffn.identity(x.form, self.fresh("x"), label=self.site("value")))
+        own = padd(emitted.pre(0, 1), emitted.out, (emitted.defect,) * 2)
+        copy = replace(x, form=emitted.form, err=padd(x.err, own), const=None, choices=None)
+        self.materialized[id(x)] = (x, self.made(emitted, copy))
+
+    def shorten(self, value: Value) -> Value:
+        """``value`` with a form of this round that was made one variable
+        (:meth:`materialize`) replaced by it, where value holds it as a term: ``v = x +
+        rest`` becomes ``m + rest``, off by m's rounding more."""
+        for x, copy in self.materialized.values():
+            if value is x or not all(
+                value.form.get(v) == c
+                for v, c in x.form.items()
+                if self.floats.vars[v].feature is None
+            ):
+                continue
+            form = self.linear((1, value.form), (-1, x.form), (1, copy.form))
+            err = padd(value.err, psub(copy.err, x.err))
+            value = replace(value, form=form, err=err)
+        return value
+
+    def min_max_in_branch(
+        self, fn: str, x: Value, y: Value, z: Value, outside: tuple[bool, ...]
+    ) -> Value:
+        """``min(x, y) = x − ReLU(x − y)``, ``max(x, y) = x + ReLU(y − x)`` on the machines
+        of the branch, x on the others: the ReLU's input is pushed down by
+        ``K = 2|z| + 1`` there, so its unit is exactly 0 (its support is the branch's
+        machines) while z's rounding stays below ``|z| + 1``."""
+        self.materialize(x)
+        big = 2 * z.magnitude + 1
+        shift = self.constant([big if o else 0.0 for o in outside])
+        shifted = self.combine((1, z), (-1, shift))
+        out = self.fresh(f"{fn}-in-branch")
+        block = ffn.relu(shifted.form, out, label=self.site(f"{fn} in a branch"))
+        emitted = self.emit(block)
+        robust = self.robust(z, psub((big - z.magnitude,) * 2, emitted.pre(0)))
+        inside = frozenset(i for i, o in enumerate(outside) if not o)
+        support = inside if all(robust) else None
+        relu_value = Value(
+            emitted.form,
+            0.0,
+            max(z.hi, 0.0),
+            leak=z.leak,
+            err=padd(z.err, emitted.spread()),
+            ref=z.ref,
+        )
+        relu = self.made(emitted, relu_value, support)
+        result = self.combine((1, x), (-1 if fn == "min" else 1, relu))
+        if fn == "min":
+            lo, hi = min(x.lo, y.lo), x.hi
+        else:
+            lo, hi = x.lo, max(x.hi, y.hi)
+        # inside: min(X, Y) + r; outside: X exactly (when robust; else off by the unit)
+        own = padd(emitted.spread(), (emitted.defect, emitted.defect))
+        residue = pair(lambda d: 0.0 if robust[d] else relu.err[d])
+        err = pair(lambda d: max(x.err[d] + max(residue[d], own[d]), y.err[d] + own[d]))
+        leak = max(x.leak, y.leak) + (0.0 if all(robust) else z.leak)
+        return replace(
+            self.hull(result, [x, y]),
+            lo=lo,
+            hi=hi,
+            err=err,
+            leak=leak,
+            ref=max(x.ref, y.ref),
+            same=(x, outside, residue),
         )
 
     def compare(
@@ -651,7 +1036,9 @@ class _Lowerer:
             "!=": ("eq", 1),
         }[node.op]
         d = self.combine((sign, left), (-sign, right))
-        self.comparisons.append(Comparison(node, self.span, margin, d.noise, d.magnitude))
+        if margin == 0:  # the interpreter decides ``a > b`` exactly on its values
+            d = replace(d, ref=left.ref + right.ref)
+        generated = any(name.startswith(PREFIX) for name in self.names[id(node)][1])
         outside = [not m for m in self.context]
         folded = selector and any(outside) and node.op != "!=" and math.isfinite(d.magnitude)
         if folded:
@@ -659,53 +1046,98 @@ class _Lowerer:
             # machines outside it, so the selector is exactly 0 there
             big = d.magnitude + max(margin, 1.0)
             shift = self.constant([big if o else 0.0 for o in outside])
-            d = self.combine((1, d), (1 if kind == "eq" else -1, shift))
+            d = replace(self.combine((1, d), (1 if kind == "eq" else -1, shift)), ref=d.ref)
         label = f"{node.op} margin {margin:g}"
         if self.mode == "hard":
-            p = self.step(kind, d, margin, label)
+            p = self.step(kind, d, margin, label, node, generated)
         else:
-            make = {"gt": ffn.gt_zero, "ge": ffn.ge_zero, "eq": ffn.eq_zero}[kind]
-            out = self.fresh(f"cmp{node.op}")
-            block = make(d.form, out, tolerance=margin, label=self.site(label))
-            # the ramp clamp(d/m, 0, 1) is (1/m)-Lipschitz; a Heaviside step (m = 0) is not
-            lipschitz = 1 / margin if margin > 0 else INF
-            p = self.nonlinear(
-                block, [(lipschitz, d)], 0.0, 1.0, _times(lipschitz, d.magnitude) + 1
-            )
+            p = self.ramp(kind, d, margin, label, node, generated)
         if node.op == "!=":
-            p = self.combine((1, self.uniform(1.0)), (-1, p))
+            p = replace(self.combine((1, self.uniform(1.0)), (-1, p)), ref=0.0)
         if folded:
             p = replace(p, zero_at=tuple(outside))
         return p
 
-    def step(self, kind: str, d: Value, margin: float, label: str) -> Value:
+    def decided(
+        self,
+        emitted: _Emitted,
+        d: Value,
+        margin: float,
+        slack: Pair,
+        err: Pair,
+        node: Compare,
+        generated: bool,
+    ) -> Value:
+        """The 0/1 output of a comparison that decides exactly where ``d``'s rounding stays
+        below ``slack`` (recorded, :meth:`check`): off by ``err`` there, unbounded in a
+        float type where it may not."""
+        comparison = self.check(margin, slack, d, node, generated)
+        value = Value(
+            emitted.form,
+            0.0,
+            1.0,
+            err=pair(lambda t: err[t] if comparison.holds(t, self.decay) else math.inf),
+        )
+        return self.made(emitted, value, at_bos_exact=self.mode == "hard")
+
+    def step(
+        self, kind: str, d: Value, margin: float, label: str, node: Compare, generated: bool
+    ) -> Value:
         """A hard-mode comparison: Heaviside units at the middle of the margin,
         ``1[d > m/2]`` (gt), ``1[d ≥ −m/2]`` (ge), ``1[d ≥ −m/2] + 1[−d ≥ −m/2] − 1``
-        (eq). Where ``d`` is outside its margin they give exactly 0 or 1 as long as ``d``
-        is computed to within m/2, which the compiler checks against the rounding of the
-        float type (:mod:`crasp_compiler.languages.pcoc.compile`); so the result carries no error."""
-        half = self.uniform(margin / 2)
-
-        def unit(make, z: Form) -> Value:
-            out = self.fresh("cmp")
-            return Value(self.mlp(make(z, out, tolerance=0.0, label=self.site(label))), 0, 1)
-
-        # only forms are needed (a step's result is exactly 0 or 1, with no error)
-        if kind == "gt":
-            return unit(ffn.gt_zero, self.linear((1, d.form), (-1, half.form)))
-        low = self.linear((1, d.form), (1, half.form))
-        if kind == "ge":
-            return unit(ffn.ge_zero, low)
-        # both Heaviside units write one variable (one residual dimension): H(lo) + H(hi)
-        high = self.linear((-1, d.form), (1, half.form))
+        (eq), the threshold ``m/2`` times the constant 1 (BOS included, where d is 0).
+        Where ``d`` is outside its margin they give exactly 0 or 1 while ``d`` is computed
+        to within m/2 (less the rounding of the unit's own sum): error does not pass."""
+        half = form_add((margin / 2, var(BOS_VAR)), (margin / 2, var(NONBOS_VAR)))
         out = self.fresh("cmp")
-        block = FFNBlock(
-            [Unit(low, 0.0, "heaviside"), Unit(high, 0.0, "heaviside")],
-            {out: {0: 1.0, 1: 1.0}},
-            Exactness("exact"),
-            label=self.site(label),
-        )
-        return Value(self.linear((1, self.mlp(block)), (-1, self.uniform(1.0).form)), 0.0, 1.0)
+        if kind == "gt":
+            block = ffn.gt_zero(self.linear((1, d.form), (-1, half)), out, tolerance=0.0)
+        elif kind == "ge":
+            block = ffn.ge_zero(self.linear((1, d.form), (1, half)), out, tolerance=0.0)
+        else:  # both Heaviside units write one variable (one residual dimension)
+            low = self.linear((1, d.form), (1, half))
+            high = self.linear((-1, d.form), (1, half))
+            block = FFNBlock(
+                [Unit(low, 0.0, "heaviside"), Unit(high, 0.0, "heaviside")],
+                {out: {0: 1.0, 1: 1.0}},
+                Exactness("exact"),
+                constants={out: -1.0},
+            )
+        block.label = self.site(label)
+        emitted = self.emit(block)
+        rounding = emitted.pre(*range(len(block.units)))
+        slack = pair(lambda t: margin / 2 - rounding[t] if margin else -rounding[t])
+        return self.decided(emitted, d, margin, slack, ZERO, node, generated)
+
+    def ramp(
+        self, kind: str, d: Value, margin: float, label: str, node: Compare, generated: bool
+    ) -> Value:
+        """A softmax-mode comparison: ReLU ramps saturated with a slack of m/4 on either
+        side, ``clamp((d − m/4)/δ, 0, 1)`` (gt), ``clamp(1 + (d + m/4)/δ, 0, 1)`` (ge) with
+        δ = m/2, and for eq the ge ramps of ``d`` and ``−d`` minus 1. Where ``d`` is outside
+        its margin and within m/4 (less the units' rounding, in units of δ) of its value,
+        they are exactly 0 below and ``1 ± Σ r`` above: error does not pass."""
+        quarter = form_add((margin / 4, var(BOS_VAR)), (margin / 4, var(NONBOS_VAR)))
+        delta = margin / 2
+        out = self.fresh(f"cmp{node.op}")
+        if kind == "gt":
+            block = ffn.gt_zero(self.linear((1, d.form), (-1, quarter)), out, tolerance=delta)
+        elif kind == "ge":
+            block = ffn.ge_zero(self.linear((1, d.form), (1, quarter)), out, tolerance=delta)
+        else:
+            up = ffn.ge_zero(self.linear((1, d.form), (1, quarter)), out, tolerance=delta)
+            down = ffn.ge_zero(self.linear((-1, d.form), (1, quarter)), out, tolerance=delta)
+            block = FFNBlock(
+                up.units + down.units,
+                {out: {0: 1.0, 1: -1.0, 2: 1.0, 3: -1.0}},
+                Exactness(f"exact when d = 0 or |d| >= {margin:g}"),
+                constants={out: -1.0},
+            )
+        block.label = self.site(label)
+        emitted = self.emit(block)
+        rounding = emitted.pre(*range(len(block.units)))
+        slack = pair(lambda t: margin / 4 - delta * rounding[t])
+        return self.decided(emitted, d, margin, slack, emitted.spread(), node, generated)
 
     def select(self, p: Value, x: Value, y: Value) -> Value:
         """``x`` where ``p = 1``, ``y`` where ``p = 0``.
@@ -728,7 +1160,10 @@ class _Lowerer:
                 and _covers(x.same[1], mask, False)
                 and _covers(y.same[1], mask, True)
             ):
-                return self.hull(self.combine((1, x), (1, y), (-1, x.same[0])), [x, y])
+                # x + (y − c): y − c is 0 as computed where x is taken, up to its residue
+                merged = self.hull(self.combine((1, x), (1, y), (-1, x.same[0])), [x, y])
+                err = pmax(padd(x.err, y.same[2]), padd(y.err, x.same[2]))
+                return replace(merged, err=err, leak=max(x.leak, y.leak), ref=max(x.ref, y.ref))
             cands = [
                 (v, tuple(a and b for a, b in zip(m, mask, strict=True)))
                 for v, m in self.candidates(x)
@@ -742,34 +1177,120 @@ class _Lowerer:
             return y
         if z.const is not None and len(set(z.const)) == 1:
             # x − y is one number c at every machine: y + c·p is linear
-            return self.hull(self.combine((1, y), (z.const[0], p)), [x, y])
+            linear = self.hull(self.combine((1, y), (z.const[0], p)), [x, y])
+            return replace(linear, leak=max(x.leak, y.leak), ref=max(x.ref, y.ref))
         bound = self.require(z.magnitude, z, "this conditional (big-M gating)")
+        p = self.cleaned(p)
         out = self.fresh("select")
+        big = bound * (1 + GATE_SLACK)
         block = ffn.conditional_bigm(
-            p.form, z.form, Form(), out, bound=bound, label=self.site("select")
+            p.form, z.form, Form(), out, bound=big, label=self.site("select")
         )
-        # g(p, z) moves by ≤ Δz + M·Δp for p ≤ 1; the output is y + g
-        gate = self.nonlinear(
-            block, [(1.0, z), (bound, p)], min(z.lo, 0.0), max(z.hi, 0.0), 2 * bound
-        )
+        gate, owns, tail, (robust,) = self.gate(self.emit(block), [(p, z, bound, big)])
         result = self.hull(self.combine((1, y), (1, gate)), [x, y])
+        # y + p·(x − y): x where p = 1, off by its gate's own rounding; y where p = 0
+        # (exactly, while the gate is robust)
+        selected = padd(x.err, owns[0], tail)
+        residue = pair(lambda d: 0.0 if robust[d] else gate.err[d])
+        result = replace(
+            result,
+            err=pmax(selected, padd(y.err, residue)),
+            leak=max(x.leak, y.leak) + (0.0 if all(robust) else z.leak),
+            ref=max(x.ref, y.ref),
+        )
         if p.zero_at is not None:
-            result = replace(result, same=(y, p.zero_at))
+            result = replace(result, same=(y, p.zero_at, residue))
         return result
 
-    def select_sum(self, terms: list[Expr], scope: dict[str, Value], env: dict[str, int]) -> Value:
+    def cleaned(self, p: Value) -> Value:
+        """With ``clean`` (softmax), a comparison's bit that is only ``1 ± E_p`` on its high
+        side (a saturated ramp's rounding, which a big-M gate multiplies by M) made 0 or 1
+        up to its own rounding by ``2·ReLU(p − 1/4) − 2·ReLU(p − 3/4)``
+        (:func:`ffn.clean_bit`, one layer more), while ``E_p`` stays below 1/8."""
+        if not self.clean or p.err[self.dtype] == 0:
+            return p
+        emitted = self.emit(ffn.clean_bit(p.form, self.fresh("bit"), label=self.site("bit")))
+        own = emitted.spread()
+        err = pair(lambda d: own[d] + emitted.defect if p.err[d] < 0.125 else math.inf)
+        value = Value(emitted.form, 0.0, 1.0, err=err, zero_at=p.zero_at)
+        return self.made(emitted, value)
+
+    def gate(
+        self,
+        emitted: _Emitted,
+        gates: Sequence[tuple[Value, Value, float, float]],
+        exclusive: bool = True,
+    ) -> tuple[Value, list[Pair], Pair, list[tuple[bool, bool]]]:
+        """The output of a block of big-M gate pairs ``ReLU(±z + M'p − M')`` (units 2k,
+        2k + 1 for gate k, ``(p, z, M, M')``, |z| ≤ M, M' = M(1 + 2^-6)) writing
+        ``Σ p_k z_k``. A pair with ``p = 1`` is z off by ``max(r_1, r_2)`` (and ``M'·E_p``
+        for a bit that is only 1 ± E_p): ``owns[k]``; with ``p = 0`` both units are exactly
+        0 while ``E_z + r < M' − M`` (``robust[k]``, per float type). ``tail``: the
+        rounding of the output sum (at most one pair is nonzero where the conditions are
+        ``exclusive`` and every gate is robust) and of its value at BOS. The output's own
+        error is every selected pair's (the largest, where ``exclusive``)."""
+        owns, robust, sizes = [], [], []
+        for k, (p, z, bound, big) in enumerate(gates):
+            rounding = emitted.pre(2 * k, 2 * k + 1)
+            owns.append(padd(rounding, pscale(big, p.err)))
+            robust.append(self.robust(z, psub((big - bound,) * 2, rounding)))
+            sizes.append(padd(self.computed(z), rounding, rounding))
+        out = emitted.out
+        if exclusive:  # one pair ReLU(ẑ + r₁), ReLU(−ẑ + r₂): two terms at most
+            out = pair(
+                lambda d: (
+                    min(out[d], gamma(1, d) * max(m[d] for m in sizes))
+                    if all(ok[d] for ok in robust)
+                    else out[d]
+                )
+            )
+        tail = padd(out, (emitted.defect, emitted.defect))
+        combine = pmax if exclusive else padd
+        total = ZERO
+        for (_, z, _, _), own in zip(gates, owns, strict=True):
+            total = combine(total, padd(z.err, own))
+        leaks = [z.leak for _, z, _, _ in gates]
+        lows, highs = (
+            [min(z.lo, 0.0) for _, z, _, _ in gates],
+            [max(z.hi, 0.0) for _, z, _, _ in gates],
+        )
+        lo, hi = (min(lows), max(highs)) if exclusive else (sum(lows), sum(highs))
+        value = Value(
+            emitted.form,
+            lo,
+            hi,
+            err=padd(total, tail),
+            leak=max(leaks) if exclusive else sum(leaks),
+        )
+        return self.made(emitted, value), owns, tail, robust
+
+    def select_sum(
+        self,
+        terms: list[Expr],
+        scope: dict[str, Value],
+        env: dict[str, int],
+        exclusive: bool = False,
+    ) -> Value:
         """``Σ terms`` where several are data selections ``if p_i then x_i else y_i``: the
         big-M gates ``p_i·(x_i − y_i)`` (:meth:`select`) are the units of one MLP block
         that writes their sum into one variable, so a sum of s selections (the slot of a
         compaction, :mod:`crasp_compiler.languages.pcoc.benes`) costs one residual
-        dimension, not s. Every unit outputs an exact 0 or its gated value, as apart."""
+        dimension, not s. Every unit outputs an exact 0 or its gated value, as apart.
+        ``exclusive``: at most one of the gated conditions holds (a promise the
+        interpreter checks), so at most one gate adds its error."""
         parts: list[tuple[float, Value]] = []
-        gates: list[tuple[Value, Value, float]] = []  # (p, x − y, M)
+        others: list[Value] = []  # the terms that are not gated here
+        gated: list[tuple[Value, Value, Value, float]] = []  # (p, x, y, M)
+        read: list[Value] = []  # every term as the interpreter adds it
+        grids: list[tuple[float, Value]] = []  # ... and the values it takes them from
         lo = hi = 0.0
         for term in terms:
             if not _data_select(term):
                 value = self.expr(term, scope, env)
                 parts.append((1, value))
+                others.append(value)
+                read.append(value)
+                grids.append((1.0, value))
                 lo, hi = lo + value.lo, hi + value.hi
                 continue
             assert isinstance(term, IfExpr) and isinstance(term.cond, Compare)
@@ -785,35 +1306,68 @@ class _Lowerer:
             ):
                 value = self.select(p, x, y)
                 parts.append((1, value))
+                others.append(value)
+                read.append(value)
+                grids.append((1.0, value))
                 lo, hi = lo + value.lo, hi + value.hi
                 continue
             bound = self.require(z.magnitude, z, "this conditional (big-M gating)")
-            gates.append((p, z, bound))
+            gated.append((self.cleaned(p), x, y, bound))
             if not zero:
                 parts.append((1, y))
+            read.append(Value(Form(), min(x.lo, y.lo), max(x.hi, y.hi), ref=max(x.ref, y.ref)))
+            grids += [(1.0, x), (1.0, y)]
             lo, hi = lo + min(x.lo, y.lo), hi + max(x.hi, y.hi)
-        if gates:
-            units: list[Unit] = []
-            coefs: dict[int, float] = {}
-            for p, z, bound in gates:
-                coefs[len(units)], coefs[len(units) + 1] = 1.0, -1.0
-                units += ffn.gate_units(p.form, z.form, bound)
-            worst = max(bound for _, _, bound in gates)
-            block = FFNBlock(
-                units,
-                {self.fresh("select"): coefs},
-                Exactness(f"exact for p ∈ {{0, 1}} and |x − y| ≤ {worst:g}"),
-                label=self.site("select"),
-            )
-            inputs = [pair for p, z, bound in gates for pair in ((1.0, z), (bound, p))]
-            gate_lo = sum(min(z.lo, 0.0) for _, z, _ in gates)
-            gate_hi = sum(max(z.hi, 0.0) for _, z, _ in gates)
-            magnitude = sum(2 * bound for _, _, bound in gates)
-            parts.append((1, self.nonlinear(block, inputs, gate_lo, gate_hi, magnitude)))
+        if not gated:
+            return self.chain([value for _, value in parts])
+        units: list[Unit] = []
+        coefs: dict[int, float] = {}
+        gates = []
+        for p, x, y, bound in gated:
+            z = x if y is self.uniform(0.0) else self.combine((1, x), (-1, y))
+            big = bound * (1 + GATE_SLACK)
+            coefs[len(units)], coefs[len(units) + 1] = 1.0, -1.0
+            units += ffn.gate_units(p.form, z.form, big)
+            gates.append((p, z, bound, big))
+        worst = max(bound for _, _, _, bound in gated)
+        block = FFNBlock(
+            units,
+            {self.fresh("select"): coefs},
+            Exactness(f"exact for p ∈ {{0, 1}} and |x − y| ≤ {worst:g}"),
+            label=self.site("select"),
+        )
+        gate, owns, tail, robust = self.gate(self.emit(block), gates, exclusive)
+        parts.append((1, gate))
         result = self.chain([value for _, value in parts])  # as the sum was written
+        if exclusive:  # the terms not gated, every y, and one x − y at most
+            fixed = [*others, *(y for _, _, y, _ in gated)]
+            lo = sum(v.lo for v in fixed) + min(0.0, *(z.lo for _, z, _, _ in gates))
+            hi = sum(v.hi for v in fixed) + max(0.0, *(z.hi for _, z, _, _ in gates))
         if math.isfinite(lo) and math.isfinite(hi):
             result = replace(result, lo=max(result.lo, lo), hi=min(result.hi, hi))
-        return result
+        # a term selected: x off by its gate's rounding; not selected: y (exactly while
+        # its gate is robust)
+        err = padd(*(v.err for v in others), tail) if others else tail
+        selected: list[Pair] = []
+        kept: list[Pair] = []
+        for (_, x, y, _), (_, z, _, _), own, ok in zip(gated, gates, owns, robust, strict=True):
+            selected.append(padd(x.err, own))
+            residue = padd(z.err, own)
+            kept.append(padd(y.err, (0.0 if ok[0] else residue[0], 0.0 if ok[1] else residue[1])))
+        if exclusive:
+            err = padd(err, *kept, pmax(*selected))
+            leak = max(x.leak for _, x, _, _ in gated) + sum(y.leak for _, _, y, _ in gated)
+        else:
+            err = padd(err, *(pmax(a, b) for a, b in zip(selected, kept, strict=True)))
+            leak = sum(max(x.leak, y.leak) for _, x, y, _ in gated)
+        if not all(all(ok) for ok in robust):
+            leak += sum(z.leak for _, z, _, _ in gates)
+        if exclusive and not others and all(y is self.uniform(0.0) for _, _, y, _ in gated):
+            # the interpreter adds one x to exact zeros: no rounding
+            ref = max(x.ref for _, x, _, _ in gated)
+        else:
+            ref = sum(v.ref for v in read) + _arithmetic([(1.0, v) for v in read], self.grid(grids))
+        return replace(result, err=err, leak=leak + sum(v.leak for v in others), ref=ref)
 
     def candidates(self, x: Value) -> tuple[tuple[Value, tuple[bool, ...]], ...]:
         return x.choices if x.choices is not None else ((x, (True,) * self.n),)
@@ -845,15 +1399,19 @@ class _Lowerer:
         options = [(value, tuple(mask)) for value, mask in merged.values()]
         if len(options) == 1:
             return options[0][0]
+        # every machine takes one candidate: its errors (the gate's rounding added)
+        values = [value for value, _ in options]
+        leak, ref = max(v.leak for v in values), max(v.ref for v in values)
         if all(value.const is not None for value, _ in options):
             out = [0.0] * self.n
             for value, mask in options:
                 for i, taken in enumerate(mask):
                     if taken:
                         out[i] = value.const[i]  # type: ignore[index]
-            return self.constant(out)
+            return replace(self.constant(out), err=pmax(*(v.err for v in values)), ref=ref)
         base = max(options, key=lambda option: sum(option[1]))[0]
         terms: list[tuple[float, Value]] = [(1.0, base)]
+        err, residues = base.err, ZERO
         for value, mask in options:
             if value is base:
                 continue
@@ -867,21 +1425,36 @@ class _Lowerer:
                         ),
                     )
                 )
+                err = pmax(err, value.err)
                 continue
             bound = self.require(z.magnitude, z, "this per-machine selection (big-M gating)")
             out = self.fresh("choose")
-            gate = ffn.conditional_bigm(
+            big = bound * (1 + GATE_SLACK)
+            block = ffn.conditional_bigm(
                 self.positional([1.0 if m else 0.0 for m in mask]),
                 z.form,
                 Form(),
                 out,
-                bound=bound,
+                bound=big,
                 label=self.site("per-machine select"),
             )
-            lo, hi = min(z.lo, 0.0), max(z.hi, 0.0)
-            terms.append((1.0, self.nonlinear(gate, [(1.0, z)], lo, hi, 2 * bound)))
-        result = self.hull(self.combine(*terms), [value for value, _ in options])
-        return replace(result, choices=tuple(options))
+            emitted = self.emit(block)
+            # exactly 0 off its machines (its support) while robust
+            rounding = emitted.pre(0, 1)
+            robust = self.robust(z, psub((big - bound,) * 2, rounding))
+            own = padd(rounding, emitted.out, (emitted.defect, emitted.defect))
+            machines = frozenset(i for i, m in enumerate(mask) if m)
+            gate = Value(
+                emitted.form, min(z.lo, 0.0), max(z.hi, 0.0), err=padd(z.err, own), leak=z.leak
+            )
+            gate = self.made(emitted, gate, machines if all(robust) else None)
+            terms.append((1.0, gate))
+            err = pmax(err, padd(value.err, own))
+            if not all(robust):  # off its machines, off by up to its own error
+                residue = (0.0 if robust[0] else gate.err[0], 0.0 if robust[1] else gate.err[1])
+                residues, leak = padd(residues, residue), leak + z.leak
+        result = self.hull(self.combine(*terms), values)
+        return replace(result, choices=tuple(options), err=padd(err, residues), leak=leak, ref=ref)
 
     def site(self, what: str) -> str:
         """A label for a block computing ``what`` in the current statement: ``what`` and
@@ -976,6 +1549,10 @@ class _Lowerer:
                 received[rec.target] = self.constant(
                     [default if s is None else known[s] for s in sources]
                 )
+                if value.const is not None and any(s is not None for s in sources):
+                    received[rec.target] = replace(
+                        received[rec.target], err=value.err, ref=value.ref
+                    )
             elif all(s == i for i, s in enumerate(sources)):
                 received[rec.target] = value
             else:
@@ -1010,24 +1587,50 @@ class _Lowerer:
             missing = [i for i, s in enumerate(sources) if s is None]
             for slot, recs in slots.items():
                 source = scope[slot]
+                err, leak = self.routed(outs[slot], source)
                 for rec in recs:
                     default = float(rec.default)
                     fill = self.positional([default if s is None else 0.0 for s in sources])
                     lo, hi = source.lo, source.hi
                     if missing:
                         lo, hi = min(lo, default), max(hi, default)
-                    softmax = self.mode == "softmax"
                     received[rec.target] = Value(
                         form_add((1, var(outs[slot])), (1, fill)),
                         lo,
                         hi,
-                        leak=source.leak + self.n * source.width,
-                        noise=source.noise + (2 + (self.n + 1) * softmax) * source.magnitude,
+                        leak=leak,
+                        err=err,
+                        ref=source.ref,
                         unbounded=source.unbounded,
                     )
                 routed.append(slot)
         self.rounds.append(RoundReport(self.round_number, heads, routed, len(rnd.receives)))
         return received
+
+    def routed(self, name: str, source: Value) -> tuple[Pair, float]:
+        """Record the variable ``name`` a routing head writes from ``source``'s form; its
+        error and softmax leak. Average-hard: the source's computed form, copied exactly.
+        Softmax: weights ``α_s(1 + θ_s)``, |θ_s| ≤ θ = γ_{n+12}, summed over n + 1 values
+        (``γ_{n+1}``), around the source's weight ``≥ 1 − n·e^{−T}`` (the leak ``n·R``)."""
+        reading = self.floats.read(source.form)
+        err = padd(source.err, reading.rounding)
+        largest = pmax(reading.mag, reading.bos)
+        if self.mode == "hard":
+            exact = reading.exact
+            err = pair(lambda d: 0.0 if exact[d] else err[d])
+            self.floats.define(name, Var(largest, reading.bos, exact, reading.grid))
+            return err, 0.0
+        leak = source.leak + self.n * source.width
+
+        def softmax(d: int) -> float:
+            theta = gamma(self.n + SOFTMAX_WEIGHT_ROUNDINGS, d)
+            spread = theta + gamma(self.n + 1, d) * (1 + theta)
+            return (1 + theta) * err[d] + times(spread, largest[d])
+
+        err = pair(softmax)
+        mag = pair(lambda d: largest[d] + err[d] + times(self.n * source.width, self.decay))
+        self.floats.define(name, Var(mag, mag, (False, False), None))
+        return err, leak
 
     def lower(self) -> dict[str, Value]:
         program = self.program
@@ -1039,10 +1642,12 @@ class _Lowerer:
             if slot.name in program.inputs:
                 form = self.builder.numeric(slot.name)
                 self.at_bos.set(slot.name, 0.0)  # numeric inputs are 0 at BOS
-                if slot.bound is None:
-                    scope[slot.name] = Value(form, -INF, INF, unbounded=frozenset([slot.name]))
-                else:
-                    scope[slot.name] = Value(form, -slot.bound, slot.bound)
+                bound = INF if slot.bound is None else float(slot.bound)
+                self.floats.input(slot.name, bound)
+                # float64 numbers: exact in float64, rounded once to float32
+                cast = times(UNIT[1], bound) if bound < FLOAT32_MAX else INF
+                unbounded = frozenset([slot.name]) if slot.bound is None else frozenset()
+                scope[slot.name] = Value(form, -bound, bound, err=(0.0, cast), unbounded=unbounded)
             else:
                 scope[slot.name] = self.constant([slot.init] * self.n)
         made = {slot.name: slot for slot in program.slots if slot.made}
@@ -1052,8 +1657,10 @@ class _Lowerer:
             received = self.receive(rnd, env, scope)
             local = {**scope, **received}
             self.partial = {}
+            self.materialized = {}
             self.statements(rnd.body, local, env)
-            start, scope = scope, {name: local[name] for name in scope}
+            start = scope
+            scope = {name: self.shorten(local[name]) for name in scope}
             for name, slot in made.items():
                 if scope[name] is not start[name]:
                     scope[name] = self.constructed(slot, scope[name], start)
@@ -1094,25 +1701,55 @@ class Lowered:
     rounds: list[RoundReport]
     comparisons: list[Comparison] = field(default_factory=list)
     at_bos: BosValues = field(default_factory=BosValues)
+    bounds: dict[str, Bound] = field(default_factory=dict)
 
 
 def lower_pcoc(
-    program: Program, n: int, mode: str = "hard", temperature: float | None = None
+    program: Program,
+    n: int,
+    mode: str = "hard",
+    temperature: float | None = None,
+    dtype: str = "float64",
+    clean: bool = False,
 ) -> Lowered:
     """Lower ``program`` for ``n`` machines to blocks on a :class:`Builder`.
 
     ``mode="hard"``: routing heads with average-hard attention; ``"softmax"``: softmax
-    heads with scale ``temperature``. Raises :class:`CraspError` for programs that need a
-    bound or a margin they do not declare."""
+    heads with scale ``temperature``. Every value carries its float errors
+    (:mod:`crasp_compiler.languages.pcoc.rounding`); ``bounds`` holds each output's.
+    Raises :class:`CraspError` for programs that need a bound or a margin they do not
+    declare, and for a data comparison that ``dtype`` cannot decide exactly (in softmax
+    mode: at any temperature). ``clean`` (softmax): a comparison's bit is made exact
+    before a big-M gate reads it, one layer more."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be an integer >= 1, not {n!r}")
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     if mode == "softmax" and (temperature is None or not temperature > 0):
         raise ValueError("softmax mode needs a temperature > 0")
-    lowerer = _Lowerer(program, n, mode, temperature)
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, not {dtype!r}")
+    lowerer = _Lowerer(program, n, mode, temperature, DTYPES.index(dtype), clean)
     slots = lowerer.lower()
-    return Lowered(lowerer.builder, slots, lowerer.rounds, lowerer.comparisons, lowerer.at_bos)
+    bounds = {}
+    for name in program.outputs:
+        value = slots[name]
+        reading = lowerer.floats.read(value.form)  # the readout row
+        bounds[name] = Bound(padd(value.err, reading.rounding), value.ref, value.leak)
+    return Lowered(
+        lowerer.builder, slots, lowerer.rounds, lowerer.comparisons, lowerer.at_bos, bounds
+    )
 
 
-__all__ = ["MODES", "TOKEN", "Comparison", "Lowered", "RoundReport", "Value", "lower_pcoc"]
+__all__ = [
+    "MODES",
+    "TOKEN",
+    "Bound",
+    "Comparison",
+    "Lowered",
+    "RoundReport",
+    "Unresolved",
+    "Value",
+    "lower_pcoc",
+    "unresolved",
+]

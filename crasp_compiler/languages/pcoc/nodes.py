@@ -103,8 +103,15 @@ class Static:
 
 @dataclass(frozen=True)
 class Add:
+    """``left + right``. ``exclusive`` (set by the compiler's own lowerings, never by the
+    parser): of the data selections ``if c then … else …`` among the terms of this chain
+    of ``+``, at most one condition holds on any machine (a compaction slot,
+    :mod:`crasp_compiler.languages.pcoc.benes`); the interpreter checks it with its other
+    promises, and the rounding analysis counts one selected term."""
+
     left: Expr
     right: Expr
+    exclusive: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)
