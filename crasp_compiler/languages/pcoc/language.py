@@ -194,12 +194,16 @@ class Pcoc(Language):
 
     def tolerance(self, model: Model, dtype: str) -> float:
         """The model's own bound in ``dtype`` (``Guarantee.errors``: every output within it
-        of the interpreter's); for a model without one (values without bounds, or an
-        older file), the float type's resolution at the values sampled (about 1)."""
+        of the interpreter's); for a model without one, an older file's first-order
+        rounding estimate (absolute, in the outputs' units) or the softmax tolerance it
+        recorded, else the float type's resolution at values of about 1."""
         bound = model.guarantee.errors.get(dtype)
         if bound is not None:
             return bound
-        return 1e-9 if dtype == "float64" else 1e-4
+        estimate = max(model.info.get("rounding_estimate", {}).values(), default=0.0)
+        base = model.info.get("tolerance") or model.options.get("tolerance") or 0.0
+        scale = 1.0 if dtype == "float64" else 2.0**29
+        return float(base) + 2 * estimate * scale + (1e-9 if dtype == "float64" else 1e-4)
 
     def format_input(self, item: Any) -> str:
         return format_vector(item)
