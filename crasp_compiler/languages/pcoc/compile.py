@@ -181,8 +181,8 @@ def compile_pcoc(
 
     The guarantee is against the interpreter (:func:`~crasp_compiler.languages.pcoc.
     interpret.interpret_pcoc`, float64), for inputs within their declared bounds on which
-    it keeps the program's promises (data comparisons outside their margins, slots within
-    their bounds): per float type, whether the model is covered (``Guarantee.dtypes``: n,
+    every data comparison stays outside its margin (the interpreter's ``check_promises``):
+    per float type, whether the model is covered (``Guarantee.dtypes``: n,
     or −1 where a data comparison is not provably decided exactly) and a bound on how far
     any output may be from the interpreter's (``Guarantee.errors``), from the rounding
     analysis of :mod:`crasp_compiler.languages.pcoc.rounding`.
@@ -390,9 +390,8 @@ def _guarantee_text(
 ) -> str:
     """The guarantee in words: what is covered and each float type's bound."""
     promises = (
-        "for inputs within their declared bounds on which the interpreter keeps the "
-        "program's promises (data comparisons outside their margins, slots within their "
-        "bounds)"
+        "for inputs within their declared bounds on which every data comparison stays "
+        "outside its margin (the interpreter checks it with check_promises)"
     )
     if mode == "hard":
         head = (

@@ -19,9 +19,9 @@ Each value carries three bounds, at every position (the sink, BOS, included):
   arithmetic.
 
 An output read from form f is then within ``E_d = err[d] + read_d(f) + ref (+ leak·e^{−T})``
-of the interpreter's output, for inputs within their declared bounds on which the
-interpreter keeps every promise of the program (``check_promises``: margins, slot bounds,
-exclusive selections).
+of the interpreter's output, for inputs within their declared bounds on which every data
+comparison stays outside its margin (the interpreter's ``check_promises``; it checks the
+exclusive selections of a Beneš compaction too, which distinct destinations ensure).
 
 **Rounding model** (u = 2^-53 in float64, 2^-24 in float32; p = 53 or 24 bits; γ_k =
 k·u/(1 − k·u)):
@@ -103,8 +103,8 @@ rounding of a unit's pre-activation from :meth:`Floats.read`, r_out that of its 
   and receives are exact on its own values, and it decides comparisons exactly on them.
 
 Magnitudes: a variable's computed magnitude is its reference bound (the value's interval,
-the declared slot bounds; the interpreter keeps those, the reference within ``ref`` of
-them) plus its errors.
+derived from the input bounds, which the runtimes check; the reference within ``ref`` of
+it) plus its errors.
 """
 
 from __future__ import annotations
