@@ -235,10 +235,7 @@ def main(argv: list[str] | None = None) -> None:
         print(markdown(data))
         return
     paths = [p for p in EXAMPLES if not args.examples or p.name in args.examples.split(",")]
-    rev = revision()
-    # no machine paths in a committed record: the checkout is the repository root
-    rev.pop("checkout", None)
-    rev["crasp_compiler_file"] = str(Path(rev["crasp_compiler_file"]).relative_to(ROOT))
+    rev = revision()  # repository-relative: no machine paths in a committed record
     wall = time.perf_counter()
     data: dict = {
         "benchmark": "pcoc_rounding",
