@@ -538,14 +538,7 @@ def destination_probe(program: Program, n: int) -> Probe | None:
                 sender.raw_tuple(d, x, body)
             slots.extend(sender.slots.values())
         rounds.append(Round(tuple(receives), tuple(body), rnd.span))
-        probe = Program(
-            tuple(slots),
-            program.inputs,
-            program.outputs,
-            tuple(rounds),
-            source=program.source,
-            filename=program.filename,
-        )
+        probe = _rebuilt(program, slots, rounds)
         return Probe(probe, replace(probe, rounds=tuple(rounds[:-1])), rnd.sends[0])
     return None
 
@@ -581,6 +574,11 @@ def lower_sends(program: Program, n: int) -> Program:
                 receives = [*receives, *base.receives]
                 body = [*body, *base.body]
             rounds.append(Round(tuple(receives), tuple(body), rnd.span))
+    return _rebuilt(program, slots, rounds)
+
+
+def _rebuilt(program: Program, slots: list[Slot], rounds: list[Round]) -> Program:
+    """``program`` with these slots and (unrolled) rounds, its inputs, outputs and source."""
     return Program(
         tuple(slots),
         program.inputs,
