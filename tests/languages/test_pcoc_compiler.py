@@ -383,9 +383,12 @@ def test_random_programs_interpreter_numpy_torch_softmax(prog, n, seed):
     outputs_agree(run_pcoc(hard, list(inputs), runtime="torch"), want, bound)
     try:
         soft = compile_pcoc(prog, n, mode="softmax")
-    except CraspError as err:  # T beyond float64's exponent range: said so, not a crash
-        assert "temperature" in str(err)
+    except CraspError as err:  # T beyond float64's exponent range, or a comparison whose
+        # ramp (a quarter margin of slack, half the hard step's) float64 cannot decide
+        assert "temperature" in str(err) or "below what float64 resolves" in str(err)
         return
+    # a softmax model is compiled for float64: covered there, with a bound
+    assert soft.guarantee.dtypes["float64"] == n
     outputs_agree(run_pcoc(soft, list(inputs)), want, soft.guarantee.errors["float64"])
 
 

@@ -37,6 +37,8 @@ from crasp_compiler.runtime.numpy_exec import beyond_guarantee, numeric_matrix, 
 MAX_COMPILE_MACHINES = 100_000
 # exp(−T) underflows in float64 past about 745; no program needs that much.
 MAX_TEMPERATURE = 700.0
+# Lowerings of a softmax model before its temperature must have settled.
+SETTLE_ROUNDS = 12
 LANGUAGE = "PCOC"
 
 Inputs = Mapping[str, Sequence[float]] | Sequence[Sequence[float]] | np.ndarray
@@ -109,10 +111,19 @@ def _softmax_at(
         if not comparison.holds(d, 0.0):
             raise unresolved(comparison, program, dtype)
     temperature = None
-    for _ in range(3):
+    for _ in range(SETTLE_ROUNDS):
         needed, over = temperature_for(lowered, tolerance, d)
         if over:
             raise _tolerance_error(program, lowered, tolerance, dtype, over)
+        if temperature is not None and needed <= temperature:
+            # lowered at T, the values carry their softmax leak: a comparison it pushes
+            # past its slack needs a higher T (the leak falls with it)
+            failing = [c for c in lowered.comparisons if not c.holds(d, decay(temperature, d))]
+            if not failing:
+                return lowered, temperature
+            needed = temperature * 1.25 + 1
+            if needed > MAX_TEMPERATURE:
+                raise unresolved(failing[0], program, dtype)
         if needed > MAX_TEMPERATURE:
             raise CraspError(
                 f"the softmax model would need temperature {needed:.4g} (> "
@@ -120,12 +131,12 @@ def _softmax_at(
                 "mode hard, a larger tolerance, or tighter bounds and margins",
                 filename=program.filename,
             )
-        if temperature is not None and needed <= temperature:
-            return lowered, temperature
         temperature = needed
         lowered = lower_pcoc(program, n, "softmax", temperature, dtype, clean)
-    raise CraspError(  # pragma: no cover - the errors shrink as T grows
-        "the softmax temperature did not settle", filename=program.filename
+    raise CraspError(
+        f"the softmax temperature did not settle in {SETTLE_ROUNDS} lowerings; use mode hard, "
+        "a larger tolerance, or tighter bounds and margins",
+        filename=program.filename,
     )
 
 
@@ -265,6 +276,12 @@ def compile_pcoc(
         for name, per in bounds.items()
         if all(math.isfinite(v) for v in per.values())
     }
+    if mode == "softmax" and dtype not in errors:  # a tolerance needs a finite bound
+        raise CraspError(
+            f"the softmax model's outputs have no finite error bound in {dtype} (a value "
+            "without a bound); declare bounds on the inputs, or use mode hard",
+            filename=program.filename,
+        )
     target = errors.get(dtype, math.inf) if mode == "softmax" else None
     text = _guarantee_text(n, mode, temperature, target, dtype, covered, errors)
     destinations, condition = _send_condition(original, unrolled, n)

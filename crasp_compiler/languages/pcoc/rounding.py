@@ -167,7 +167,12 @@ def pscale(c: float, a: Pair) -> Pair:
 
 
 def psub(a: Pair, b: Pair) -> Pair:
-    return (a[0] - b[0], a[1] - b[1])
+    """``a − b`` for a bound a that b is part of: infinite where a is (not ∞ − ∞)."""
+    return (_minus(a[0], b[0]), _minus(a[1], b[1]))
+
+
+def _minus(a: float, b: float) -> float:
+    return math.inf if math.isinf(a) else a - b
 
 
 def times(a: float, b: float) -> float:
