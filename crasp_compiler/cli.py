@@ -38,6 +38,13 @@ class _Command(click.Group):
         except BrokenPipeError:
             sys.stderr.close()
             ctx.exit(0)
+        except MemoryError:  # a last resort: commands estimate their memory first
+            click.echo(
+                "crasp: error: out of memory (the work did not fit in this machine's memory; "
+                "try a shorter input, a smaller n, or a machine with more memory)",
+                err=True,
+            )
+            ctx.exit(1)
 
 
 @click.group(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
