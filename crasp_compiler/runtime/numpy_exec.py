@@ -361,12 +361,12 @@ def encode_vocab(
     vocab: Sequence[str], inputs: Sequence[Sequence[str]]
 ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """:func:`encode` with the ids of ``vocab`` (:func:`~crasp_compiler.model.model.
-    token_ids`). Where every token of ``vocab`` but BOS is one character, a sequence whose
+    token_ids`). Where ``vocab`` has tokens besides BOS, each one character, a sequence whose
     distinct tokens are all such tokens is looked up at once: its characters joined, their
     code points mapped through a table indexed by code point. Other inputs, bad tokens
     among them, go through :func:`encode` (which reports them)."""
     index = {s: k for k, s in enumerate(vocab) if s != BOS}
-    if not inputs or not all(len(s) == 1 for s in index):
+    if not inputs or not index or not all(len(s) == 1 for s in index):
         return encode(partial(token_ids, vocab), inputs)
     table = np.zeros(1 + max(map(ord, index)), dtype=np.int64)
     for symbol, k in index.items():

@@ -138,6 +138,33 @@ def test_compile_errors(tmp_path):
     assert result.exit_code == 2  # -o is required
 
 
+def test_a_program_that_tests_no_token_needs_an_alphabet(tmp_path):
+    """Compile refuses a program with an empty alphabet at its output (no model that no
+    other command could read); a declared or given alphabet makes it a model every
+    command takes."""
+    bare = tmp_path / "bare.cr"
+    bare.write_text("// positions only\nD0(i) := i % 2 > 1\n")
+    out = tmp_path / "m.npz"
+    result = user_error("compile", bare, "-o", out)
+    assert f"{bare}:2:1: error: the program tests no token, so it has no alphabet" in result.stderr
+    assert "D0(i) := i % 2 > 1\n    ^^\n" in result.stderr
+    assert "--alphabet" in result.stderr and 'alphabet "a"' in result.stderr
+    assert not out.exists()
+    two = tmp_path / "two.cr"  # the acceptance output is the one shown, not the first
+    two.write_text("E(i) := i % 2 == 0\nF = E && !E\noutput E\naccept F\n")
+    assert f"{two}:2:1: error:" in user_error("compile", two, "-o", out).stderr
+    ok("compile", bare, "-o", out, "--alphabet", "a b")
+    assert load_model(out).vocab == ["<bos>", "a", "b"]
+    assert ok("run", out, "a b b").output == "False\n"  # i % 2 is never above 1
+    assert "all runtimes agree" in ok("check", out, "--samples", "20", "--max-len", "6").output
+    declared = tmp_path / "declared.cr"
+    declared.write_text('alphabet "x"\nD0(i) := i % 2 > 0\n')
+    ok("compile", declared, "-o", out)
+    for word in ("", "x", "x x"):
+        assert ok("run", out, word).output == ok("interpret", declared, word).output
+    assert {ok("run", out, word).output for word in ("x", "x x")} == {"True\n", "False\n"}
+
+
 # ---------------------------------------------------------------- run
 
 

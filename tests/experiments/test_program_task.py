@@ -264,3 +264,20 @@ def test_a_count_output_is_refused(tmp_path):
     path.write_text('alphabet "a", "b"\nA := #[j <= i] Q_a(j)\noutput A\n')
     line = one_error_line(invoke("train", "--program", path, *TINY))
     assert str(path) in line and "are counts" in line
+
+
+def test_a_program_that_tests_no_token_needs_an_alphabet(tmp_path):
+    """No sampler draws from an empty alphabet: the program is refused at its output,
+    before training; with --alphabet it trains."""
+    path = tmp_path / "bare.cr"
+    path.write_text("D0(i) := i % 2 > 1\n")
+    result = invoke("train", "--program", path, "--out", tmp_path / "run", *TINY)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and f"{path}:1:1:" in errors[0], result.stderr
+    assert "no alphabet" in errors[0] and not (tmp_path / "run").exists()
+    result = invoke(
+        "train", "--program", path, "--alphabet", "a,b", "--out", tmp_path / "r2", *TINY
+    )
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "r2" / "results.json").exists()

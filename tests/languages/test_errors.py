@@ -123,6 +123,24 @@ def test_unprintable_characters_in_messages_are_escaped():
     assert all(line.isprintable() for line in str(err).split("\n"))
 
 
+def test_compiling_a_program_without_an_alphabet_points_at_its_output():
+    """A program that tests no token and declares no alphabet parses (the interpreter
+    reads the empty input) but does not compile: the error is at the deciding output."""
+    from crasp_compiler.languages.crasp.compile import compile_program
+
+    text = "P(i) := i % 3 == 0\nC = # P\nQ = C > 1\noutput C, Q\n"
+    program = parse_program(text, "pos.cr")
+    assert program.alphabet == () and interpret(program, []).values["Q"] == [False]
+    with pytest.raises(CraspError) as caught:
+        compile_program(program)
+    (diagnostic,) = caught.value.diagnostics
+    assert diagnostic.span is not None and diagnostic.span.line == 2  # C, the first output
+    assert str(caught.value).startswith("pos.cr:2:1: error: the program tests no token")
+    assert "C = # P\n    ^" in str(caught.value) and "--alphabet" in str(diagnostic.hint)
+    model = compile_program(with_alphabet(program, ["a"]))
+    assert model.vocab == ["<bos>", "a"]
+
+
 def test_error_without_location_or_source():
     assert str(CraspError("it broke")) == "crasp: error: it broke"
     assert str(CraspError("bad", filename="f.cr")) == "f.cr: error: bad"

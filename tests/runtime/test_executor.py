@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pytest
 
+from crasp_compiler.errors import CraspError
 from crasp_compiler.model.model import (
     BOS,
     MLP,
@@ -591,6 +592,21 @@ def test_decision_rules():
         np.testing.assert_array_equal(
             result.values[out.name][0], decide(out.rule, raw(result, out.name))
         )
+
+
+def test_a_vocabulary_of_bos_alone_runs_the_empty_input():
+    """A model with no token but BOS reads only the empty input; every other is refused
+    by name (the single-character fast path once took ``max`` of no tokens)."""
+    model = make_model({BOS: [1.0]}, [], {"one": (0, "bool")})
+    for result in (run(model, [[]]), run(model, [[], []], dtype=np.float32)):
+        assert result.lengths.tolist() == [0] * len(result.lengths)
+        assert result.values["one"].tolist() == [[True]] * len(result.lengths)
+    with pytest.raises(CraspError, match="token 'a' at position 0 is not in the vocabulary"):
+        run(model, [[], ["a"]])
+    pytest.importorskip("torch")
+    from crasp_compiler.runtime.torch_module import TorchTransformer
+
+    assert TorchTransformer(model).run([[]])["one"].tolist() == [[True]]
 
 
 # ---------------------------------------------------------------- float32

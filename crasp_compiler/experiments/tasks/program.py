@@ -57,7 +57,11 @@ from crasp_compiler.experiments.tasks.numeric import PcocNumericTask
 from crasp_compiler.experiments.tasks.regular import RUN_BATCH
 from crasp_compiler.languages.crasp import Program, Sort, interpret_batch
 from crasp_compiler.languages.crasp.compile import compile_program
-from crasp_compiler.languages.crasp.program import PROGRAM_SUFFIXES, load_program
+from crasp_compiler.languages.crasp.program import (
+    PROGRAM_SUFFIXES,
+    load_program,
+    require_alphabet,
+)
 from crasp_compiler.languages.pcoc import PCOC_SUFFIXES
 from crasp_compiler.model.model import Model
 from crasp_compiler.runtime.numpy_exec import run
@@ -247,7 +251,7 @@ class ProgramTask(SequenceTask):
         """The task of the program file ``path`` (CraspError when it cannot be read or
         parsed, or its outputs are not Boolean), trained on LEN ``lengths[0]..lengths[1]``,
         its strings drawn by ``generator`` when given."""
-        program = load_program(path, alphabet)
+        program = require_alphabet(load_program(path, alphabet))
         outputs = program.outputs
         if not outputs:
             raise CraspError(

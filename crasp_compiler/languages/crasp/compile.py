@@ -15,6 +15,7 @@ from crasp_compiler.languages.crasp.nodes import (
     Program,
     Sort,
 )
+from crasp_compiler.languages.crasp.program import require_alphabet
 from crasp_compiler.languages.crasp.rounding import Analysis, horizon
 from crasp_compiler.model.model import Guarantee, Model, describe_limit
 
@@ -39,8 +40,10 @@ def compile_program(
     :mod:`crasp_compiler.languages.crasp.rounding` proves it exact for; a program whose float64
     model is exact for no input is refused with an error at the expression that limits
     it, and so is one whose model would store more than ``max_parameters`` numbers
-    (default: :func:`~crasp_compiler.model.model.parameter_budget`).
+    (default: :func:`~crasp_compiler.model.model.parameter_budget`). A program with an
+    empty alphabet (no token tested, none declared) is refused at its output.
     """
+    require_alphabet(program)
     lowered = lower_program(program, mode, max_len)
     builder, forms = lowered.builder, lowered.forms
     guarantee = _guarantee(program, lowered.rounding, max_len if mode == "relu" else None)

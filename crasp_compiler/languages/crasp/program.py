@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from crasp_compiler.errors import CraspError
+from crasp_compiler.errors import CraspError, Diagnostic
 from crasp_compiler.files import read_program_text
 from crasp_compiler.languages.crasp import build_program
 from crasp_compiler.languages.crasp.nodes import Program, TokenIs, walk
@@ -61,6 +61,28 @@ def with_alphabet(program: Program, alphabet: Iterable[str]) -> Program:
         source=program.source,
         filename=program.filename,
         warnings=program.warnings,
+    )
+
+
+def require_alphabet(program: Program) -> Program:
+    """``program``, unless its alphabet is empty (it declares none and tests no token):
+    a model or a training task needs tokens to read, so that is an error at the output
+    that decides (the acceptance output, else the first)."""
+    if program.alphabet:
+        return program
+    name = program.accept or (program.outputs[0] if program.outputs else None)
+    span = program[name].span if name is not None and name in program else None
+    raise CraspError(
+        [
+            Diagnostic(
+                "the program tests no token, so it has no alphabet: a model needs at "
+                "least one token to read",
+                span,
+                'declare one in the program (`alphabet "a", "b"`) or give it with --alphabet',
+            )
+        ],
+        program.source,
+        program.filename,
     )
 
 
