@@ -90,6 +90,73 @@ _RULE_TEXT = {
     "int": "round(out)",
     "value": "out",
 }
+# The cfg fields (TransformerLens config keywords) a reader accepts. The export writes the
+# sizes and these fields; a field that changes what TransformerLens builds (layer norm,
+# rotary positions, gated or parallel MLPs, another attention scale …) is accepted only
+# at the value under which it computes what crasp does, and one that changes nothing
+# (names, hooks, initialisation) at any value. Any other field is refused: the model it
+# builds could differ from the one crasp checks. ``act_fn`` must be the one the MLP units
+# of the model header have (relu, or gelu_new for tanh-GELU units).
+_SIZES = ("n_layers", "d_model", "n_ctx", "d_head", "n_heads", "d_mlp", "d_vocab", "d_vocab_out")
+_WRITTEN = {
+    "normalization_type": None,
+    "attn_only": False,
+    "positional_embedding_type": "standard",
+    "use_attn_scale": True,
+    "default_prepend_bos": True,
+}
+_NEUTRAL: dict[str, object] = {
+    "attn_scale": -1.0,
+    "attention_dir": "causal",
+    "parallel_attn_mlp": False,
+    "gated_mlp": False,
+    "final_rms": False,
+    "uses_rms_norm": False,
+    "post_embedding_ln": False,
+    "use_normalization_before_and_after": False,
+    "layer_norm_folding": False,
+    "rotary_dim": None,
+    "use_local_attn": False,
+    "window_size": None,
+    "attn_types": None,
+    "scale_attn_by_inverse_layer_idx": False,
+    "attn_scores_soft_cap": -1.0,
+    "output_logits_soft_cap": -1.0,
+    "use_qk_norm": False,
+    "n_key_value_heads": None,
+    "ungroup_grouped_query_attention": False,
+    "num_experts": None,
+    "experts_per_token": None,
+    "tie_word_embeddings": False,
+    "scale_embedding": None,
+    "relative_attention_max_distance": None,
+    "relative_attention_num_buckets": None,
+    "per_layer_head_dim": None,
+    "per_layer_num_key_value_heads": None,
+    "original_architecture": None,
+    "architecture": None,
+    "load_in_4bit": False,
+    "trust_remote_code": False,
+    "n_devices": 1,
+}
+_INERT = frozenset(
+    {
+        "model_name",
+        "seed",
+        "init_mode",
+        "initializer_range",
+        "init_weights",
+        "use_attn_result",
+        "use_split_qkv_input",
+        "use_hook_mlp_in",
+        "use_attn_in",
+        "use_hook_tokens",
+        "n_params",
+        "eps",  # read by layer norms only, and there are none
+    }
+)
+_ACT_FNS = {"relu": "relu", "gelu": "gelu_new"}  # crasp activation -> TransformerLens act_fn
+
 _HINT = (
     "TransformerLens models need causal softmax heads without relative bias and one MLP "
     "activation (relu or gelu_new) without layer norm: compile with mode='relu'"
@@ -110,7 +177,7 @@ def _obstacles(model: Model) -> tuple[list[str], str]:
                 name = _WEIGHTING_NAMES.get(head.weighting, f"{head.weighting!r} attention")
                 problems.append(f"{where} uses {name}")
             if head.mask != "causal":
-                problems.append(f"{where} has mask {head.mask!r} (only 'causal' fits)")
+                problems.append(f"{where} has mask {str(head.mask)!r} (only 'causal' fits)")
             offsets = sorted(k for k, v in head.bias.items() if v != 0)
             if offsets:
                 listed = ", ".join(str(k) for k in offsets)
@@ -134,7 +201,7 @@ def _obstacles(model: Model) -> tuple[list[str], str]:
             f"the MLPs mix {units['relu']} relu and {units['gelu']} gelu unit(s) "
             "(TransformerLens has one act_fn)"
         )
-    act_fn = "gelu_new" if units["gelu"] and not units["relu"] else "relu"
+    act_fn = _ACT_FNS["gelu"] if units["gelu"] and not units["relu"] else _ACT_FNS["relu"]
     return problems, act_fn
 
 
@@ -256,10 +323,7 @@ def lens_state_dict(
             "see crasp_compiler.export.lens_loader.to_transformer_lens."
         ),
         "dtype": "float64",
-        "outputs": [
-            {"name": out.name, "column": k, "rule": out.rule, "decision": _RULE_TEXT[out.rule]}
-            for k, out in enumerate(model.outputs)
-        ],
+        "outputs": _outputs_section(model),
         "accept": model.accept,
         "guarantee": {"text": model.guarantee.text, "max_len": model.guarantee.max_len},
         "positional_features": list(model.features),
@@ -273,6 +337,14 @@ def lens_state_dict(
         "model": model_parts(model, dense_only=True)[0],
     }
     return state, {"format": FORMAT, "version": VERSION, "cfg": cfg, "crasp": crasp}
+
+
+def _outputs_section(model: Model) -> list[dict[str, Any]]:
+    """The config's ``crasp.outputs``: per logit column, its output and decision rule."""
+    return [
+        {"name": out.name, "column": k, "rule": out.rule, "decision": _RULE_TEXT[out.rule]}
+        for k, out in enumerate(model.outputs)
+    ]
 
 
 def export_lens(
@@ -313,21 +385,84 @@ def read_lens_config(path: str | Path) -> dict[str, Any] | None:
         raise CraspError(f"cannot read export config: {err}", filename=str(config_path)) from None
     if not isinstance(config, dict) or config.get("format") != FORMAT:
         return None
-    if config.get("version") != VERSION:
+    version = config.get("version")
+    if type(version) is not int or version != VERSION:
         raise CraspError(
-            f"unsupported lens export version {config.get('version')!r} (this version reads "
+            f"unsupported lens export version {version!r} (this version reads "
             f"{VERSION}; export the model again)",
             filename=str(config_path),
         )
+    problem = _cfg_problem(config.get("cfg"))
+    if problem:
+        raise CraspError(f"invalid lens export: {problem}", filename=str(config_path))
     return config
+
+
+def _same(value: object, want: object) -> bool:
+    """JSON ``value`` equals ``want`` as the same kind of value (``true`` is not ``1``,
+    ``-1`` is ``-1.0``)."""
+    if want is None or isinstance(want, bool | str):
+        return type(value) is type(want) and value == want
+    return type(value) in (int, float) and value == want
+
+
+def _json(value: object) -> str:
+    """``value`` as the config writes it, cut to a readable length."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _cfg_problem(cfg: object) -> str | None:
+    """Why the config's ``cfg`` does not describe the model crasp computes (None if it
+    does; see :data:`_WRITTEN`): its sizes must be integers, each field known."""
+    if not isinstance(cfg, dict):
+        return "'cfg' is not a JSON object"
+    for key in _SIZES:
+        value = cfg.get(key)
+        least = 0 if key in ("n_layers", "d_vocab_out") else 1
+        if type(value) is not int or value < least:  # the weights' shapes bound them
+            return f"cfg field {key!r} is {_json(value)}, not a size (an integer >= {least})"
+    act_fn = cfg.get("act_fn")
+    if act_fn not in _ACT_FNS.values():
+        return (
+            f"cfg field 'act_fn' is {_json(act_fn)}: TransformerLens would compute another "
+            f"activation than crasp models have ({', '.join(map(_json, _ACT_FNS.values()))})"
+        )
+    for key, want in (*_WRITTEN.items(), *_NEUTRAL.items()):
+        if key in _WRITTEN and key not in cfg:
+            return (
+                f"cfg field {key!r} is missing (crasp computes the model it is {_json(want)} for)"
+            )
+        if key in cfg and not _same(cfg[key], want):
+            return (
+                f"cfg field {key!r} is {_json(cfg[key])}: TransformerLens would build "
+                f"another model than the one crasp computes (which needs {_json(want)})"
+            )
+    known = {*_SIZES, "act_fn", *_WRITTEN, *_NEUTRAL, *_INERT}
+    unknown = sorted(str(key) for key in cfg if key not in known)
+    if unknown:
+        return (
+            f"cfg field(s) {', '.join(map(repr, unknown))} are not ones a crasp lens export "
+            "has: TransformerLens could build another model than the one crasp computes"
+        )
+    return None
 
 
 def load_lens_export(path: str | Path) -> Model:
     """A crasp :class:`Model` rebuilt from a lens export directory (or its ``config.json``):
     the weights are the directory's, unpadded, with the positional table as ``onehot:t``
     features for ``t < n_ctx`` and the guarantee capped at ``n_ctx − 1`` tokens. Padding
-    that is not zero, nonzero biases or shapes that disagree with the config raise
-    :class:`CraspError` (such weights are no longer a crasp model)."""
+    that is not zero, nonzero biases, shapes that disagree with the config, or a config
+    under which TransformerLens computes another model raise :class:`CraspError` (such
+    weights are no longer a crasp model)."""
+    return read_lens_export(path)[2]
+
+
+def read_lens_export(path: str | Path) -> tuple[dict[str, Any], dict[str, np.ndarray], Model]:
+    """The config, the weights and the crasp model (:func:`load_lens_export`) of a lens
+    export, checked against each other: the model is one the export would write with
+    this ``cfg`` (its act_fn, softmax heads, …), and the ``crasp`` section's vocabulary,
+    outputs and residual labels are the model's."""
     path = Path(path)
     directory = path.parent if path.name == CONFIG_FILE else path
     config = read_lens_config(directory)
@@ -352,7 +487,25 @@ def load_lens_export(path: str | Path) -> Model:
         header, arrays = _model_arrays(config, state)
     except (KeyError, TypeError, ValueError, IndexError) as err:
         raise CraspError(f"invalid lens export: {err}", filename=str(directory)) from None
-    return model_from_parts(header, arrays, filename=str(directory))
+    model = model_from_parts(header, arrays, filename=str(directory))
+    problems, act_fn = _obstacles(model)
+    crasp = config["crasp"]
+    if problems:
+        problem = f"the model header is not one TransformerLens computes ({problems[0]})"
+    elif config["cfg"]["act_fn"] != act_fn and model.mlp_width > 0:  # act(0) = 0 for both
+        problem = (
+            f"cfg field 'act_fn' is {_json(config['cfg']['act_fn'])}, but the model's MLP "
+            f"units are {_json(act_fn)} units"
+        )
+    elif (
+        crasp.get("vocab") != model.vocab or type(crasp.get("bos_id")) is not int or crasp["bos_id"]
+    ):
+        problem = "the crasp section's 'vocab' or 'bos_id' is not the model's vocabulary"
+    elif crasp.get("outputs") != _outputs_section(model) or crasp.get("residual") != model.residual:
+        problem = "the crasp section's 'outputs' or 'residual' are not the model's"
+    else:
+        return config, state, model
+    raise CraspError(f"invalid lens export: {problem}", filename=str(directory / CONFIG_FILE))
 
 
 def _model_arrays(
@@ -366,8 +519,6 @@ def _model_arrays(
     want = _shapes(cfg)
     if {k: v.shape for k, v in state.items()} != want:
         raise ValueError("the weights' names or shapes do not match the config")
-    if not cfg.get("use_attn_scale", False) or cfg.get("attn_scale", -1.0) not in (-1, -1.0):
-        raise ValueError("the config must divide attention scores by √d_head")
     zero = [k for k in state if k.rsplit(".", 1)[-1] in ("b_Q", "b_K", "b_V", "b_O", "b_U")]
     if any(state[k].any() for k in zero):
         raise ValueError("attention and unembed biases must be zero")
@@ -385,6 +536,11 @@ def _model_arrays(
     if guarantee.get("max_len") is None or guarantee["max_len"] > n_ctx - 1:
         guarantee["max_len"] = n_ctx - 1
         guarantee["text"] = f"{guarantee['text']} (lens export: at most {n_ctx - 1} tokens)"
+        if isinstance(guarantee.get("dtypes"), dict):  # no float limit beyond the table
+            guarantee["dtypes"] = {
+                key: min(limit, n_ctx - 1) if type(limit) is int else limit
+                for key, limit in guarantee["dtypes"].items()
+            }
     header["guarantee"] = guarantee
     dims = crasp["head_dims"]
     if len(header["layers"]) != cfg["n_layers"] or len(dims) != cfg["n_layers"]:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from crasp_compiler.errors import CraspError
-from crasp_compiler.export.lens import lens_state_dict, read_lens_config
+from crasp_compiler.export.lens import lens_state_dict, read_lens_export
 from crasp_compiler.model.model import Model
 
 
@@ -140,7 +140,9 @@ def to_transformer_lens(
 ) -> LensModel:
     """A ready TransformerLens model of ``source`` (a compiled model, or a lens export
     directory), float64 and exact: a ``TransformerBridge`` on 4.x, a
-    ``HookedTransformer`` on 3.x. ``n_ctx`` as in :func:`lens_state_dict` (models only)."""
+    ``HookedTransformer`` on 3.x. ``n_ctx`` as in :func:`lens_state_dict` (models only).
+    A directory is read as :func:`~crasp_compiler.export.lens.read_lens_export` reads it:
+    a config under which TransformerLens would build another model is refused."""
     version = transformer_lens_version()
     if version is None:
         raise CraspError("TransformerLens is not installed: pip install 'crasp-compiler[lens]'")
@@ -155,15 +157,7 @@ def to_transformer_lens(
     else:
         if n_ctx is not None:
             raise CraspError("n_ctx applies to models, not export directories")
-        directory = Path(source)
-        directory = directory.parent if directory.name == "config.json" else directory
-        found = read_lens_config(directory)
-        if found is None:
-            raise CraspError("not a crasp lens export", filename=str(directory))
-        config = found
-        from safetensors.numpy import load_file
-
-        state = load_file(str(directory / "model.safetensors"))
+        config, state, _ = read_lens_export(source)  # refused unless it is what crasp checks
     tensors = {k: torch.from_numpy(np.asarray(v, dtype=np.float64)) for k, v in state.items()}
     model = (_bridge if major >= 4 else _hooked)(config["cfg"], tensors, device)
     model.eval()

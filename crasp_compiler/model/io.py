@@ -20,8 +20,12 @@ above 16 MiB must not deflate more than 1000:1, and the archive must hold at mos
 :data:`MAX_MODEL_BYTES` (4 GiB) uncompressed. Another budget is set by
 ``load_model(path, max_bytes=N)`` or by the environment variable ``CRASP_MAX_MODEL_BYTES``
 (a number of bytes). The JSON header may nest :data:`MAX_HEADER_DEPTH` levels; positions,
-bias offsets and machine counts are at most :data:`MAX_INTEGER`. The header must agree with
-itself: a ``relu`` C-RASP model's guarantee is its ``options.max_len``, a PCOC model's is
+bias offsets and machine counts are at most :data:`MAX_INTEGER`. Header values have the
+types they are written with: the version an integer (``true`` is not 1), tokens, labels and
+names strings, scales, biases and bounds finite JSON numbers (not Booleans or strings),
+and ``info.definitions`` (what ``crasp info`` and ``crasp show`` read) maps each definition
+to a residual form, labels to finite numbers. The header must agree with itself: a
+``relu`` C-RASP model's guarantee is at most its ``options.max_len``, a PCOC model's is
 its ``info.n`` machines, and the source parses as the language ``info.language`` names,
 with the model's inputs and outputs.
 """
@@ -31,6 +35,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import zipfile
 import zlib
 from collections.abc import Callable, Mapping
@@ -86,6 +91,7 @@ BUDGET_VARIABLE = "CRASP_MAX_MODEL_BYTES"
 MAX_HEADER_DEPTH = 64
 MAX_HEADER_CHARS = 1 << 26
 MAX_INTEGER = 2**31 - 1  # positions, bias offsets, machine counts
+_OFFSET = re.compile(r"-?(0|[1-9][0-9]{0,99})")  # a bias offset as the header writes it
 _RATIO_FLOOR = 16 << 20  # members above this size ...
 _MAX_RATIO = 1000  # ... must not deflate more than this
 
@@ -291,6 +297,26 @@ def _expect(condition: bool, message: str) -> None:
         raise _Invalid(message)
 
 
+def finite_number(value: Any) -> bool:
+    """Whether a header value is a JSON number (not a Boolean) that is a finite float64."""
+    if type(value) not in (int, float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer beyond the float range
+        return False
+
+
+def _strings(header: dict[str, Any], key: str) -> list[str]:
+    """The header's list ``key``, whose entries must be strings."""
+    values = header[key]
+    _expect(
+        all(isinstance(value, str) for value in values),
+        f"header field {key!r} must list strings",
+    )
+    return list(values)
+
+
 def _array(data: _Source, name: str, shape: tuple[int, ...]) -> NDArray[Any]:
     array = _member(data, name)
     _expect(array.dtype.kind == "f", f"array {name!r} is not floating point")
@@ -400,7 +426,7 @@ def _header(header: Any) -> dict[str, Any]:
     _expect(header.get("format") == FORMAT, "not a crasp model file (wrong format name)")
     version = header.get("version")
     _expect(
-        version in READABLE_VERSIONS,
+        type(version) is int and version in READABLE_VERSIONS,
         f"unsupported format version {version!r} (this crasp_compiler reads versions "
         f"{', '.join(map(str, READABLE_VERSIONS))})",
     )
@@ -423,16 +449,17 @@ def _header(header: Any) -> dict[str, Any]:
 
 def _parse(raw_header: Any, data: _Source) -> Model:
     header = _header(raw_header)
-    vocab = [str(v) for v in header["vocab"]]
+    vocab = _strings(header, "vocab")
     _expect(len(vocab) >= 1 and vocab[0] == BOS, "the vocabulary must start with BOS")
     _expect(len(set(vocab)) == len(vocab), "the vocabulary has duplicates")
-    features = [str(f) for f in header["features"]]
+    features = _strings(header, "features")
     for name in features:
         try:
             check_feature(name)
         except ValueError as err:
             raise _Invalid(f"header field 'features': {err}") from None
-    d = len(header["residual"])
+    residual = _strings(header, "residual")
+    d = len(residual)
     w_e = _array(data, "w_e", (len(vocab), d))
     w_p = _matrix(data, "w_p", (d, len(features)))
     if header["version"] == 1:
@@ -466,30 +493,35 @@ def _parse(raw_header: Any, data: _Source) -> Model:
             )
             dk, dv = _rows(data, f"{prefix}.w_q"), _rows(data, f"{prefix}.w_v")
             _expect(dk >= 1 and dv >= 1, f"{where}: malformed projection shapes")
-            try:
-                bias = {int(k): float(v) for k, v in dict(hs.get("bias", {})).items()}
-                scale = float(hs.get("scale", 1.0))
-            except (TypeError, ValueError, OverflowError):
-                raise _Invalid(f"{where}: malformed bias or scale") from None
+            raw_bias, scale = hs.get("bias", {}), hs.get("scale", 1.0)
             _expect(
-                all(map(math.isfinite, [scale, *bias.values()])),
+                isinstance(raw_bias, dict)
+                and all(_OFFSET.fullmatch(k) for k in raw_bias)
+                and all(type(v) in (int, float) for v in [scale, *raw_bias.values()]),
+                f"{where}: malformed bias or scale (numbers, bias offsets integers)",
+            )
+            _expect(
+                all(map(finite_number, [scale, *raw_bias.values()])),
                 f"{where}: non-finite bias or scale",
             )
+            bias = {int(k): float(v) for k, v in raw_bias.items()}
             _expect(
                 all(abs(offset) <= MAX_INTEGER for offset in bias),
                 f"{where}: a bias offset is beyond ±{MAX_INTEGER:,}",
             )
+            label = hs.get("label", "")
+            _expect(isinstance(label, str), f"{where}: the label is not a string")
             heads.append(
                 Head(
                     _matrix(data, f"{prefix}.w_q", (dk, d)),
                     _matrix(data, f"{prefix}.w_k", (dk, d)),
                     _matrix(data, f"{prefix}.w_v", (dv, d)),
                     _matrix(data, f"{prefix}.w_o", (d, dv)),
-                    scale,
+                    float(scale),
                     bias,
                     Weighting(hs["weighting"]),
                     Mask(hs["mask"]),
-                    str(hs.get("label", "")),
+                    label,
                     HeadKind(hs["kind"]) if "kind" in hs else None,
                 )
             )
@@ -538,11 +570,14 @@ def _parse(raw_header: Any, data: _Source) -> Model:
         layers.append(Layer(heads, mlp))
     outputs = []
     for k, spec in enumerate(header["outputs"]):
-        _expect(isinstance(spec, dict) and spec.get("rule") in RULES, f"output {k} is malformed")
+        _expect(
+            isinstance(spec, dict)
+            and spec.get("rule") in RULES
+            and isinstance(spec.get("name"), str),
+            f"output {k} is malformed (a name and one of the rules {', '.join(RULES)})",
+        )
         outputs.append(
-            Output(
-                str(spec.get("name")), _array(data, f"output{k}.weights", (d,)), Rule(spec["rule"])
-            )
+            Output(spec["name"], _array(data, f"output{k}.weights", (d,)), Rule(spec["rule"]))
         )
     accept = header.get("accept")
     _expect(
@@ -565,6 +600,8 @@ def _parse(raw_header: Any, data: _Source) -> Model:
     extra = sorted(set(data.files) - expected)
     _expect(not extra, f"unexpected array(s) for parts the header does not declare: {extra}")
     guarantee = _guarantee(header["guarantee"], inputs)
+    info = dict(header.get("info") or {})
+    _check_definitions(info.get("definitions"))
     model = Model(
         vocab=vocab,
         w_e=w_e,
@@ -572,19 +609,42 @@ def _parse(raw_header: Any, data: _Source) -> Model:
         w_p=w_p,
         layers=layers,
         outputs=outputs,
-        residual=[str(r) for r in header["residual"]],
+        residual=residual,
         occupants=_occupants(header.get("occupants"), d, 2 * len(layers)),
         guarantee=guarantee,
         accept=accept,
         options=dict(header.get("options") or {}),
         source=header.get("source") or "",
-        info=dict(header.get("info") or {}),
+        info=info,
         inputs=[str(name) for name in inputs],
         w_x=w_x,
     )
     _check_kinds(model)
     _check_origin(model)
     return model
+
+
+def _check_definitions(raw: Any) -> None:
+    """The header's ``info.definitions`` (what :func:`~crasp_compiler.show.data.definitions`
+    reads): absent, or each definition's name mapped to its residual form, residual
+    labels mapped to finite numbers."""
+    what = "header field info 'definitions'"
+    form = '(labels to finite numbers, such as {"C": 1, "D": -2})'
+    _expect(
+        raw is None or isinstance(raw, dict),
+        f"{what} must map definitions to residual forms {form}",
+    )
+    for name, terms in (raw or {}).items():
+        _expect(
+            isinstance(terms, dict) and all(map(finite_number, terms.values())),
+            f"{what}: {_clip(name)} is {_clip(terms)}, not a residual form {form}",
+        )
+
+
+def _clip(value: Any) -> str:
+    """``value`` as JSON, cut to a readable length."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def occupants_header(occupants: list[list[tuple[int, str]]] | None) -> list[list[Any]] | None:
@@ -768,8 +828,7 @@ def _guarantee(g: dict[str, Any], inputs: list[str]) -> Guarantee:
     _expect(
         isinstance(bounds, dict)
         and all(
-            key in inputs and type(bound) in (int, float) and math.isfinite(bound) and bound >= 0
-            for key, bound in bounds.items()
+            key in inputs and finite_number(bound) and bound >= 0 for key, bound in bounds.items()
         ),
         "malformed guarantee: 'input_bounds' must map numeric inputs to bounds >= 0",
     )
@@ -784,10 +843,7 @@ def _guarantee(g: dict[str, Any], inputs: list[str]) -> Guarantee:
     _expect(
         isinstance(errors, dict)
         and all(
-            key in FLOAT_DTYPES
-            and type(bound) in (int, float)
-            and math.isfinite(bound)
-            and bound >= 0
+            key in FLOAT_DTYPES and finite_number(bound) and bound >= 0
             for key, bound in errors.items()
         ),
         "malformed guarantee: 'errors' must map float64/float32 to finite bounds >= 0",

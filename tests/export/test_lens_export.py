@@ -484,6 +484,174 @@ def test_load_lens_export_rebuilds_the_model(tmp_path):
         load_model(out)
 
 
+@pytest.fixture
+def dyck_export(tmp_path) -> Path:
+    pytest.importorskip("safetensors")
+    return export_lens(compiled(EXAMPLES[0].parent / "dyck1.cr"), tmp_path / "lens", n_ctx=13)
+
+
+def edit_config(out: Path, edit) -> None:
+    config = json.loads((out / "config.json").read_text())
+    edit(config)
+    (out / "config.json").write_text(json.dumps(config))
+
+
+def set_cfg(key, value):
+    return lambda config: config["cfg"].update({key: value})
+
+
+@pytest.mark.parametrize(
+    ("edit", "fragment"),
+    [
+        (set_cfg("act_fn", "solu_ln"), "'act_fn' is \"solu_ln\""),
+        (set_cfg("act_fn", "gelu"), "'act_fn' is \"gelu\""),
+        (set_cfg("act_fn", "gelu_new"), 'MLP units are "relu" units'),
+        (set_cfg("act_fn", None), "'act_fn' is null"),
+        (set_cfg("normalization_type", "LN"), "'normalization_type' is \"LN\""),
+        (set_cfg("normalization_type", "RMSPre"), "'normalization_type'"),
+        (lambda c: c["cfg"].pop("normalization_type"), "'normalization_type' is missing"),
+        (set_cfg("positional_embedding_type", "rotary"), "'positional_embedding_type'"),
+        (set_cfg("positional_embedding_type", "shortformer"), "'positional_embedding_type'"),
+        (set_cfg("attn_only", True), "'attn_only' is true"),
+        (set_cfg("attn_only", 0), "'attn_only' is 0"),
+        (set_cfg("use_attn_scale", False), "'use_attn_scale' is false"),
+        (set_cfg("use_attn_scale", 1), "'use_attn_scale' is 1"),
+        (set_cfg("default_prepend_bos", False), "'default_prepend_bos'"),
+        (set_cfg("attn_scale", 1.0), "'attn_scale' is 1.0"),
+        (set_cfg("attn_scale", True), "'attn_scale' is true"),
+        (set_cfg("parallel_attn_mlp", True), "'parallel_attn_mlp'"),
+        (set_cfg("gated_mlp", True), "'gated_mlp'"),
+        (set_cfg("final_rms", True), "'final_rms'"),
+        (set_cfg("rotary_dim", 1), "'rotary_dim'"),
+        (set_cfg("n_key_value_heads", 1), "'n_key_value_heads'"),
+        (set_cfg("attention_dir", "bidirectional"), "'attention_dir'"),
+        (set_cfg("scale_attn_by_inverse_layer_idx", True), "'scale_attn_by_inverse_layer_idx'"),
+        (set_cfg("attn_scores_soft_cap", 30.0), "'attn_scores_soft_cap'"),
+        (set_cfg("tie_word_embeddings", True), "'tie_word_embeddings'"),
+        (set_cfg("trust_remote_code", True), "'trust_remote_code'"),
+        (set_cfg("dtype", "float32"), "'dtype'"),
+        (set_cfg("rotary_base", 500), "'rotary_base'"),
+        (set_cfg("tokenizer_name", "gpt2"), "'tokenizer_name'"),
+        (set_cfg("d_model", 11.0), "'d_model' is 11.0"),
+        (set_cfg("n_ctx", "13"), "'n_ctx' is \"13\""),
+        (set_cfg("n_heads", True), "'n_heads' is true"),
+        (set_cfg("n_layers", -1), "'n_layers' is -1"),
+        (lambda c: c.update(cfg=[1, 2]), "'cfg' is not a JSON object"),
+        (lambda c: c.update(version=True), "unsupported lens export version True"),
+        (lambda c: c.update(version=2.0), "unsupported lens export version 2.0"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_a_config_transformer_lens_would_read_differently_is_refused(dyck_export, edit, fragment):
+    """Fields of ``cfg`` that change what TransformerLens builds were accepted and ignored
+    by ``crasp info/run/check``, which then checked another model than TransformerLens
+    computes; each is refused, naming config.json and the field."""
+    edit_config(dyck_export, edit)
+    from crasp_compiler.api import load_model
+
+    with pytest.raises(CraspError) as caught:
+        load_model(dyck_export)
+    message = str(caught.value)
+    assert fragment in message and str(dyck_export / "config.json") in message, message
+    from click.testing import CliRunner
+
+    from crasp_compiler.cli import main
+
+    for args in (["info"], ["run", "--outputs"]):
+        result = CliRunner().invoke(main, [*args, str(dyck_export)], input="( )\n")
+        assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+        assert fragment in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        set_cfg("gated_mlp", False),
+        set_cfg("attn_scale", -1),
+        set_cfg("n_devices", 1),
+        set_cfg("rotary_dim", None),
+        set_cfg("seed", 3),
+        set_cfg("model_name", "mine"),
+        set_cfg("eps", 1e-6),
+        set_cfg("use_attn_result", True),
+    ],
+)
+def test_fields_that_change_nothing_are_accepted(dyck_export, edit):
+    from crasp_compiler.api import load_model
+
+    edit_config(dyck_export, edit)
+    model = compiled(EXAMPLES[0].parent / "dyck1.cr")
+    rebuilt = load_model(dyck_export)
+    words = [list("(()())"), list("(()"), []]
+    assert (run(rebuilt, words).values["D"] == run(model, words).values["D"]).all()
+
+
+def test_any_act_fn_of_the_two_fits_a_model_without_mlp_units(tmp_path):
+    """Padding MLPs are all zero, and relu(0) = gelu_new(0) = 0."""
+    pytest.importorskip("safetensors")
+    from crasp_compiler.api import load_model
+
+    model = hand_model(np.random.default_rng(3), [([(1, 2)], None)])
+    out = export_lens(model, tmp_path / "lens", n_ctx=6)
+    edit_config(out, set_cfg("act_fn", "gelu_new"))
+    assert load_model(out).layers[0].mlp is None
+    edit_config(out, set_cfg("act_fn", "silu"))
+    with pytest.raises(CraspError, match="'act_fn' is \"silu\""):
+        load_model(out)
+
+
+def test_an_export_with_a_short_context_reads_back(dyck_export):
+    """A relu model (max_len 64) exported with n_ctx 13 is read as a model exact up to
+    12 tokens, float limits included (its guarantee once exceeded its float limits'
+    cap and its compile options' max_len, and the file was refused)."""
+    from crasp_compiler.api import load_model
+
+    guarantee = load_model(dyck_export).guarantee
+    assert guarantee.max_len == 12 and set(guarantee.dtypes.values()) == {12}
+
+
+def _crasp_section(edit):
+    def apply(config):
+        edit(config["crasp"])
+
+    return apply
+
+
+def _relative_bias(crasp: dict) -> None:
+    head = crasp["model"]["layers"][0]["heads"][0]
+    head["bias"] = {"-1": 2.0}
+    del head["kind"]  # derived from the weights again
+
+
+def _first_head(key, value):
+    return _crasp_section(lambda c: c["model"]["layers"][0]["heads"][0].update({key: value}))
+
+
+@pytest.mark.parametrize(
+    ("edit", "fragment"),
+    [
+        (_first_head("weighting", "hard"), "average-hard attention"),
+        (_first_head("mask", "strict"), "mask 'strict'"),
+        (_crasp_section(_relative_bias), "relative position bias"),
+        (_crasp_section(lambda c: c.update(vocab=["<bos>", ")", "("])), "'vocab'"),
+        (_crasp_section(lambda c: c.update(bos_id=1)), "'bos_id'"),
+        (_crasp_section(lambda c: c.update(bos_id=False)), "'bos_id'"),
+        (_crasp_section(lambda c: c["outputs"][0].update(rule="count")), "'outputs'"),
+        (_crasp_section(lambda c: c["residual"].reverse()), "'residual'"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_a_crasp_section_that_is_not_the_lens_model_is_refused(dyck_export, edit, fragment):
+    """The model header in the config is what crasp checks; TransformerLens computes
+    causal softmax heads without bias, reads ``crasp.vocab`` and ``crasp.outputs``."""
+    from crasp_compiler.api import load_model
+
+    edit_config(dyck_export, edit)
+    with pytest.raises(CraspError) as caught:
+        load_model(dyck_export)
+    assert fragment in str(caught.value) and "config.json" in str(caught.value)
+
+
 def test_crasp_check_reads_a_lens_export(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("safetensors")

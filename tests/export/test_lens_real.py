@@ -76,6 +76,28 @@ def test_export_directory_loads_in_both(tmp_path):
     assert lens.logits("( )")[-1, 0].item() > 0.5
 
 
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("normalization_type", "LN"), ("act_fn", "solu_ln"), ("dtype", "float32"), ("seed", 1)],
+)
+def test_a_directory_is_loaded_as_crasp_checks_it(tmp_path, key, value):
+    """The loader reads a directory as ``crasp check`` does: a cfg under which
+    TransformerLens builds another model is refused before TransformerLens sees it (a
+    ``dtype`` once collided with the loader's own), one that changes nothing loads."""
+    model = compiled(EXAMPLES[0].parent / "dyck1.cr")
+    out = export_lens(model, tmp_path / "lens")
+    config = json.loads((out / "config.json").read_text())
+    config["cfg"][key] = value
+    (out / "config.json").write_text(json.dumps(config))
+    if key == "seed":
+        compare(to_transformer_lens(out), model, inputs_for(model, np.random.default_rng(1), 4))
+        return
+    with pytest.raises(
+        CraspError, match=f"config.json: error: invalid lens export: cfg field.*'{key}'"
+    ):
+        to_transformer_lens(out)
+
+
 def test_tokenizer():
     tok = WordTokenizer(["<bos>", "(", ")"])
     assert tok.encode("( ( )") == [0, 1, 1, 2]

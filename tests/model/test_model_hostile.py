@@ -319,6 +319,131 @@ def test_header_nesting_of_real_models_is_accepted(tmp_path):
     load_model(_raw_header(tmp_path, json.dumps(header)))
 
 
+# ---------------------------------------------------------------- header fields by schema
+
+
+def _definitions(value) -> Edit:
+    return lambda h, a: h["info"].update(definitions=value)
+
+
+@pytest.mark.parametrize(
+    "definitions",
+    [
+        {"D": 1},
+        ["D"],
+        "D",
+        7,
+        True,
+        [["D", {"D": 1}]],
+        {"D": ["D", 1]},
+        {"D": {"D": "1"}},
+        {"D": {"D": True}},
+        {"D": {"D": None}},
+        {"D": {"D": [1]}},
+        {"D": {"D": {"x": 1}}},
+        {"D": {"D": float("nan")}},
+        {"D": {"D": float("inf")}},
+        {"D": {"D": -float("inf")}},
+        {"D": {"D": 10**400}},
+        {"C_open": {"C_open": 1}, "D": {"D": 1, "V": "2"}},
+    ],
+    ids=repr,
+)
+def test_malformed_definitions_are_refused(tmp_path, definitions):
+    """``info.definitions`` (read by ``crasp info`` and ``crasp show``) once reached them
+    unchecked: a number for a form was an AttributeError, a string coefficient a
+    ValueError, a huge one an OverflowError."""
+    path = file_of(tmp_path, compiled("dyck1.cr"), _definitions(definitions))
+    message = refused(path, "invalid model file", "header field info 'definitions'")
+    assert "residual form" in message
+    for args in (("info", path), ("show", path, "( )", "-o", tmp_path / "x.html")):
+        result = cli(*args)
+        assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+        assert "info 'definitions'" in result.stderr and str(path) in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not (tmp_path / "x.html").exists()
+
+
+def test_wellformed_definitions_are_shown(tmp_path):
+    forms = {"D": {"D": 1}, "V": {"C_open": 1e300, "C_close": -3}, "E": {}}
+    path = file_of(tmp_path, compiled("dyck1.cr"), _definitions(forms))
+    assert load_model(path).info["definitions"] == forms
+    result = cli("info", path)
+    assert result.exit_code == 0, result.output
+    assert "V = 1e+300·C_open - 3·C_close" in result.output
+    assert cli("info", file_of(tmp_path, compiled("dyck1.cr"), _definitions(None))).exit_code == 0
+
+
+@pytest.mark.parametrize("version", [True, 4.0, "4", [4], None, 0, 5], ids=repr)
+def test_the_version_is_an_integer(tmp_path, version):
+    """``true == 1`` in Python: a JSON true read as version 1 (and its BOS conversion)."""
+    path = file_of(tmp_path, compiled("dyck1.cr"), lambda h, a: h.update(version=version))
+    refused(path, "invalid model file", f"unsupported format version {version!r}")
+
+
+def _output(key, value) -> Edit:
+    return lambda h, a: h["outputs"][0].update({key: value})
+
+
+@pytest.mark.parametrize(
+    ("edit", "fragment"),
+    [
+        (lambda h, a: h["vocab"].append(7), "'vocab' must list strings"),
+        (lambda h, a: h["vocab"].__setitem__(1, None), "'vocab' must list strings"),
+        (lambda h, a: h["residual"].__setitem__(0, 0), "'residual' must list strings"),
+        (lambda h, a: h.update(features=[["onehot", 1]]), "'features' must list strings"),
+        (_output("name", None), "output 0 is malformed"),
+        (_output("name", 3), "output 0 is malformed"),
+        (_head("label", ["L"]), "label is not a string"),
+        (_head("bias", {"1_0": 1.0}), "malformed bias or scale"),
+        (_head("bias", {" 1": 1.0}), "malformed bias or scale"),
+        (_head("bias", {"+1": 1.0}), "malformed bias or scale"),
+        (_head("bias", {"1.0": 1.0}), "malformed bias or scale"),
+        (_head("bias", {"01": 1.0}), "malformed bias or scale"),
+        (_head("bias", {"1": "1.5"}), "malformed bias or scale"),
+        (_head("bias", {"1": True}), "malformed bias or scale"),
+        (_head("bias", [[1, 1.0]]), "malformed bias or scale"),
+        (_head("bias", {"1": float("nan")}), "non-finite bias or scale"),
+        (_head("bias", {"9" * 200: 1.0}), "malformed bias or scale"),
+        (_head("bias", {"9" * 30: 1.0}), "bias offset is beyond"),
+        (_head("scale", "2"), "malformed bias or scale"),
+        (_head("scale", True), "malformed bias or scale"),
+        (_head("scale", None), "malformed bias or scale"),
+        (_head("scale", float("inf")), "non-finite bias or scale"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_header_values_of_the_wrong_type(tmp_path, edit, fragment):
+    """Values once converted with ``str``/``int``/``float`` (a number for a token, a
+    string for a scale, ``"1_0"`` for offset 10) are refused, naming the field."""
+    message = refused(file_of(tmp_path, compiled("dyck1.cr"), edit), "invalid model file")
+    assert fragment in message, message
+
+
+def test_an_integer_scale_loads_as_a_float(tmp_path):
+    model = load_model(file_of(tmp_path, compiled("dyck1.cr"), _head("scale", 3)))
+    assert model.layers[0].heads[0].scale == 3.0
+    assert type(model.layers[0].heads[0].scale) is float
+
+
+def test_huge_guarantee_numbers(tmp_path):
+    """``math.isfinite(10**400)`` raises OverflowError, which reached the user."""
+    model = compile_pcoc(load_pcoc(PCOC / "cumsum.pcoc"), 4)
+    assert model.guarantee.input_bounds
+
+    def bounds(header, arrays):
+        header["guarantee"]["input_bounds"] = dict.fromkeys(
+            header["guarantee"]["input_bounds"], 10**400
+        )
+
+    refused(file_of(tmp_path, model, bounds), "'input_bounds'")
+
+    def errors(header, arrays):
+        header["guarantee"]["errors"] = {"float64": -(10**400)}
+
+    refused(file_of(tmp_path, model, errors), "'errors'")
+
+
 # ---------------------------------------------------------------- PCOC info
 
 
@@ -371,6 +496,17 @@ _DROP = object()
         (lambda h, a: h.update(vocab=["<bos>", "x"]), "vocab"),
         (lambda h, a: h.update(accept="m"), "accept"),
         (lambda h, a: h["outputs"][0].update(rule="bool"), "rule"),
+        (_info("tolerance", "0.1"), "info 'tolerance'"),
+        (_info("tolerance", float("nan")), "info 'tolerance'"),
+        (_info("tolerance", -1), "info 'tolerance'"),
+        (_options("tolerance", True), "options 'tolerance'"),
+        (_info("rounding_estimate", 5), "rounding_estimate"),
+        (_info("rounding_estimate", {"float64": "x"}), "rounding_estimate"),
+        (_info("rounding_estimate", {"float16": 1.0}), "rounding_estimate"),
+        (_info("rounding_estimate", {"float64": 10**400}), "rounding_estimate"),
+        (_info("temperature", float("nan")), "temperature"),
+        (_info("temperature", 0), "temperature"),
+        (_info("temperature", True), "temperature"),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )
@@ -448,6 +584,15 @@ def _guarantee(max_len) -> Edit:
 def test_header_that_lies_about_its_guarantee(tmp_path, relu30, edit, fragment):
     message = refused(file_of(tmp_path, relu30, edit), "invalid model file")
     assert fragment in message, message
+
+
+def test_a_relu_model_may_claim_less_than_its_max_len(tmp_path, relu30):
+    """What a lens export with a shorter context writes: the guarantee within max_len."""
+
+    def shorter(header, arrays):
+        header["guarantee"].update(max_len=12, dtypes={"float64": 12, "float32": 12})
+
+    assert load_model(file_of(tmp_path, relu30, shorter)).guarantee.max_len == 12
 
 
 def test_unlimited_guarantee_of_a_relu_model_is_not_run(tmp_path, relu30):

@@ -211,8 +211,9 @@ class Crasp(Language):
         return parse_program(model.source, "<model source>", alphabet=model.vocab[1:])
 
     def check_header(self, model: Model) -> None:
-        """A C-RASP compile mode, for ``relu`` the guarantee up to ``options.max_len``,
-        and a source that parses with the model's outputs."""
+        """A C-RASP compile mode, for ``relu`` a guarantee up to ``options.max_len`` at most
+        (a lens export's is capped by its context), and a source that parses with the
+        model's outputs."""
         mode, max_len = model.options.get("mode"), model.options.get("max_len")
         expect(
             mode in MODES,
@@ -222,10 +223,11 @@ class Crasp(Language):
             max_len is None or (type(max_len) is int and max_len >= 0),
             f"header field options 'max_len' is {max_len!r}, not a length",
         )
+        claimed = model.guarantee.max_len
         expect(
-            mode != "relu" or (max_len is not None and model.guarantee.max_len == max_len),
-            f"the guarantee (max_len {model.guarantee.max_len!r}) is not that of a relu model "
-            f"compiled with options 'max_len' {max_len!r}: such a model is exact only up to it",
+            mode != "relu" or (max_len is not None and claimed is not None and claimed <= max_len),
+            f"the guarantee (max_len {claimed!r}) is not within that of a relu model compiled "
+            f"with options 'max_len' {max_len!r}: such a model is exact only up to it",
         )
         super().check_header(model)
 

@@ -28,8 +28,8 @@ from crasp_compiler.languages.pcoc.lower import MODES, TOKEN
 from crasp_compiler.languages.pcoc.nodes import Program
 from crasp_compiler.languages.pcoc.parse import PCOC_SUFFIXES, parse_pcoc
 from crasp_compiler.languages.registry import Item, Language, Option, Outputs, expect
-from crasp_compiler.model.io import MAX_INTEGER
-from crasp_compiler.model.model import BOS, Model
+from crasp_compiler.model.io import MAX_INTEGER, finite_number
+from crasp_compiler.model.model import BOS, FLOAT_DTYPES, Model
 
 
 def _vector_text(argument: str | None) -> tuple[str, str]:
@@ -339,8 +339,23 @@ class Pcoc(Language):
         expect(
             isinstance(info.get("theorem", {}), dict)
             and (benes == {} or (isinstance(benes, dict) and counts <= set(benes)))
-            and (temperature is None or type(temperature) in (int, float)),
+            and (temperature is None or (finite_number(temperature) and temperature > 0)),
             "header field info 'theorem', 'benes' or 'temperature' is malformed",
+        )
+        for where, tolerance in (("info", info), ("options", options)):
+            value = tolerance.get("tolerance")
+            expect(
+                value is None or (finite_number(value) and value >= 0),
+                f"header field {where} 'tolerance' is {value!r}, not a finite number >= 0",
+            )
+        estimate = info.get("rounding_estimate", {})
+        expect(
+            isinstance(estimate, dict)
+            and all(
+                key in FLOAT_DTYPES and finite_number(value) and value >= 0
+                for key, value in estimate.items()
+            ),
+            "header field info 'rounding_estimate' must map float64/float32 to finite numbers >= 0",
         )
         super().check_header(model)
 
