@@ -32,8 +32,8 @@ PANEL_COLUMNS = 6
 MAX_LABEL = 32
 # Agg draws at most this many pixels a side.
 MAX_SIDE = 1 << 16
-# Peak bytes per pixel of a figure drawn and saved (RGBA canvas, resampled images, the
-# encoder's copy), measured with a margin.
+# Bytes per pixel counted for a figure drawn and saved: a generous bound on the RGBA
+# canvas (4), its resampled image copies and the encoder's copy.
 BYTES_PER_PIXEL = 24
 # Cells outputs_figure writes a value into at most (beyond, the shading alone).
 MAX_ANNOTATED = 400
