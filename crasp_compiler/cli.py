@@ -543,46 +543,54 @@ def show_command(
     computes it. .html writes one self-contained page (no network access) where
     you pick a view and hover a cell for its row, position and value. PNG and SVG need
     matplotlib (pip install 'crasp-compiler[train]')."""
+    from crasp_compiler.budget import require_memory
+    from crasp_compiler.files import write_text
     from crasp_compiler.show import data as show_trace
 
     suffix = Path(output).suffix.lower()
     if suffix not in (".png", ".svg", ".html", ".htm"):
         raise click.UsageError(f"-o {output}: the suffix must be .png, .svg or .html")
+    folder = Path(output).parent
+    if not folder.is_dir():  # as `crasp compile -o`: no folder is created
+        raise CraspError("cannot write pictures: no such folder", filename=str(folder))
     model = api.load_model(model_file)
     item = show_trace.read_input(model, input, line)
-    with warnings_on_stderr():
-        run = show_trace.trace(model, item, on_beyond=beyond_guarantee)
+    length = show_trace.positions(model, item)
+    needed = show_trace.trace_bytes(model, length)
     if suffix in (".html", ".htm"):
-        from crasp_compiler.show.html import page
+        from crasp_compiler.show.html import page, page_bytes
 
-        Path(output).write_text(page(model, run, f"{Path(model_file).name} on {input or ''}"))
+        require_memory(
+            needed + page_bytes(model, length), f"the page of {length:,} positions", output
+        )
+        with warnings_on_stderr():
+            run = show_trace.trace(model, item, on_beyond=beyond_guarantee)
+        write_text(output, page(model, run, f"{Path(model_file).name} on {input or ''}"))
         click.echo(output)
         return
     from crasp_compiler.show import figures as show_figures
 
+    sizes = show_figures.figure_sizes(model, length, picture)
+    needed += show_figures.require_drawable(sizes, dpi, output)
+    require_memory(needed, f"the pictures of {length:,} positions", output)
+    with warnings_on_stderr():
+        run = show_trace.trace(model, item, on_beyond=beyond_guarantee)
+    stem = Path(output)
+    paths = {
+        "residual": output,
+        "attention": str(stem.with_suffix(f".attention{suffix}")),
+        "outputs": str(stem.with_suffix(f".outputs{suffix}")),
+        "program": str(stem.with_suffix(f".program{suffix}")),
+    }
     drawers = {
         "residual": show_figures.residual_figure,
         "attention": show_figures.attention_figure,
         "outputs": show_figures.outputs_figure,
         "program": lambda model, _: show_figures.program_figure(model),
     }
-    if picture != "all":
-        wanted = [(picture, output)]
-    else:
-        stem = Path(output)
-        wanted = [("residual", output)]
-        if run.patterns:
-            wanted.append(("attention", str(stem.with_suffix(f".attention{suffix}"))))
-        if run.outputs:
-            wanted.append(("outputs", str(stem.with_suffix(f".outputs{suffix}"))))
-        if show_trace.definitions(model):
-            wanted.append(("program", str(stem.with_suffix(f".program{suffix}"))))
-    for name, path in wanted:
-        figure = drawers[name](model, run)  # CraspError when matplotlib is missing
-        import matplotlib.pyplot as plt
-
-        figure.savefig(path, dpi=dpi)
-        plt.close(figure)
+    for name in sizes:
+        path = output if picture != "all" else paths[name]
+        show_figures.save(drawers[name](model, run), path, dpi)
         click.echo(path)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from crasp_compiler import api
+from crasp_compiler.budget import require_memory
 from crasp_compiler.errors import CraspError
 from crasp_compiler.model.model import Model
 from crasp_compiler.runtime import numpy_exec
@@ -24,6 +25,10 @@ CHANGED = 1e-9
 
 # The most residual values (positions × width × stages) a trace keeps in memory.
 MAX_VALUES = 1 << 26
+
+# Bytes a trace holds per residual value and per attention weight, with the temporaries
+# of the two forward passes (the outputs and the observed one), measured with a margin.
+TRACE_BYTES = 24
 
 # The observation points a trace keeps.
 KEPT = ("hook_pattern", "hook_resid_pre", "hook_resid_mid", "hook_resid_post")
@@ -78,6 +83,28 @@ def read_input(model: Model, argument: str | None, line: int = 1) -> Any:
     raise CraspError(f"no input on line {line}", filename=argument or "<stdin>")
 
 
+def positions(model: Model, item: Any) -> int:
+    """The positions (BOS included) of ``item``, an input of the model's language as
+    :func:`trace` takes it."""
+    language = api.model_language(model)
+    if isinstance(item, str) and language.name == "crasp":
+        item = item.split()
+    return len(language.model_inputs(model, [item])[0][0]) + 1
+
+
+def stage_count(model: Model) -> int:
+    """Residual stages of ``model``: the embedding, then each attention and each MLP."""
+    return 1 + sum(bool(layer.heads) + (layer.mlp is not None) for layer in model.layers)
+
+
+def trace_bytes(model: Model, positions: int) -> float:
+    """The bytes :func:`trace` holds at its peak on an input of ``positions`` positions:
+    the residual after every stage and every head's pattern, with temporaries."""
+    heads = sum(len(layer.heads) for layer in model.layers)
+    cells = positions * model.width * (stage_count(model) + 2) + positions**2 * (heads + 2)
+    return float(TRACE_BYTES * cells)
+
+
 def trace(model: Model, item: Any, *, on_beyond: str = "error") -> Trace:
     """Run ``model`` on one input of its language (C-RASP: a token list or string; PCOC:
     an input-vector array, one row per input slot) and record what the pictures show."""
@@ -85,7 +112,7 @@ def trace(model: Model, item: Any, *, on_beyond: str = "error") -> Trace:
     if isinstance(item, str) and language.name == "crasp":
         item = item.split()
     tokens, values = language.model_inputs(model, [item])
-    stages = 1 + sum(bool(layer.heads) + (layer.mlp is not None) for layer in model.layers)
+    stages = stage_count(model)
     size = (len(tokens[0]) + 1) * model.width * stages
     if size > MAX_VALUES:
         raise CraspError(
@@ -93,6 +120,7 @@ def trace(model: Model, item: Any, *, on_beyond: str = "error") -> Trace:
             f"{stages} residual stages is {size:,} values (at most {MAX_VALUES:,}); "
             "`crasp info` summarises the model"
         )
+    require_memory(trace_bytes(model, len(tokens[0]) + 1), "tracing the input")
     result = api.run(model, [item], on_beyond=on_beyond)
     ids = np.zeros((1, len(tokens[0]) + 1), dtype=np.int64)
     ids[0, 1:] = model.token_ids(list(tokens[0]))

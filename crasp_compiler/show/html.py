@@ -10,11 +10,25 @@ import json
 import math
 from typing import Any
 
+from crasp_compiler.budget import require_memory
 from crasp_compiler.model.model import Model
-from crasp_compiler.show.data import Trace, definitions, layout_groups, trace
+from crasp_compiler.show.data import (
+    Trace,
+    definitions,
+    layout_groups,
+    positions,
+    stage_count,
+    trace,
+)
 
 # Residual rows the page carries at most (those ever nonzero first when there are more).
 MAX_ROWS = 400
+# Peak bytes building the page takes per value it carries (the values as Python numbers,
+# their JSON text, the page and its UTF-8 copy), measured with a margin.
+PAGE_BYTES = 100
+# Characters of the data block ``json.dumps`` writes as ``\uXXXX`` so that no HTML
+# parser state (``</script>``, ``<!--``) can begin inside it.
+_HTML_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
 
 
 def _number(value: Any) -> float | str | None:
@@ -141,11 +155,22 @@ text.changed { fill: #a06000; font-weight: bold; }
 """
 
 
+def page_bytes(model: Model, positions: int) -> float:
+    """The bytes :func:`page` takes at its peak on an input of ``positions`` positions
+    (BOS included), from the values its views carry."""
+    heads = sum(len(layer.heads) for layer in model.layers)
+    rows = stage_count(model) * min(model.width, MAX_ROWS) + heads * positions + len(model.outputs)
+    return float(PAGE_BYTES * rows * positions)
+
+
 def page(model: Model, item: Any, title: str = "crasp show") -> str:
-    """The HTML page (a string) for ``model`` on one input of its language."""
+    """The HTML page (a string) for ``model`` on one input of its language; CraspError
+    before anything is computed when the page would not fit the memory budget."""
+    length = len(item.positions) if isinstance(item, Trace) else positions(model, item)
+    require_memory(page_bytes(model, length), f"the page of {length:,} positions")
     run = item if isinstance(item, Trace) else trace(model, item)
     data = {"views": _views(run)}
-    payload = json.dumps(data, allow_nan=False).replace("</", "<\\/")
+    payload = json.dumps(data, allow_nan=False).translate(_HTML_SAFE)
     defs = definitions(model)
     if defs:
         head = "<tr><th>definition</th><th>residual form</th><th>computed at</th></tr>"

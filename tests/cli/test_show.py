@@ -5,8 +5,10 @@ SVG and one self-contained HTML page (loaded in headless Chromium when one exist
 
 from __future__ import annotations
 
+import errno
 import functools
 import html
+import json
 import re
 import shutil
 import subprocess
@@ -57,6 +59,16 @@ def dyck():
     return api.compile(api.load(DYCK))
 
 
+# Tokens an HTML parser or matplotlib's mathtext would read as markup.
+HOSTILE = 'A = # "<!--<script>"\nB = # "$\\\\foo$"\nD = A > B\n'
+HOSTILE_INPUT = "<!--<script> $\\foo$ <!--<script>"
+
+
+@functools.cache
+def hostile():
+    return api.compile(api.load(HOSTILE, "crasp"))
+
+
 @functools.cache
 def cumsum():
     return api.compile(api.load(CUMSUM), n=4)
@@ -69,6 +81,7 @@ def files(tmp_path_factory):
 
     save_model(dyck(), folder / "dyck1.npz")
     save_model(cumsum(), folder / "cumsum.npz")
+    save_model(hostile(), folder / "hostile.npz")
     (folder / "vectors.txt").write_text("1 2 3 4\n-1 5 0 2\n")
     return folder
 
@@ -291,6 +304,166 @@ def test_html_in_headless_chromium(files, tmp_path):
     pixels = matplotlib.image.imread(shot)
     colours = np.unique(pixels.reshape(-1, pixels.shape[-1]), axis=0)
     assert len(colours) > 10
+
+
+# ---------------------------------------------------------------- hostile text
+
+
+def _data_block(text: str) -> str:
+    return re.search(r'<script type="application/json" id="data">(.*?)</script>', text, re.S)[1]
+
+
+def test_html_data_block_escapes_markup(files, tmp_path):
+    """No ``<``, ``>`` or ``&`` in the data block: ``<!--<script`` in a token would put
+    the HTML parser in its "script data double escaped" state, which swallows the
+    viewer's script."""
+    ok("show", files / "hostile.npz", HOSTILE_INPUT, "-o", tmp_path / "h.html")
+    block = _data_block((tmp_path / "h.html").read_text())
+    assert not set("<>&") & set(block)
+    views = json.loads(block)["views"]
+    assert views[0]["columns"][1] == "<!--<script>" and views[0]["columns"][2] == "$\\foo$"
+    assert "token:<!--<script>" in views[0]["rows"]
+
+
+@pytest.mark.parametrize("suffix", [".png", ".svg"])
+def test_figure_text_is_drawn_as_written(files, tmp_path, suffix):
+    """``$\\foo$`` is a token, not mathtext (which refuses it with a traceback)."""
+    out = ok("show", files / "hostile.npz", HOSTILE_INPUT, "-o", tmp_path / f"h{suffix}")
+    assert len(out.output.split()) == 4
+    if suffix == ".svg":  # the SVG writer keeps each text as a comment beside its glyphs
+        assert "<!-- $\\foo$ -->" in (tmp_path / "h.svg").read_text()
+
+
+def test_figures_make_no_mathtext():
+    import matplotlib.pyplot as plt
+    from matplotlib.text import Text
+
+    model = hostile()
+    figures = all_figures(model, HOSTILE_INPUT)
+    texts = [t for f in figures for t in f.findobj(Text) if "$" in t.get_text()]
+    assert texts and not any(t.get_parse_math() for t in texts)
+    plt.close("all")
+
+
+@pytest.mark.skipif(_chromium() is None, reason="no chromium binary")
+def test_hostile_tokens_still_render_in_headless_chromium(files, tmp_path):
+    ok("show", files / "hostile.npz", HOSTILE_INPUT, "-o", tmp_path / "h.html")
+    browser = [_chromium(), "--headless", "--disable-gpu", "--no-sandbox", "--no-first-run"]
+    browser += ["--enable-logging=stderr", "--v=0", f"--user-data-dir={tmp_path / 'profile'}"]
+    dump = subprocess.run(
+        [*browser, "--dump-dom", (tmp_path / "h.html").as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "CONSOLE" not in dump.stderr and "Uncaught" not in dump.stderr, dump.stderr
+    views = len(json.loads(_data_block((tmp_path / "h.html").read_text()))["views"])
+    assert f'data-ready="{views}"' in dump.stdout
+    columns = re.findall(r'<text[^>]*class="col">([^<]*)</text>', dump.stdout)
+    assert [html.unescape(c) for c in columns] == ["ε", *HOSTILE_INPUT.split()]
+
+
+# ---------------------------------------------------------------- writing files
+
+
+def test_show_into_a_missing_folder_names_it(files, tmp_path):
+    for name in ("x.png", "x.html"):
+        result = invoke("show", files / "dyck1.npz", "( )", "-o", tmp_path / "no" / name)
+        assert result.exit_code == 1
+        assert result.stderr == f"{tmp_path / 'no'}: error: cannot write pictures: no such folder\n"
+    assert not (tmp_path / "no").exists()
+
+
+def _full_disk(target, *args, **kwargs):
+    """A write that puts part of its file down, then runs out of space."""
+    with open(target, "wb") as handle:
+        handle.write(b"\0" * 10)
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize("suffix", [".png", ".html"])
+def test_show_on_a_full_disk_leaves_nothing(files, tmp_path, monkeypatch, suffix):
+    from matplotlib.figure import Figure
+
+    monkeypatch.setattr(Figure, "savefig", lambda self, target, **_: _full_disk(target))
+    monkeypatch.setattr(Path, "write_bytes", _full_disk)
+    out = tmp_path / "out"
+    out.mkdir()
+    result = invoke("show", files / "dyck1.npz", "( )", "-o", out / f"d{suffix}")
+    assert result.exit_code == 1, result.output
+    assert result.stderr.count("\n") == 1 and "No space left on device" in result.stderr
+    assert str(out / f"d{suffix}") in result.stderr
+    assert list(out.iterdir()) == []
+
+
+# ---------------------------------------------------------------- size budgets
+
+
+LONG = " ".join(["("] * 2500 + [")"] * 2500)
+
+
+def test_a_long_page_is_refused_before_it_is_built(files, tmp_path, monkeypatch):
+    from crasp_compiler.show import data
+
+    monkeypatch.setattr(data, "trace", None)  # refused before any tracing
+    result = invoke("show", files / "dyck1.npz", LONG, "-o", tmp_path / "d.html")
+    assert result.exit_code == 1
+    assert re.fullmatch(
+        rf"{re.escape(str(tmp_path / 'd.html'))}: error: the page of 5,001 positions needs "
+        r"about [\d.]+ GiB; the limit is 4 GiB \(set CRASP_MAX_MEMORY, .*\)\n",
+        result.stderr,
+    )
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(CraspError, match="the page of 5,001 positions needs about"):
+        page(dyck(), LONG)
+
+
+def test_the_budget_bounds_pictures(files, tmp_path, monkeypatch):
+    monkeypatch.setenv("CRASP_MAX_MEMORY", "10K")
+    for name in ("d.png", "d.html"):
+        result = invoke("show", files / "dyck1.npz", "( )", "-o", tmp_path / name)
+        assert result.exit_code == 1 and "the limit is 10 KiB" in result.stderr
+    monkeypatch.setenv("CRASP_MAX_MEMORY", "1K")
+    with pytest.raises(CraspError, match="tracing the input needs about"):
+        trace(dyck(), "( )")
+    monkeypatch.delenv("CRASP_MAX_MEMORY")
+    result = invoke("show", files / "dyck1.npz", "( )", "--dpi", "7000", "-o", tmp_path / "d.png")
+    assert result.exit_code == 1 and "pixels at --dpi 7000 (at most 65,535 a side)" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_long_inputs_draw_bounded_figures():
+    """At 600 positions: every 15th position labelled by its index, figures no larger
+    than at 40, and no value written per cell."""
+    import matplotlib.pyplot as plt
+
+    from crasp_compiler.show import figures
+
+    model = dyck()
+    run = trace(model, " ".join(["("] * 300 + [")"] * 300))
+    residual, attention, outputs, _ = all_figures(model, run)
+    ticks = [t.get_text() for t in residual.axes[0].get_xticklabels()]
+    assert ticks == [str(k) for k in range(0, 601, 16)]
+    short = figures.figure_sizes(model, 41, "all")
+    for figure, name in ((residual, "residual"), (attention, "attention"), (outputs, "outputs")):
+        assert tuple(figure.get_size_inches()) == pytest.approx(short[name])
+    assert [t for t in outputs.axes[0].texts] == []
+    plt.close("all")
+
+
+def test_many_stages_are_cut_to_the_first_panels(monkeypatch):
+    import matplotlib.pyplot as plt
+
+    from crasp_compiler.show import figures
+
+    monkeypatch.setattr(figures, "MAX_PANELS", 2)
+    run = trace(dyck(), "( )")
+    residual = residual_figure(dyck(), run)
+    assert [ax.get_title() for ax in residual.axes[:2]] == ["embed", "layer 1 attention"]
+    assert residual.get_suptitle() == f"the first 2 of {len(run.stages)} stages"
+    attention = attention_figure(dyck(), run)
+    assert sum(ax.get_visible() for ax in attention.axes) == 2
+    plt.close("all")
 
 
 # ---------------------------------------------------------------- crasp info
