@@ -4,7 +4,9 @@
 the target. So an interrupted or failed write
 (Ctrl-C, a full disk) leaves the old file whole or no file at all, never a truncated one,
 and a write error is always an ``OSError`` here (torch and matplotlib raise other kinds
-when they write files themselves), reported as a :class:`CraspError` naming the file."""
+when they write files themselves), reported as a :class:`CraspError` naming the file.
+Every file written has the usual mode ``0o666 & ~umask`` (:func:`new_file_mode`), also
+where a library writing it chose another (safetensors writes ``0o600``)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,28 @@ def read_program_text(path: str | Path) -> str:
         raise CraspError(f"cannot read program: {err}", filename=str(path)) from None
 
 
+def new_file_mode() -> int:
+    """The mode of a new file: ``0o666 & ~umask`` (the umask read from
+    ``/proc/self/status`` where there is one, else set and restored)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            line = next(line for line in status if line.startswith("Umask:"))
+        umask = int(line.split()[1], 8)
+    except (OSError, StopIteration, ValueError, IndexError):
+        umask = os.umask(0o022)
+        os.umask(umask)
+    return 0o666 & ~umask
+
+
+def set_new_file_modes(directory: Path) -> None:
+    """Give every file directly in ``directory`` the mode of a new file
+    (:func:`new_file_mode`)."""
+    mode = new_file_mode()
+    for path in directory.iterdir():
+        if path.is_file() and not path.is_symlink():
+            path.chmod(mode)
+
+
 @contextmanager
 def replacing(path: str | Path, what: str = "") -> Iterator[Path]:
     """A temporary path next to ``path``: write it in the ``with`` block; when the block
@@ -44,6 +68,7 @@ def replacing(path: str | Path, what: str = "") -> Iterator[Path]:
         yield tmp
         with open(tmp, "rb") as written:  # on disk before it replaces the old file
             os.fsync(written.fileno())
+        tmp.chmod(new_file_mode())  # a library may have recreated it with its own mode
         os.replace(tmp, path)
     except OSError as err:
         raise CraspError(f"{action}: {err.strerror or err}", filename=str(path)) from None

@@ -15,15 +15,18 @@ bucket that no input reached is reported as not sampled, never as agreeing.
 
 from __future__ import annotations
 
+import math
 import random
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from crasp_compiler.budget import require_memory
 from crasp_compiler.errors import CraspError
 from crasp_compiler.languages import Language, get_language, language_of_model
-from crasp_compiler.model.model import Model
+from crasp_compiler.model.model import Model, kept_sparse
+from crasp_compiler.runtime.memory import forward_bytes, model_layers
 from crasp_compiler.runtime.numpy_exec import run
 
 RUNTIMES = ("interpreter", "numpy", "torch")
@@ -115,6 +118,31 @@ def _accepted(language: Language, program: object, item: object, options: dict) 
     return True
 
 
+def _require_check_memory(
+    model: Model, by_length: dict[int, int], itemsize: int, device: str
+) -> None:
+    """Refuse (:func:`~crasp_compiler.runtime.memory.require_forward_memory`) a check whose
+    largest batch (``count`` inputs of one length) needs more than the memory budget: the
+    numpy pass, or on the CPU the torch module's weights (dense ones whole, sparse ones
+    their entries and two int64 indices each) and its pass, whichever is larger."""
+    layers = model_layers(model)
+    weights = 0
+    if device == "cpu":
+        for w in model.weights():
+            entries = w.nnz if kept_sparse(w) else math.prod(w.shape)
+            weights += entries * (itemsize + (16 if kept_sparse(w) else 0))
+    for length, count in by_length.items():
+        sizes = (model.width, len(model.inputs), layers, count, length + 1, itemsize)
+        needed = forward_bytes(*sizes)
+        if device == "cpu":
+            needed = max(needed, weights + forward_bytes(*sizes, fused=True))
+        require_memory(
+            needed,
+            f"checking the model (width {model.width:,}, {len(model.layers)} layers, "
+            f"{itemsize * 8}-bit floats) on {count:,} inputs of length {length:,}",
+        )
+
+
 def check_model(
     model: Model,
     samples: int = 200,
@@ -136,22 +164,22 @@ def check_model(
     problem = model.guarantee.length_problem(longest, dtype)
     if problem is not None:
         raise CraspError(f"--max-len {max_len}: {problem}")
-    torch_device(device, dtype)
+    where = torch_device(device, dtype).type
     torch_dtype = {"float64": torch.float64, "float32": torch.float32}[dtype]
     np_dtype = {"float64": np.float64, "float32": np.float32}[dtype]
     program = language.model_program(model) if language_of_model(model) else None
     runtimes = list(RUNTIMES) if program is not None else ["numpy", "torch"]
-    try:
-        module = TorchTransformer(model).to(device=device, dtype=torch_dtype)
-    except (RuntimeError, ValueError) as err:
-        raise CraspError(f"cannot use device {device!r}: {err}") from None
-
     rng = random.Random(seed)
     np_rng = np.random.default_rng(seed)
     by_length: dict[int, int] = defaultdict(int)
     for k in range(samples):
         low, high = ranges[k % len(ranges)]
         by_length[rng.randint(low, high)] += 1
+    _require_check_memory(model, by_length, np.dtype(dtype).itemsize, where)
+    try:
+        module = TorchTransformer(model).to(device=device, dtype=torch_dtype)
+    except (RuntimeError, ValueError) as err:
+        raise CraspError(f"cannot use device {device!r}: {err}") from None
 
     tallies: dict[tuple[str, tuple[int, int]], Tally] = {}
     for out in model.outputs:

@@ -551,7 +551,8 @@ def _program_table(results: dict) -> str:
 @click.option(
     "--ray-address",
     metavar="ADDR",
-    help="Run every run as a Ray task: auto, local or ray://host:port.",
+    help="Run every run as a Ray task: auto, local or ray://host:port (Ray Client: "
+    'pip install "ray[client]").',
 )
 @click.option(
     "--workers",

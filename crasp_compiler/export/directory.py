@@ -4,7 +4,8 @@ The files are written into a fresh directory next to the target, which is rename
 place only once they are complete: a failure (a full disk) leaves no half-written export
 and any previous export as it was. A re-export replaces the previous export completely
 (no stale weights file of another format stays behind). A non-empty directory that is not
-a previous export (torch or lens) is never overwritten.
+a previous export (torch or lens) is never overwritten. Every file written has the mode
+``0o666 & ~umask`` of a new file, whatever mode the library writing it chose.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from crasp_compiler.errors import CraspError
+from crasp_compiler.files import set_new_file_modes
 
 CONFIG_FILE = "config.json"
 EXPORT_FILES = (CONFIG_FILE, "model.safetensors", "model.pt")
@@ -35,6 +37,7 @@ def write_export(out_dir: str | Path, write: Callable[[Path], None]) -> Path:
         fresh.mkdir()
         try:
             write(fresh)
+            set_new_file_modes(fresh)  # safetensors writes owner-only files
             if target.is_dir():
                 fresh.chmod(target.stat().st_mode & 0o7777)
             _swap(fresh, target)

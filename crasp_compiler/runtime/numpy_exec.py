@@ -50,6 +50,7 @@ from crasp_compiler.model.model import (
 from crasp_compiler.runtime import forward as fw
 from crasp_compiler.runtime.backend import NUMPY
 from crasp_compiler.runtime.forward import SCORE_BUDGET, Observer
+from crasp_compiler.runtime.memory import model_layers, require_forward_memory
 
 __all__ = [
     "HARD_TOLERANCE",
@@ -305,6 +306,10 @@ def run(
     cover (longer than it covers in real arithmetic or in ``dtype``, numeric inputs
     outside their declared bounds, send destinations that are not integers or collide):
     ``"error"`` raises :class:`CraspError`, ``"warn"`` warns, ``"ignore"``.
+
+    A run whose estimated memory (:mod:`crasp_compiler.runtime.memory`) exceeds the memory
+    budget (:mod:`crasp_compiler.budget`, ``$CRASP_MAX_MEMORY``) is refused with a
+    :class:`CraspError` before anything large is allocated.
     """
     if on_overlength not in ("error", "warn", "ignore"):
         raise ValueError(f"on_overlength must be error, warn or ignore, not {on_overlength!r}")
@@ -319,6 +324,10 @@ def run(
         problems += model.guarantee.input_problems(model.inputs, numeric, lengths)
     beyond_guarantee([p for p in problems if p], on_overlength)
     size = longest + 1
+    itemsize, layers = np.dtype(float_type).itemsize, model_layers(model)
+    require_forward_memory(
+        model.width, len(model.inputs), layers, len(lengths), size, itemsize, residuals=residuals
+    )
     labels = _trace_labels(model) if residuals else {}
     trace: list[tuple[str, NDAny]] = []
 

@@ -120,6 +120,7 @@ from crasp_compiler.runtime.hooks import (
     HookPoint,
     name_points,
 )
+from crasp_compiler.runtime.memory import LayerShape, require_forward_memory
 from crasp_compiler.runtime.numpy_exec import (
     beyond_guarantee,
     encode_vocab,
@@ -969,7 +970,8 @@ class TorchTransformer(nn.Module):
     ) -> dict[str, Tensor]:
         """Decided outputs ``{name: (B, T)}`` for token sequences, like the numpy ``run``
         (``on_overlength``: ``"error"``, ``"warn"`` or ``"ignore"``; ``values``: numeric
-        inputs)."""
+        inputs). On the CPU, a run whose estimated memory exceeds the memory budget
+        (:mod:`crasp_compiler.runtime.memory`) is refused before the pass."""
         if on_overlength not in ("error", "warn", "ignore"):
             raise ValueError(f"on_overlength must be error, warn or ignore, not {on_overlength!r}")
         ids, lengths = self.encode(inputs)
@@ -983,7 +985,29 @@ class TorchTransformer(nn.Module):
                 self.numeric.names, numeric.cpu().numpy(), lengths.cpu().numpy()
             )
         beyond_guarantee([p for p in problems if p], on_overlength)
+        if self.embed.w_e.device.type == "cpu":
+            channels = 0 if self.numeric is None else len(self.numeric.names)
+            require_forward_memory(
+                len(self.residual),
+                channels,
+                self.layer_shapes(),
+                ids.shape[0],
+                ids.shape[1],
+                self.embed.w_e.element_size(),
+                fused=True,
+            )
         return self.decide(self(ids, lengths, numeric), lengths)
+
+    def layer_shapes(self) -> list[LayerShape]:
+        """The layers as :func:`~crasp_compiler.runtime.memory.forward_bytes` reads them."""
+        return [
+            (
+                block.attn.head_list(),
+                0 if block.mlp is None else block.mlp.w1.shape[0],
+                block.mlp is not None and bool(block.mlp.norm_groups),
+            )
+            for block in self.layers()
+        ]
 
     # ------------------------------------------------------------------ conversion
 

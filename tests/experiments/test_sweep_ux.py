@@ -356,6 +356,65 @@ def test_ray_runs_are_reported_as_ray_returns_them(tmp_path, monkeypatch):
     assert calls == [{"num_cpus": 1, "num_gpus": 0}]
 
 
+def _fake_ray(monkeypatch, init):
+    """A stand-in ``ray`` module whose ``init`` is ``init`` (ray is not a test dependency)."""
+    import sys
+    import types
+
+    fake = types.SimpleNamespace(init=init, remote=None, wait=None, get=None, cancel=None)
+    monkeypatch.setitem(sys.modules, "ray", fake)
+
+
+def test_a_ray_client_address_without_ray_client_is_one_line_naming_the_package(
+    tmp_path, monkeypatch
+):
+    """``--ray-address ray://host:10001`` (the form the help gives) without ``ray[client]``
+    (grpc): one line saying what to install, before any connection is tried."""
+    import sys
+
+    tried = []
+    _fake_ray(monkeypatch, lambda **kw: tried.append(kw))
+    monkeypatch.setitem(sys.modules, "grpc", None)  # find_spec("grpc") is None: not installed
+    path = tmp_path / "grid.toml"
+    path.write_text(GRID)
+    line = user_error("sweep", path, "--ray-address", "ray://host:10001", "--quiet")
+    assert "--ray-address ray://host:10001" in line and 'pip install "ray[client]"' in line
+    assert tried == []
+
+
+@pytest.mark.parametrize(
+    ("error", "shown"),
+    [
+        (  # what ray itself raises when Ray Client's packages are missing
+            ValueError(
+                "Ray Client requires pip package `ray[client]`. If you installed the minimal "
+                "Ray (e.g. `pip install ray`), please reinstall by executing `pip install "
+                "ray[client]`."
+            ),
+            'pip install "ray[client]"',
+        ),
+        (ConnectionError("ray client connection timeout"), "ray client connection timeout"),
+        (
+            ConnectionError("Could not find any running Ray instance.\nPlease specify one"),
+            "Could not find any running Ray instance. Please specify one",
+        ),
+        (ValueError("Invalid address nowhere::1"), "Invalid address nowhere::1"),
+    ],
+)
+def test_ray_connection_failures_are_one_line(tmp_path, monkeypatch, error, shown):
+    """An unreachable or unreadable Ray address: one line naming the address, exit 1."""
+
+    def init(**kw):
+        raise error
+
+    _fake_ray(monkeypatch, init)
+    path = tmp_path / "grid.toml"
+    path.write_text(GRID)
+    line = user_error("sweep", path, "--ray-address", "nowhere:1", "--quiet")
+    assert "--ray-address nowhere:1" in line and shown in line
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("results.json"))
+
+
 def test_the_randomized_pe_preset_is_the_papers_model_and_options_override_it(
     tmp_path, monkeypatch
 ):

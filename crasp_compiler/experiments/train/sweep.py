@@ -70,6 +70,7 @@ from __future__ import annotations
 import difflib
 import functools
 import hashlib
+import importlib.util
 import itertools
 import json
 import math
@@ -627,17 +628,37 @@ def _run_pool(configs: list[dict], count: int, done: Callable[[int, str | None],
     pool.shutdown()
 
 
-def _run_ray(
-    configs: list[dict], address: str, gpus: float, done: Callable[[int, str | None], None]
-) -> None:
-    """The runs as Ray tasks, ``done(index, error)`` as each ends (:func:`ray.wait`)."""
+RAY_CLIENT_HINT = 'Ray Client is not installed: pip install "ray[client]"'
+
+
+def _connect_ray(address: str) -> Any:
+    """The ``ray`` module, connected to ``address``; a :class:`CraspError` in one line when
+    ray is missing, a ``ray://`` address finds no Ray Client (``ray[client]``: grpc), or
+    the connection fails (no cluster there, an address Ray cannot read)."""
     try:
         import ray
     except ImportError:
         raise CraspError(
             "a Ray address was given but ray is not installed (pip install 'crasp-compiler[ray]')"
         ) from None
-    ray.init(address=None if address == "local" else address, ignore_reinit_error=True)
+    where = f"--ray-address {address}"
+    if address.startswith("ray://") and importlib.util.find_spec("grpc") is None:
+        raise CraspError(f"{where}: {RAY_CLIENT_HINT}")
+    try:
+        ray.init(address=None if address == "local" else address, ignore_reinit_error=True)
+    except Exception as err:  # ray raises ValueError, ConnectionError, RuntimeError, grpc's
+        if "ray[client]" in str(err):
+            raise CraspError(f"{where}: {RAY_CLIENT_HINT}") from None
+        reason = _flat(str(err)) or type(err).__name__
+        raise CraspError(f"{where}: cannot connect to Ray: {reason[:300]}") from None
+    return ray
+
+
+def _run_ray(
+    configs: list[dict], address: str, gpus: float, done: Callable[[int, str | None], None]
+) -> None:
+    """The runs as Ray tasks, ``done(index, error)`` as each ends (:func:`ray.wait`)."""
+    ray = _connect_ray(address)
     remote = ray.remote(num_cpus=1, num_gpus=gpus)(_run_one)
     refs = [remote.remote(config) for config in configs]
     index = {ref: k for k, ref in enumerate(refs)}

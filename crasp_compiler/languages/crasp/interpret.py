@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from crasp_compiler.budget import require_memory
 from crasp_compiler.errors import CraspError, Diagnostic, spacing_hint
 from crasp_compiler.languages.crasp.nodes import (
     Add,
@@ -217,6 +218,15 @@ class _Evaluator:
         raise TypeError(f"not an IR node: {node!r}")  # pragma: no cover
 
 
+def interpreter_bytes(program: Program, batch: int, length: int, exact_ints: bool) -> int:
+    """The bytes :func:`interpret_batch` holds at its peak, estimated before it starts:
+    ``B·(n + 1)`` positions times 8 (the token ids) plus, per definition, 8 (a count) or 1
+    (a Boolean), plus 32 for the temporaries of the expression being evaluated; five
+    times that where counts are Python integers (an object pointer and the integer)."""
+    per_position = 40 + sum(1 if d.sort == Sort.BOOL else 8 for d in program.definitions)
+    return batch * (length + 1) * per_position * (5 if exact_ints else 1)
+
+
 def interpret_batch(program: Program, batch: Sequence[Sequence[str]]) -> dict[str, np.ndarray]:
     """Evaluate every definition on a batch of inputs of one length n.
 
@@ -230,6 +240,12 @@ def interpret_batch(program: Program, batch: Sequence[Sequence[str]]) -> dict[st
         check_tokens(program, tokens)
     length = lengths.pop() if lengths else 0
     exact_ints = count_bound(program, length) > INT64_SAFE
+    require_memory(
+        interpreter_bytes(program, len(batch), length, exact_ints),
+        f"interpreting the program on {len(batch):,} input{'s' * (len(batch) != 1)} of "
+        f"length {length:,}",
+        program.filename,
+    )
     evaluator = _Evaluator(program, batch, length, exact_ints)
     for definition in program.definitions:
         value = evaluator.eval(definition.expr)

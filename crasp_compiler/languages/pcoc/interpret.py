@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from crasp_compiler.budget import require_memory
 from crasp_compiler.errors import CraspError, Diagnostic, Span
 from crasp_compiler.languages.pcoc.nodes import (
     STATIC_TYPES,
@@ -542,6 +543,30 @@ def check_input_bounds(program: Program, values: np.ndarray, on_beyond: str = "e
     warnings.warn(message, stacklevel=3)
 
 
+def interpreter_bytes(program: Program, n: int, batch: int) -> int:
+    """The bytes a run of ``program`` on ``batch`` inputs of ``n`` machines holds at its
+    peak, estimated before it starts: ``8·B·n`` times ``2·(R + 1)·S + 4·S + 16`` for R
+    rounds and S slots: every slot after every round, twice (the history and the trace's
+    copy of it), the memory and temporaries of the round being run, and the static values
+    (machine indices, sources, masks) of one round. Loop bounds that have no value count
+    no rounds (the checker reports them)."""
+    try:
+        rounds = sum(1 for _ in iter_rounds(program, n, lambda failure, env, span: None))
+    except UnrollLimit:
+        rounds = 0  # refused by the checker
+    slots = len(program.slots)
+    return 8 * batch * n * (2 * (rounds + 1) * slots + 4 * slots + 16)
+
+
+def require_interpreter_memory(program: Program, n: int, batch: int) -> None:
+    """CraspError when :func:`interpreter_bytes` exceed the memory budget."""
+    require_memory(
+        interpreter_bytes(program, n, batch),
+        f"interpreting the program on {batch:,} input{'s' * (batch != 1)} of n = {n:,}",
+        program.filename,
+    )
+
+
 def interpret_pcoc(
     program: Program,
     n: int,
@@ -558,6 +583,7 @@ def interpret_pcoc(
     threshold (on a machine where it takes effect) or a slot outside its declared bound
     raises :class:`CraspError`."""
     n = _validate_n(n, program.filename)
+    require_interpreter_memory(program, n, 1)
     values = _input_array(program, n, inputs, batched=False)
     if not check_promises:  # which checks every slot's bound, from the initial memory on
         check_input_bounds(program, values, on_beyond)
@@ -580,6 +606,7 @@ def interpret_pcoc_batch(
     arrays have shape ``(batch, n)``."""
     n = _validate_n(n, program.filename)
     values = _input_array(program, n, inputs, batched=True)
+    require_interpreter_memory(program, n, values.shape[0])
     if not check_promises:
         check_input_bounds(program, values, on_beyond)
     return _Machine(program, n, values.shape[0], check_promises).run(values)

@@ -23,6 +23,7 @@ from crasp_compiler.languages.pcoc.interpret import (
     interpret_pcoc,
     interpret_pcoc_batch,
     read_vectors,
+    require_interpreter_memory,
 )
 from crasp_compiler.languages.pcoc.lower import MODES, TOKEN
 from crasp_compiler.languages.pcoc.nodes import Program
@@ -151,6 +152,7 @@ class Pcoc(Language):
             n, slots = machines(source), len(source.inputs)
         else:
             n, slots = options["n"], len(source.inputs)
+            require_interpreter_memory(source, n, 1)  # before reading n numbers a line
             check_pcoc(source, n)
         if slots == 0:  # a program without input slots runs once, on nothing
             yield Item(0, "", np.zeros((0, n)), "input")
