@@ -306,7 +306,13 @@ def _check_model(
     need_torch()
     from crasp_compiler.verify import check_model, span_text
 
-    report = check_model(model, samples, max_len, device, "float32" if float32 else "float64", seed)
+    try:
+        dtype = "float32" if float32 else "float64"
+        report = check_model(model, samples, max_len, device, dtype, seed)
+    except CraspError as err:
+        if err.source is None:  # a refusal about the model as a whole names the model
+            err.filename = path
+        raise
     click.echo(
         f"{path}: {report.samples} inputs of length <= {report.longest} on {report.device} "
         f"({report.dtype}); runtimes: {', '.join(report.runtimes)}"

@@ -101,6 +101,7 @@ def test_crasp_check_refuses_a_model_check_beyond_the_budget(tmp_path, one_mib):
     save_model(cumsum(300), tmp_path / "m.npz")
     line = refused(invoke("check", tmp_path / "m.npz", "--samples", 20))
     assert "checking the model" in line and "on 20 inputs of length 300" in line
+    assert line.startswith(f"{tmp_path / 'm.npz'}: error:")  # the model the check is of
 
 
 def test_crasp_interpret_refuses_both_languages_beyond_the_budget(tmp_path, one_mib):
