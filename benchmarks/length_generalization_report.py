@@ -27,17 +27,20 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
 import sys
+import warnings
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
+from crasp_compiler.console import warnings_on_stderr
+from crasp_compiler.errors import CraspError
 from crasp_compiler.experiments.tasks.registry import get_task
+from crasp_compiler.experiments.train.records import read_finetune_records
 from crasp_compiler.experiments.train.sweep import collect, load_grid
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -250,10 +253,14 @@ def finetune_table(records: list[dict]) -> str:
         row = [f"`{task}`", "AdamW" if optimizer == "adamw" else "SGD", f"{-lr:g}"]
         row.append("W_V, W_O" if params == "values" else "all")
         bounds = sorted({_number(g["bound"]) for g in group}, reverse=True)
-        assert len(bounds) == len(ranks), f"{task}: bounds {bounds}"
+        if len(bounds) != len(ranks):
+            raise CraspError(
+                f"{task}: {len(bounds)} bounds, not {len(ranks)}", filename=str(FINETUNE)
+            )
         for bound in bounds:
             runs = [g for g in group if _number(g["bound"]) == bound]
-            assert all(g["exact_before"] for g in runs), "a compiled model was not exact"
+            if not all(g["exact_before"] for g in runs):
+                raise CraspError(f"{task}: a compiled model was not exact", filename=str(FINETUNE))
             worst = [_number(g["worst_error_after"]) for g in runs]
             median = float(np.median([math.inf if math.isnan(w) else w for w in worst]))
             shown = "diverged" if math.isinf(median) else f"{median:.1e}"
@@ -267,7 +274,7 @@ def tables() -> dict[str, str]:
     crasp = collect(GRIDS / "length_generalization.toml", records_only=True)
     chomsky = collect(GRIDS / "chomsky.toml", records_only=True)
     value = collect(GRIDS / "value_generalization.toml", records_only=True)
-    records = json.loads(FINETUNE.read_text()) if FINETUNE.exists() else []
+    records = read_finetune_records(FINETUNE) if FINETUNE.exists() else []
     counts = {
         "runs": "\n".join(
             f"- `{grid}.toml`: {len(found)} of {_expected(grid)} runs finished"
@@ -310,23 +317,35 @@ def main() -> None:
     parser.add_argument("--check", action="store_true", help="exit 1 if the page is stale")
     parser.add_argument("--figures", type=Path, help="also draw the figures into this folder")
     args = parser.parse_args()
+    try:
+        report(args.check, args.figures)
+    except CraspError as err:  # an unreadable finetune.json, a full disk: one line
+        sys.exit(err.format())
+
+
+def report(check: bool, figures: Path | None) -> None:
+    """Rewrite (or with ``check``, compare) the page's tables; draw the figures into
+    ``figures``. A damaged record is skipped with a one-line warning naming it."""
     page = PAGE.read_text()
-    fresh = regenerate(page, tables())
-    if args.check:
+    with warnings_on_stderr():
+        fresh = regenerate(page, tables())
+    if check:
         if fresh != page:
             sys.exit(f"{PAGE}: tables differ from the committed results; rerun {__file__}")
         print(f"{PAGE}: every table matches the committed results")
     elif fresh != page:
         PAGE.write_text(fresh)
         print(f"rewrote the tables of {PAGE}")
-    if args.figures:
+    if figures:
         from crasp_compiler.experiments.train.plots import plot_length_bins, plot_value_scales
 
-        args.figures.mkdir(parents=True, exist_ok=True)
-        length = collect(GRIDS / "length_generalization.toml", records_only=True)
-        value = collect(GRIDS / "value_generalization.toml", records_only=True)
-        for path in plot_length_bins(length, args.figures / "length") + plot_value_scales(
-            value, args.figures / "value"
+        figures.mkdir(parents=True, exist_ok=True)
+        with warnings.catch_warnings():  # the damaged records were named with the tables
+            warnings.simplefilter("ignore")
+            length = collect(GRIDS / "length_generalization.toml", records_only=True)
+            value = collect(GRIDS / "value_generalization.toml", records_only=True)
+        for path in plot_length_bins(length, figures / "length") + plot_value_scales(
+            value, figures / "value"
         ):
             print(path)
 

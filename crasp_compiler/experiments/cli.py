@@ -581,10 +581,14 @@ def sweep_command(
         finished,
         load_grid,
         run_sweep,
+        unreadable,
     )
 
     runs, settings = load_grid(grid)  # refuses unknown tasks and encodings before anything trains
     earlier = [(run, results) for run in runs if (results := finished(run)) is not None]
+    for run in runs:  # a damaged file is not a finished run: retrained, or its record rewritten
+        for line in unreadable(run):
+            click.echo(f"warning: {line}", err=True)
     todo = len(runs) - len(earlier)
     count = workers or settings["workers"]
     where = f"Ray at {ray_address}" if ray_address else f"{count} worker{'s' * (count != 1)}"

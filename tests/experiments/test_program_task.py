@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from crasp_compiler.cli import main
+from crasp_compiler.errors import CraspError
 from crasp_compiler.experiments.tasks.program import ProgramTask
 from crasp_compiler.experiments.train.data import make_test_sets
 from crasp_compiler.experiments.train.evaluate import label_balance, position_scores
@@ -172,6 +173,13 @@ def boom(rng, length):
 
 def short(rng, length):
     return ["("] * max(length - 1, 0)
+
+def quits(rng, length):
+    raise SystemExit(0)
+
+def exits(rng, length):
+    import sys
+    sys.exit("stopped")
 """
 
 
@@ -257,6 +265,23 @@ def test_generator_errors_are_one_line_naming_the_generator(dyck, gens, tmp_path
     assert "MODULE:FUNCTION" in line
     result = invoke("train", "tomita2", "--generator", f"{gens}:nested", *TINY)
     assert result.exit_code == 2 and "only with --program" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"), [("quits", "raised SystemExit: 0"), ("exits", "raised SystemExit: stopped")]
+)
+def test_a_generator_that_exits_is_an_error_not_a_silent_exit_0(dyck, gens, name, shown):
+    args = "train", "--program", dyck, "--lengths", "1-8", *TINY
+    line = one_error_line(invoke(*args, "--generator", f"{gens}:{name}"))
+    assert f"generator {gens}:{name}" in line and shown in line
+
+
+def test_a_generator_file_that_exits_as_it_loads_is_an_error(tmp_path):
+    from crasp_compiler.experiments.tasks.program import UserGenerator
+
+    (tmp_path / "bye.py").write_text("import sys\nsys.exit(0)\n")
+    with pytest.raises(CraspError, match=r"loading .*bye.py: SystemExit: 0"):
+        UserGenerator("bye.py:f", tmp_path)
 
 
 def test_a_count_output_is_refused(tmp_path):

@@ -16,7 +16,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from crasp_compiler.cli import main
 from crasp_compiler.errors import CraspError
 from crasp_compiler.experiments.train.plots import load_results
 from crasp_compiler.experiments.train.sweep import collect, finished, load_grid, run_sweep
@@ -99,6 +101,26 @@ def test_a_damaged_or_foreign_record_is_not_a_finished_run(grid):
     assert [finished(run) for run in runs] == [None, None]
     assert sorted(_sweep(grid)) == sorted(run.name for run in runs)
     assert all(finished(run) is not None for run in runs)
+
+
+def test_a_record_with_a_damaged_field_is_named_and_rewritten_from_its_run(grid):
+    _sweep(grid)
+    runs, _ = load_grid(grid)
+    record = json.loads(runs[0].record.read_text())
+    del record["accuracy"]
+    runs[0].record.write_text(json.dumps(record))
+    result = CliRunner().invoke(main, ["sweep", str(grid), "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr == (
+        f"warning: {runs[0].record}: skipped, not a complete results.json (field accuracy is "
+        "missing)\n"
+    )
+    assert all(line.endswith("(earlier)") for line in result.stdout.splitlines()[:2])
+    assert json.loads(runs[0].record.read_text())["accuracy"] == record_accuracy(runs[0])
+
+
+def record_accuracy(run) -> dict:
+    return json.loads((run.out_dir / "results.json").read_text())["accuracy"]
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")

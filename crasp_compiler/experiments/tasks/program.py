@@ -128,12 +128,12 @@ class UserGenerator:
             module = importlib.util.module_from_spec(spec)
             try:
                 spec.loader.exec_module(module)
-            except Exception as err:  # the user's code: any error, as one line
+            except (Exception, SystemExit) as err:  # the user's code: any error, as one line
                 raise self._fail(f"loading {self.file}: {type(err).__name__}: {err}") from None
         else:
             try:
                 module = importlib.import_module(self.module)
-            except Exception as err:  # the user's code: any error, as one line
+            except (Exception, SystemExit) as err:  # the user's code: any error, as one line
                 raise self._fail(
                     f"cannot import {self.module}: {type(err).__name__}: {err}"
                 ) from None
@@ -161,7 +161,7 @@ class UserGenerator:
         try:
             result = self.function(rng, length)
             word = tuple(result)
-        except Exception as err:  # the user's code: any error, as one line
+        except (Exception, SystemExit) as err:  # the user's code: any error, as one line
             raise self._fail(f"raised {type(err).__name__}: {err}") from None
         for position, symbol in enumerate(word):
             if not isinstance(symbol, str) or symbol not in alphabet:

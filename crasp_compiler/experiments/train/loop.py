@@ -20,7 +20,8 @@ started again with the same config (:func:`train_key`: every field but ``out_dir
 run would (exactly so on the CPU); the checkpoint is removed once ``results.json`` is
 written.
 
-``results.json`` is a dict with the keys:
+``results.json`` is a dict with the keys (the schema every reader checks:
+:mod:`.records`):
 
 - every task: ``task``, ``family``, ``kind`` (``"sequence"`` or ``"numeric"``),
   ``model_class``, ``config`` (the TrainConfig as a dict), ``model_config``, ``device``,

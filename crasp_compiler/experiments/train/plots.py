@@ -18,7 +18,6 @@ grid files and run directories.
 from __future__ import annotations
 
 import io
-import json
 import math
 import warnings
 from collections.abc import Callable, Iterable
@@ -30,6 +29,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from crasp_compiler.errors import CraspError
+from crasp_compiler.experiments.train.records import read_results, skipped
 from crasp_compiler.files import writable_dir, write_bytes
 
 MSE_FLOOR = 1e-16  # where an MSE of 0 (or below) is drawn on the log axis
@@ -41,9 +41,11 @@ GRID_COLUMNS = 4  # overview figures: subplots per row
 def load_results(sources: Iterable[str | Path]) -> list[dict]:
     """The results of every finished run under ``sources``: grid TOML files (each run's
     record in the grid's ``results`` directory, else its ``results.json``), ``results.json``
-    files, run directories, or directories searched recursively for ``results.json``. Each dict gets its directory under ``"run_dir"``;
-    a file reached twice is read once. A file that is not a complete ``results.json`` (an
-    interrupted write) is skipped with a warning naming it."""
+    files, run directories, or directories searched recursively for ``results.json``. Each
+    dict gets its directory under ``"run_dir"``; a file reached twice is read once. A file
+    that is not a complete ``results.json`` (an interrupted write, a field missing or of
+    the wrong type: :func:`~.records.read_results`) is skipped with a warning naming it
+    and the field."""
     from crasp_compiler.experiments.train.sweep import load_grid
 
     files: dict[Path, None] = {}
@@ -68,12 +70,9 @@ def load_results(sources: Iterable[str | Path]) -> list[dict]:
     results = []
     for file in files:
         try:
-            data = json.loads(file.read_text())
-            problem = None if isinstance(data, dict) and "kind" in data else "not from train()"
-        except (OSError, ValueError) as err:
-            problem = " ".join(str(err).split())
-        if problem:
-            warnings.warn(f"{file}: skipped, not a complete results.json ({problem})", stacklevel=2)
+            data = read_results(file)
+        except CraspError as err:
+            warnings.warn(skipped(err), stacklevel=2)
             continue
         results.append({**data, "run_dir": str(file.parent)})
     return results

@@ -36,8 +36,10 @@ results.
 
 A run is finished when its record (``RESULTS/<name>-<hash>.json``, when the grid names a
 ``results`` directory) or its ``results.json`` reads as the results of the same
-configuration; a missing or truncated one (an interrupted write) is not, and the run is
-trained again, resuming from its checkpoint. So a sweep started again picks up where it
+configuration; a missing, truncated (an interrupted write) or damaged one (a field
+missing or of the wrong type: :mod:`.records`) is not, and the run is trained again,
+resuming from its checkpoint (a damaged record of a run whose ``results.json`` is
+complete is rewritten from it). So a sweep started again picks up where it
 stopped, and one started on a fresh clone of a repository that commits the records
 trains nothing that was recorded. A record is the run's ``results.json`` without its
 ``out_dir``, written (temporary file, then rename) as the run ends, and for runs finished
@@ -79,6 +81,7 @@ import signal
 import sys
 import time
 import tomllib
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path, PurePosixPath
@@ -94,6 +97,7 @@ from crasp_compiler.experiments.train.loop import (
     field_problem,
     train_key,
 )
+from crasp_compiler.experiments.train.records import read_results, skipped
 from crasp_compiler.files import replacing, writable_dir
 
 if TYPE_CHECKING:
@@ -450,6 +454,10 @@ def load_grid(path: str | Path) -> tuple[list[Run], dict]:
         records = None if saved is None else (path.parent / saved).resolve()
     except (OSError, RuntimeError) as err:
         raise error(f"results: cannot resolve {saved!r}: {err}", None, "results") from None
+    blocker = None if records is None else _file_in_the_way(records)
+    if blocker is not None:  # refused now, not once the first run has trained
+        where = "is" if blocker == records else f"is inside {blocker}, which is"
+        raise error(f"results: {saved!r} {where} a file, not a directory", None, "results")
     runs: dict[Path, Run] = {}
     programs: ProgramTasks = {}  # the task of each program setting, made once
     for combo in itertools.product(*grid.values()):
@@ -484,15 +492,40 @@ def load_grid(path: str | Path) -> tuple[list[Run], dict]:
     return list(runs.values()), settings
 
 
+def _file_in_the_way(directory: Path) -> Path | None:
+    """The nearest existing path of ``directory`` and its parents when it is not a
+    directory (so ``directory`` cannot be one), else None."""
+    for path in (directory, *directory.parents):
+        if path.exists():
+            return None if path.is_dir() else path
+    return None
+
+
 def _read_results(path: Path, run: Run) -> dict | None:
-    """``path`` as the results of ``run``'s configuration; a missing, truncated or
-    foreign file: None."""
-    try:
-        data = json.loads(path.read_text())
-        same = train_key(data["config"]) == train_key(run.config)
-    except (OSError, ValueError, KeyError, TypeError, CraspError):
+    """``path`` as the results of ``run``'s configuration; a missing file, one that is not
+    a complete results.json (:func:`~.records.read_results`) or a foreign one: None."""
+    if not path.exists():
         return None
-    return data if same else None
+    try:
+        data = read_results(path)
+    except CraspError:
+        return None
+    return data if train_key(data["config"]) == train_key(run.config) else None
+
+
+def unreadable(run: Run, records_only: bool = False) -> list[str]:
+    """A warning line (:func:`~.records.skipped`: file and field) for each of ``run``'s
+    files, its record and (unless ``records_only``) its ``results.json``, that exists but
+    is not a complete results.json; such a file does not make the run finished."""
+    lines = []
+    files = [run.record] if records_only else [run.record, run.out_dir / "results.json"]
+    for path in files:
+        if path is not None and path.exists():
+            try:
+                read_results(path)
+            except CraspError as err:
+                lines.append(skipped(err))
+    return lines
 
 
 def recorded(run: Run) -> dict | None:
@@ -563,7 +596,7 @@ def run_sweep(
     if settings["results"] is not None:
         writable_dir(settings["results"])
         for run in runs:  # runs finished before the grid had a results directory
-            if run.record is not None and not run.record.exists():
+            if run.record is not None and recorded(run) is None:  # (or a damaged record)
                 save_record(run)
     todo = [run for run in runs if finished(run) is None]
     count = workers or settings["workers"]
@@ -820,7 +853,16 @@ class SweepProgress:
 def collect(path: str | Path, records_only: bool = False) -> list[dict]:
     """The results of every finished run of a grid file (``results.json`` contents, with
     the run's name under ``"run"``); with ``records_only``, of the recorded runs only
-    (what a fresh clone of a repository committing the records has)."""
+    (what a fresh clone of a repository committing the records has). A file that is not
+    a complete results.json is skipped with a warning naming it and the field."""
     runs, _ = load_grid(path)
     read = recorded if records_only else finished
-    return [{"run": run.name, **data} for run in runs if (data := read(run)) is not None]
+    results = []
+    for run in runs:
+        data = read(run)
+        if data is not None:
+            results.append({"run": run.name, **data})
+            continue
+        for line in unreadable(run, records_only):
+            warnings.warn(line, stacklevel=2)
+    return results
