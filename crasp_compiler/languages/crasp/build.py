@@ -9,7 +9,9 @@ its source span, before raising one :class:`CraspError`.
 from __future__ import annotations
 
 import difflib
+import itertools
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from math import lcm
 
@@ -43,6 +45,7 @@ from crasp_compiler.languages.crasp.nodes import (
     fold_periodic,
 )
 from crasp_compiler.model.model import BOS
+from crasp_compiler.syntax.lark_tools import chain_operands
 from crasp_compiler.syntax.lark_tools import span as _span
 
 # Predicates of the community interpreter, available after ``#import NAME``.
@@ -470,16 +473,28 @@ class _Builder:
         return fold_periodic("not", [arg]) or Not(arg)
 
     def _logic(self, t: Tree, scope: _Scope, op: str, cls) -> Expr:
-        left, right = self._both(lambda c: self.boolean(c, scope, f"`{op}`"), t.children)
-        if isinstance(left, Periodic) and isinstance(right, Periodic):
-            modulus = lcm(left.modulus, right.modulus)
-            if modulus > MAX_MODULUS:
-                raise self.error(
-                    f"the combined period {modulus} is too large",
-                    t,
-                    f"expected at most {MAX_MODULUS}",
-                )
-        return fold_periodic(op, [left, right]) or cls(left, right)
+        """A chain ``a && b && …`` (or ``||``), built as a balanced tree (:func:`_balanced`);
+        a leading run of periodic operands is folded into one, as the left-nested chain
+        folds them."""
+        operands = chain_operands(t)
+        parts = self._both(lambda c: self.boolean(c, scope, f"`{op}`"), operands)
+        periodic = list(itertools.takewhile(lambda p: isinstance(p, Periodic), parts))
+        run = len(periodic)
+        if run > 1:
+            modulus = 1
+            for part in periodic:
+                modulus = lcm(modulus, part.modulus)
+                if modulus > MAX_MODULUS:  # at most MAX_MODULUS squared
+                    raise self.error(
+                        f"the combined period {modulus} is too large",
+                        t,
+                        f"expected at most {MAX_MODULUS}",
+                    )
+            folded = fold_periodic(op, parts[:run])
+            assert folded is not None
+            object.__setattr__(folded, "span", _joined(operands[0], operands[run - 1]))
+            parts, operands = [folded, *parts[run:]], [t, *operands[run:]]
+        return _balanced(cls, parts, operands)
 
     def e_and_(self, t: Tree, scope: _Scope) -> Expr:
         return self._logic(t, scope, "and", And)
@@ -524,8 +539,9 @@ class _Builder:
         return Scale(-1, self.count(t.children[0], scope, "`-`"))
 
     def e_add(self, t: Tree, scope: _Scope) -> Expr:
-        left, right = self._both(lambda c: self.count(c, scope, "`+`"), t.children)
-        return Add(left, right)
+        operands = chain_operands(t)
+        parts = self._both(lambda c: self.count(c, scope, "`+`"), operands)
+        return _balanced(Add, parts, operands)
 
     def e_sub(self, t: Tree, scope: _Scope) -> Expr:
         left, right = self._both(lambda c: self.count(c, scope, "`-`"), t.children)
@@ -701,18 +717,22 @@ class _Builder:
             if base.modulus:
                 raise self.error("unsupported positional expression: `%` applied twice", t)
             return _Linear(base.coefs, base.const, int(m_tok))
-        left, right = self._term(t.children[0]), self._term(t.children[1])
-        if left.modulus or right.modulus:
+        # a chain `i + 1 + 1 + …` is summed in a loop (the parser admits any length)
+        operands = chain_operands(t) if t.data == "add" else t.children
+        terms = [self._term(operand) for operand in operands]
+        if any(term.modulus for term in terms):
             raise self.error(
                 "unsupported positional expression: `%` must come last",
                 t,
                 "expected forms like `i % m == r` or `j == i - c`",
             )
         sign = 1 if t.data == "add" else -1
-        coefs = dict(left.coefs)
-        for var, c in right.coefs.items():
-            coefs[var] = coefs.get(var, 0) + sign * c
-        return _Linear({v: c for v, c in coefs.items() if c}, left.const + sign * right.const)
+        coefs = dict(terms[0].coefs)
+        for term in terms[1:]:
+            for var, c in term.coefs.items():
+                coefs[var] = coefs.get(var, 0) + sign * c
+        const = terms[0].const + sign * sum(term.const for term in terms[1:])
+        return _Linear({v: c for v, c in coefs.items() if c}, const)
 
     def periodic(self, t: Tree, scope: _Scope) -> Expr:
         atoms = self._pos_atoms(t)
@@ -753,12 +773,11 @@ class _Builder:
 
         def truth(node: Tree) -> callable:
             data = node.data
-            if data == "or_":
-                a, b = truth(node.children[0]), truth(node.children[1])
-                return lambda d: a(d) or b(d)
-            if data == "and_":
-                a, b = truth(node.children[0]), truth(node.children[1])
-                return lambda d: a(d) and b(d)
+            if data in ("or_", "and_"):  # a chain: the operands, not nested closures
+                parts = [truth(c) for c in chain_operands(node)]
+                if data == "or_":
+                    return lambda d: any(part(d) for part in parts)
+                return lambda d: all(part(d) for part in parts)
             if data == "not_":
                 a = truth(node.children[0])
                 return lambda d: not a(d)
@@ -838,6 +857,28 @@ class _Builder:
                 f"C-RASP counts only positions {inner} <= {outer}; expected e.g. `{inner} == {outer} - 1`",
             )
         return offsets
+
+
+def _joined(first: Tree[Token] | Token, last: Tree[Token] | Token) -> Span | None:
+    """The source range from ``first`` to the end of ``last``."""
+    start, end = _span(first), _span(last)
+    if start is None or end is None:
+        return start or end
+    return Span(start.line, start.column, end.end_line, end.end_column)
+
+
+def _balanced(
+    cls: Callable[..., Expr], parts: Sequence[Expr], trees: Sequence[Tree[Token] | Token]
+) -> Expr:
+    """The operands ``parts`` of a chain (parsed from ``trees``) as a balanced tree of the
+    binary ``cls``: ``((a, b), c)`` for three, ``((a, b), (c, d))`` for four, so that a
+    chain of k operands nests only ⌈log2 k⌉ deep (the left half takes the middle one)."""
+    if len(parts) == 1:
+        return parts[0]
+    middle = (len(parts) + 1) // 2
+    left = _balanced(cls, parts[:middle], trees[:middle])
+    right = _balanced(cls, parts[middle:], trees[middle:])
+    return cls(left, right, span=_joined(trees[0], trees[-1]))
 
 
 def _shown_int(text: str) -> str:
