@@ -11,10 +11,12 @@ from __future__ import annotations
 import difflib
 import itertools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from math import lcm
 
+import numpy as np
+import numpy.typing as npt
 from lark import Token, Tree
 
 from crasp_compiler.errors import CraspError, Diagnostic, Span
@@ -78,6 +80,10 @@ _RELATION_CLASSES = (
 )
 
 
+# A position, or every residue at once.
+Positions = int | npt.NDArray[np.int64]
+
+
 class _Invalid(Exception):
     """Raised inside expression building after a diagnostic has been recorded."""
 
@@ -96,7 +102,7 @@ class _Linear:
     const: int = 0
     modulus: int | None = None
 
-    def value(self, env: dict[str, int]) -> int:
+    def value(self, env: Mapping[str, Positions]) -> Positions:
         v = sum(c * env[x] for x, c in self.coefs.items()) + self.const
         return v % self.modulus if self.modulus else v
 
@@ -110,7 +116,8 @@ def _cmp(op: Tree) -> str:
     return _CMP_CANON[str(op.children[0])]
 
 
-def _holds(op: str, a: int, b: int) -> bool:
+def _holds(op: str, a: Positions, b: Positions) -> bool | npt.NDArray[np.bool_]:
+    """``a op b``, at one position or at every residue at once."""
     return {"<=": a <= b, "<": a < b, "==": a == b, "!=": a != b, ">=": a >= b, ">": a > b}[op]
 
 
@@ -758,14 +765,12 @@ class _Builder:
             raise self.error(
                 f"the combined period {modulus} is too large", t, f"expected at most {MAX_MODULUS}"
             )
-        residues = frozenset(
-            r
-            for r in range(modulus)
-            if all(
-                _holds(op, a.value({scope.var: r}), b.value({scope.var: r})) for op, a, b in atoms
-            )
-        )
-        return Periodic.make(modulus, residues)
+        # every residue at once (an array of positions): a chain of many atoms stays fast
+        env = {scope.var: np.arange(modulus, dtype=np.int64)}
+        holds = np.ones(modulus, dtype=bool)
+        for op, a, b in atoms:
+            holds &= _holds(op, a.value(env), b.value(env))
+        return Periodic.make(modulus, frozenset(np.flatnonzero(holds).tolist()))
 
     def relation(self, t: Tree, outer: str, inner: str) -> frozenset[int]:
         """Offsets d = outer - inner >= 0 where a binary relation holds; it must be local."""

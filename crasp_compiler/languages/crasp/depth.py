@@ -162,12 +162,14 @@ def literals(formula: Formula) -> list[Lit]:
     if isinstance(formula, Lit):
         return [formula]
     found: dict[Lit, None] = {}
+    seen: set[int] = set()  # gates shared by several parents are read once
     stack: list[Formula] = [formula]
     while stack:
         top = stack.pop()
         if isinstance(top, Lit):
             found.setdefault(top)
-        else:
+        elif id(top) not in seen:
+            seen.add(id(top))
             stack.extend(reversed(top.children))
     return list(found)
 

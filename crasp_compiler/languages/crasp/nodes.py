@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from math import lcm
+from math import isqrt, lcm
 
 from crasp_compiler.errors import Diagnostic, Span
 
@@ -68,10 +68,9 @@ class Periodic(BoolExpr):
             return BoolConst(False)
         if len(residues) == modulus:
             return BoolConst(True)
-        for period in range(1, modulus + 1):
-            if modulus % period == 0 and all(
-                ((r + period) % modulus in residues) for r in residues
-            ):
+        small = [d for d in range(1, isqrt(modulus) + 1) if modulus % d == 0]
+        for period in sorted({*small, *(modulus // d for d in small)}):  # the divisors
+            if all(((r + period) % modulus in residues) for r in residues):
                 return Periodic(period, frozenset(r % period for r in residues))
         raise AssertionError("unreachable: modulus is always a period")
 
