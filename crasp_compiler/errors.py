@@ -7,9 +7,29 @@ a caret under the offending span, and says what was expected.
 
 from __future__ import annotations
 
+import math
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+# Integers of more digits than this are shown in scientific form in messages.
+SHOWN_DIGITS = 24
+
+
+def shown_int(value: int) -> str:
+    """``value`` for a message: in full up to :data:`SHOWN_DIGITS` digits, else its
+    leading digits in scientific form and its number of digits (``1.04…e1233 (1234
+    digits)``), computed without the decimal conversion that Python refuses for more
+    than ``sys.get_int_max_str_digits()`` digits."""
+    magnitude = abs(value)
+    if magnitude < 10**SHOWN_DIGITS:
+        return str(value)
+    digits = int(magnitude.bit_length() * math.log10(2)) + 1  # exact or one too many
+    if 10 ** (digits - 1) > magnitude:
+        digits -= 1
+    lead = str(magnitude // 10 ** (digits - 3))  # the first three digits
+    sign = "-" if value < 0 else ""
+    return f"{sign}{lead[0]}.{lead[1:]}…e{digits - 1} ({digits} digits)"
 
 
 def source_lines(source: str) -> list[str]:

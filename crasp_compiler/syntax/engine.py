@@ -10,7 +10,9 @@ the offending line is blanked (for a bracket never closed: the lines from the br
 error) and parsing resumes, so every syntax error in a file is reported at once (up to
 ``max_errors``), sorted by position. A file without syntax errors is then checked for
 statements nested deeper than ``max_depth`` (the checkers, interpreters and printers
-recurse over the tree, so a deeper one would crash them with ``RecursionError``).
+recurse over the tree, so a deeper one would crash them with ``RecursionError``); a chain
+of one associative operator (``a && b && …``) is built as a balanced tree, so it counts
+only the levels of that tree, ⌈log2 k⌉ for k operands.
 
 The minus sign − (U+2212, as papers and docs print it) is read as ``-`` outside literals.
 """
@@ -28,7 +30,12 @@ from lark import Lark, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from crasp_compiler.errors import CraspError, Diagnostic, Span
-from crasp_compiler.syntax.lark_tools import BracketContinuation, accepted_terminals, span
+from crasp_compiler.syntax.lark_tools import (
+    BracketContinuation,
+    accepted_terminals,
+    chain_operands,
+    span,
+)
 
 # Most syntax errors reported for one file (the language checkers cap theirs alike).
 MAX_ERRORS = 20
@@ -68,8 +75,10 @@ class Frontend:
     - ``statement_start``: matches (from the start of a line) the head of a new statement
       or the end of a block; an error there while a continuation bracket opened on an
       earlier line is open means that bracket was never closed.
-    - ``max_depth``, ``nary``: the deepest nesting accepted below a statement; the rules in
-      ``nary`` count one level per operand (they become nested binary nodes).
+    - ``max_depth``, ``nary``, ``chains``: the deepest nesting accepted below a statement;
+      the rules in ``nary`` count one level per operand (they become nested binary nodes);
+      a left-nested run of one rule in ``chains`` (``a && b && c``) is a chain of k
+      operands that the language builds as a balanced tree: ⌈log2 k⌉ levels.
     - ``brackets``: opening → closing bracket characters; ``continuation``: the opening
       brackets inside which a newline continues the statement; ``kept``: the bracket
       characters that recovery keeps when it blanks a line (block braces, so that blocks
@@ -94,6 +103,7 @@ class Frontend:
     statement_start: re.Pattern[str]
     max_depth: int
     nary: frozenset[str] = frozenset()
+    chains: frozenset[str] = frozenset()
     brackets: Mapping[str, str] = field(default_factory=lambda: {"(": ")"})
     continuation: frozenset[str] = frozenset("(")
     kept: frozenset[str] = frozenset()
@@ -360,6 +370,11 @@ class Frontend:
                         )
                     )
                     break
+                if node.data in self.chains:
+                    operands = chain_operands(node)
+                    step = (len(operands) - 1).bit_length()  # ⌈log2 k⌉
+                    stack.extend((c, depth + step) for c in operands if isinstance(c, Tree))
+                    continue
                 children = [c for c in node.children if isinstance(c, Tree)]
                 step = 1 + (len(children) if node.data in self.nary else 0)
                 stack.extend((c, depth + step) for c in children)

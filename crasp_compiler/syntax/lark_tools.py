@@ -5,11 +5,14 @@ really accepts (for "expected ..." messages)."""
 from __future__ import annotations
 
 from copy import copy
+from typing import TypeVar
 
 from lark import Token, Tree
 from lark.exceptions import UnexpectedToken
 
 from crasp_compiler.errors import Span
+
+Leaf = TypeVar("Leaf")  # what a tree holds besides trees (a Token)
 
 
 class BracketContinuation:
@@ -74,3 +77,18 @@ def accepted_terminals(state) -> set[str] | None:
     except Exception:  # Lark's internals differ between versions: fall back
         return None
     return accepted or None
+
+
+def chain_operands(node: Tree[Leaf]) -> list[Tree[Leaf] | Leaf]:
+    """The operands of the chain ``node`` heads: its left-nested run of nodes of its rule
+    (``a && b && c`` parses as ``and_(and_(a, b), c)``), in order, without recursion."""
+    operands: list[Tree[Leaf] | Leaf] = []
+    while isinstance(node, Tree) and len(node.children) == 2:
+        left, right = node.children
+        operands.append(right)
+        if not (isinstance(left, Tree) and left.data == node.data):
+            operands.append(left)
+            break
+        node = left
+    operands.reverse()
+    return operands

@@ -9,10 +9,14 @@ its source span, before raising one :class:`CraspError`.
 from __future__ import annotations
 
 import difflib
+import itertools
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from math import lcm
 
+import numpy as np
+import numpy.typing as npt
 from lark import Token, Tree
 
 from crasp_compiler.errors import CraspError, Diagnostic, Span
@@ -43,6 +47,7 @@ from crasp_compiler.languages.crasp.nodes import (
     fold_periodic,
 )
 from crasp_compiler.model.model import BOS
+from crasp_compiler.syntax.lark_tools import chain_operands
 from crasp_compiler.syntax.lark_tools import span as _span
 
 # Predicates of the community interpreter, available after ``#import NAME``.
@@ -75,6 +80,10 @@ _RELATION_CLASSES = (
 )
 
 
+# A position, or every residue at once.
+Positions = int | npt.NDArray[np.int64]
+
+
 class _Invalid(Exception):
     """Raised inside expression building after a diagnostic has been recorded."""
 
@@ -93,7 +102,7 @@ class _Linear:
     const: int = 0
     modulus: int | None = None
 
-    def value(self, env: dict[str, int]) -> int:
+    def value(self, env: Mapping[str, Positions]) -> Positions:
         v = sum(c * env[x] for x, c in self.coefs.items()) + self.const
         return v % self.modulus if self.modulus else v
 
@@ -107,7 +116,8 @@ def _cmp(op: Tree) -> str:
     return _CMP_CANON[str(op.children[0])]
 
 
-def _holds(op: str, a: int, b: int) -> bool:
+def _holds(op: str, a: Positions, b: Positions) -> bool | npt.NDArray[np.bool_]:
+    """``a op b``, at one position or at every residue at once."""
     return {"<=": a <= b, "<": a < b, "==": a == b, "!=": a != b, ">=": a >= b, ">": a > b}[op]
 
 
@@ -470,16 +480,28 @@ class _Builder:
         return fold_periodic("not", [arg]) or Not(arg)
 
     def _logic(self, t: Tree, scope: _Scope, op: str, cls) -> Expr:
-        left, right = self._both(lambda c: self.boolean(c, scope, f"`{op}`"), t.children)
-        if isinstance(left, Periodic) and isinstance(right, Periodic):
-            modulus = lcm(left.modulus, right.modulus)
-            if modulus > MAX_MODULUS:
-                raise self.error(
-                    f"the combined period {modulus} is too large",
-                    t,
-                    f"expected at most {MAX_MODULUS}",
-                )
-        return fold_periodic(op, [left, right]) or cls(left, right)
+        """A chain ``a && b && …`` (or ``||``), built as a balanced tree (:func:`_balanced`);
+        a leading run of periodic operands is folded into one, as the left-nested chain
+        folds them."""
+        operands = chain_operands(t)
+        parts = self._both(lambda c: self.boolean(c, scope, f"`{op}`"), operands)
+        periodic = list(itertools.takewhile(lambda p: isinstance(p, Periodic), parts))
+        run = len(periodic)
+        if run > 1:
+            modulus = 1
+            for part in periodic:
+                modulus = lcm(modulus, part.modulus)
+                if modulus > MAX_MODULUS:  # at most MAX_MODULUS squared
+                    raise self.error(
+                        f"the combined period {modulus} is too large",
+                        t,
+                        f"expected at most {MAX_MODULUS}",
+                    )
+            folded = fold_periodic(op, parts[:run])
+            assert folded is not None
+            object.__setattr__(folded, "span", _joined(operands[0], operands[run - 1]))
+            parts, operands = [folded, *parts[run:]], [t, *operands[run:]]
+        return _balanced(cls, parts, operands)
 
     def e_and_(self, t: Tree, scope: _Scope) -> Expr:
         return self._logic(t, scope, "and", And)
@@ -524,8 +546,9 @@ class _Builder:
         return Scale(-1, self.count(t.children[0], scope, "`-`"))
 
     def e_add(self, t: Tree, scope: _Scope) -> Expr:
-        left, right = self._both(lambda c: self.count(c, scope, "`+`"), t.children)
-        return Add(left, right)
+        operands = chain_operands(t)
+        parts = self._both(lambda c: self.count(c, scope, "`+`"), operands)
+        return _balanced(Add, parts, operands)
 
     def e_sub(self, t: Tree, scope: _Scope) -> Expr:
         left, right = self._both(lambda c: self.count(c, scope, "`-`"), t.children)
@@ -701,18 +724,22 @@ class _Builder:
             if base.modulus:
                 raise self.error("unsupported positional expression: `%` applied twice", t)
             return _Linear(base.coefs, base.const, int(m_tok))
-        left, right = self._term(t.children[0]), self._term(t.children[1])
-        if left.modulus or right.modulus:
+        # a chain `i + 1 + 1 + …` is summed in a loop (the parser admits any length)
+        operands = chain_operands(t) if t.data == "add" else t.children
+        terms = [self._term(operand) for operand in operands]
+        if any(term.modulus for term in terms):
             raise self.error(
                 "unsupported positional expression: `%` must come last",
                 t,
                 "expected forms like `i % m == r` or `j == i - c`",
             )
         sign = 1 if t.data == "add" else -1
-        coefs = dict(left.coefs)
-        for var, c in right.coefs.items():
-            coefs[var] = coefs.get(var, 0) + sign * c
-        return _Linear({v: c for v, c in coefs.items() if c}, left.const + sign * right.const)
+        coefs = dict(terms[0].coefs)
+        for term in terms[1:]:
+            for var, c in term.coefs.items():
+                coefs[var] = coefs.get(var, 0) + sign * c
+        const = terms[0].const + sign * sum(term.const for term in terms[1:])
+        return _Linear({v: c for v, c in coefs.items() if c}, const)
 
     def periodic(self, t: Tree, scope: _Scope) -> Expr:
         atoms = self._pos_atoms(t)
@@ -738,14 +765,12 @@ class _Builder:
             raise self.error(
                 f"the combined period {modulus} is too large", t, f"expected at most {MAX_MODULUS}"
             )
-        residues = frozenset(
-            r
-            for r in range(modulus)
-            if all(
-                _holds(op, a.value({scope.var: r}), b.value({scope.var: r})) for op, a, b in atoms
-            )
-        )
-        return Periodic.make(modulus, residues)
+        # every residue at once (an array of positions): a chain of many atoms stays fast
+        env = {scope.var: np.arange(modulus, dtype=np.int64)}
+        holds = np.ones(modulus, dtype=bool)
+        for op, a, b in atoms:
+            holds &= _holds(op, a.value(env), b.value(env))
+        return Periodic.make(modulus, frozenset(np.flatnonzero(holds).tolist()))
 
     def relation(self, t: Tree, outer: str, inner: str) -> frozenset[int]:
         """Offsets d = outer - inner >= 0 where a binary relation holds; it must be local."""
@@ -753,12 +778,11 @@ class _Builder:
 
         def truth(node: Tree) -> callable:
             data = node.data
-            if data == "or_":
-                a, b = truth(node.children[0]), truth(node.children[1])
-                return lambda d: a(d) or b(d)
-            if data == "and_":
-                a, b = truth(node.children[0]), truth(node.children[1])
-                return lambda d: a(d) and b(d)
+            if data in ("or_", "and_"):  # a chain: the operands, not nested closures
+                parts = [truth(c) for c in chain_operands(node)]
+                if data == "or_":
+                    return lambda d: any(part(d) for part in parts)
+                return lambda d: all(part(d) for part in parts)
             if data == "not_":
                 a = truth(node.children[0])
                 return lambda d: not a(d)
@@ -838,6 +862,28 @@ class _Builder:
                 f"C-RASP counts only positions {inner} <= {outer}; expected e.g. `{inner} == {outer} - 1`",
             )
         return offsets
+
+
+def _joined(first: Tree[Token] | Token, last: Tree[Token] | Token) -> Span | None:
+    """The source range from ``first`` to the end of ``last``."""
+    start, end = _span(first), _span(last)
+    if start is None or end is None:
+        return start or end
+    return Span(start.line, start.column, end.end_line, end.end_column)
+
+
+def _balanced(
+    cls: Callable[..., Expr], parts: Sequence[Expr], trees: Sequence[Tree[Token] | Token]
+) -> Expr:
+    """The operands ``parts`` of a chain (parsed from ``trees``) as a balanced tree of the
+    binary ``cls``: ``((a, b), c)`` for three, ``((a, b), (c, d))`` for four, so that a
+    chain of k operands nests only ⌈log2 k⌉ deep (the left half takes the middle one)."""
+    if len(parts) == 1:
+        return parts[0]
+    middle = (len(parts) + 1) // 2
+    left = _balanced(cls, parts[:middle], trees[:middle])
+    right = _balanced(cls, parts[middle:], trees[middle:])
+    return cls(left, right, span=_joined(trees[0], trees[-1]))
 
 
 def _shown_int(text: str) -> str:

@@ -162,27 +162,59 @@ def literals(formula: Formula) -> list[Lit]:
     if isinstance(formula, Lit):
         return [formula]
     found: dict[Lit, None] = {}
+    seen: set[int] = set()  # gates shared by several parents are read once
     stack: list[Formula] = [formula]
     while stack:
         top = stack.pop()
         if isinstance(top, Lit):
             found.setdefault(top)
-        else:
+        elif id(top) not in seen:
+            seen.add(id(top))
             stack.extend(reversed(top.children))
     return list(found)
 
 
 def holds(formula: Formula, row: Mapping[Node, bool]) -> bool:
-    """The value of ``formula`` when each leaf node has the value ``row`` gives it."""
-    if isinstance(formula, Lit):
-        return row[formula.node] == formula.positive
-    parts = (holds(child, row) for child in formula.children)
-    return all(parts) if formula.op == "and" else any(parts)
+    """The value of ``formula`` when each leaf node has the value ``row`` gives it
+    (gates evaluated children first, with an explicit stack)."""
+    values: dict[Formula, bool] = {}
+    stack: list[tuple[Formula, bool]] = [(formula, False)]
+    while stack:
+        top, ready = stack.pop()
+        if top in values:
+            continue
+        if isinstance(top, Lit):
+            values[top] = row[top.node] == top.positive
+        elif ready:
+            parts = (values[child] for child in top.children)
+            values[top] = all(parts) if top.op == "and" else any(parts)
+        else:
+            stack.append((top, True))
+            stack.extend((child, False) for child in top.children)
+    return values[formula]
+
+
+def _leaves(formula: Formula, limit: int) -> set[Node] | None:
+    """The leaf nodes of ``formula``, or None when there are more than ``limit``."""
+    found: set[Node] = set()
+    seen: set[int] = set()
+    stack = [formula]
+    while stack:
+        top = stack.pop()
+        if isinstance(top, Lit):
+            found.add(top.node)
+            if len(found) > limit:
+                return None
+        elif id(top) not in seen:
+            seen.add(id(top))
+            stack.extend(top.children)
+    return found
 
 
 class Depth:
-    """Slots and formula plans of a program's expressions (module docstring), computed
-    definition by definition, so that long chains of references never recurse deeply."""
+    """Slots and formula plans of a program's expressions (module docstring). Each is
+    computed once, children and referenced definitions first, with an explicit stack
+    (:meth:`slot`), so that no formula or chain of references is too deep to plan."""
 
     def __init__(self, program: Program, mode: str = "heaviside") -> None:
         self.program = program
@@ -191,6 +223,7 @@ class Depth:
         self.slots: dict[Node, int] = {}
         self.forms: dict[Node, tuple[Formula, Formula]] = {}
         self.plans: dict[Node, Plan] = {}
+        self.gate_slots: dict[Formula, int] = {}
         used = {n.name for d in program.definitions for n in walk(d.expr) if isinstance(n, BoolRef)}
         self.unused = {d.name for d in program.definitions} - used
         for definition in program.definitions:  # in order: references find theirs made
@@ -206,22 +239,23 @@ class Depth:
 
     def nnf(self, node: Node) -> tuple[Formula, Formula]:
         """The negation normal forms of ``node`` and of its negation."""
-        if node in self.forms:
-            return self.forms[node]
+        if node not in self.forms:
+            self.slot(node)  # makes the forms of the formulas below it, then its own
+        return self.forms[node]
+
+    def _forms(self, node: Node) -> tuple[Formula, Formula]:
+        """:meth:`nnf` of ``node`` from those of its operands, already made."""
         match node:
             case Not(arg):
-                positive, negative = self.nnf(arg)
-                result = (negative, positive)
+                positive, negative = self.forms[arg]
+                return negative, positive
             case And(a, b) | Or(a, b):
-                (pa, na), (pb, nb) = self.nnf(a), self.nnf(b)
+                (pa, na), (pb, nb) = self.forms[a], self.forms[b]
                 op, dual = ("and", "or") if isinstance(node, And) else ("or", "and")
-                result = (_gate(op, (pa, pb)), _gate(dual, (na, nb)))
+                return _gate(op, (pa, pb)), _gate(dual, (na, nb))
             case BoolRef(name) if isinstance(self.defs[name], Not | And | Or):
-                result = self.nnf(self.defs[name])
-            case _:
-                result = (Lit(node, True), Lit(node, False))
-        self.forms[node] = result
-        return result
+                return self.forms[self.defs[name]]
+        return Lit(node, True), Lit(node, False)
 
     def is_comparison(self, lit: Lit) -> bool:
         return isinstance(self.resolve(lit.node), Compare)
@@ -241,30 +275,39 @@ class Depth:
                 plan = Plan("fused", formula, latest, fresh[0])
             else:
                 plan = Plan("gate", formula, next_slot(latest, attention=False))
-        else:
-            leaves = {lit.node for lit in literals(formula)}
+        elif (leaves := _leaves(formula, TABLE_LEAVES)) is not None:
             latest = max(self.slot(leaf) for leaf in leaves)
             fresh = [leaf for leaf in leaves if self.slot(leaf) == latest]
-            if (
-                len(leaves) <= TABLE_LEAVES
-                and latest > 0
-                and len(fresh) == 1
-                and (self.is_comparison(Lit(fresh[0], True)))
-            ):
+            if latest > 0 and len(fresh) == 1 and self.is_comparison(Lit(fresh[0], True)):
                 plan = Plan("fused-table", formula, latest, Lit(fresh[0], True))
-            elif len(leaves) <= TABLE_LEAVES:
-                plan = Plan("table", formula, next_slot(latest, attention=False))
             else:
-                plan = Plan("circuit", formula, self.circuit_slot(formula))
+                plan = Plan("table", formula, next_slot(latest, attention=False))
+        else:
+            plan = Plan("circuit", formula, self.circuit_slot(formula))
         self.plans[node] = plan
         return plan
 
     def circuit_slot(self, formula: Formula) -> int:
-        """The slot of a threshold circuit: each gate in the MLP after its children."""
+        """The slot of a threshold circuit: each gate in the MLP after its children
+        (gates first met are measured children first, with an explicit stack)."""
         if isinstance(formula, Lit):
             return self.slot(formula.node)
-        latest = max(self.circuit_slot(child) for child in formula.children)
-        return next_slot(latest, attention=False)
+        stack: list[tuple[Gate, bool]] = [(formula, False)]
+        while stack:
+            gate, ready = stack.pop()
+            if gate in self.gate_slots:
+                continue
+            inner = [c for c in gate.children if isinstance(c, Gate)]
+            if not ready:
+                stack.append((gate, True))
+                stack.extend((c, False) for c in inner)
+                continue
+            latest = max(
+                self.gate_slots[c] if isinstance(c, Gate) else self.slot(c.node)
+                for c in gate.children
+            )
+            self.gate_slots[gate] = next_slot(latest, attention=False)
+        return self.gate_slots[formula]
 
     def absorbed(self, name: str) -> Plan | None:
         """The plan of output ``name`` when its readout can absorb its formula's root gate
@@ -293,36 +336,53 @@ class Depth:
     # ------------------------------------------------------------------ slots
 
     def slot(self, node: Node) -> int:
+        """The slot of ``node``, with those of its operands and of the definitions it
+        refers to (and the formulas among them: :meth:`nnf`), made first."""
         if node in self.slots:
             return self.slots[node]
+        stack: list[tuple[Node, bool]] = [(node, False)]
+        while stack:
+            top, ready = stack.pop()
+            if top in self.slots:
+                continue
+            if ready:
+                self.forms.setdefault(top, self._forms(top))
+                self.slots[top] = self._slot(top)
+                continue
+            stack.append((top, True))
+            below = children(top)
+            if isinstance(top, BoolRef | CountRef):
+                below = (self.defs[top.name],)
+            stack.extend((n, False) for n in below if n not in self.slots)
+        return self.slots[node]
+
+    def _slot(self, node: Node) -> int:
+        """:meth:`slot` of ``node`` from those of its operands, already made."""
         match node:
             case BoolRef(name) | CountRef(name):
-                value = self.slot(self.defs[name])
+                return self.slots[self.defs[name]]
             case CountConst(value=v):
-                value = 1 if v else 0
+                return 1 if v else 0
             case Count(arg, None):
-                value = next_slot(self.slot(arg), attention=True)
+                return next_slot(self.slots[arg], attention=True)
             case Count(arg, offsets):
-                lookup = next_slot(self.slot(arg), attention=True)
+                lookup = next_slot(self.slots[arg], attention=True)
                 shifted = next_slot(lookup, attention=False) if self.mode == "relu" else lookup
-                value = max(
+                return max(
                     next_slot(shifted, attention=True)
                     if stop - start + 1 >= WINDOW_RUN
                     else next_slot(lookup, attention=False)
                     for start, stop in offset_runs(offsets)
                 )
             case Compare(_, a, b):
-                value = next_slot(max(self.slot(a), self.slot(b), 1), attention=False)
+                return next_slot(max(self.slots[a], self.slots[b], 1), attention=False)
             case And() | Or():
-                value = self.plan(node).slot
+                return self.plan(node).slot
             case Min(a, b) | Max(a, b):
-                value = next_slot(max(self.slot(a), self.slot(b)), attention=False)
+                return next_slot(max(self.slots[a], self.slots[b]), attention=False)
             case Cond(c, a, b):
-                value = next_slot(max(self.slot(c), self.slot(a), self.slot(b)), attention=False)
-            case _:
-                value = max((self.slot(child) for child in children(node)), default=0)
-        self.slots[node] = value
-        return value
+                return next_slot(max(self.slots[c], self.slots[a], self.slots[b]), attention=False)
+        return max((self.slots[child] for child in children(node)), default=0)
 
     def output_slot(self, name: str) -> int:
         absorbed = self.absorbed(name)

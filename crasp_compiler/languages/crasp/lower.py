@@ -231,16 +231,39 @@ class _Lowerer:
     def circuit(self, formula: Formula, node: Node, label: str, want: int | None = None) -> Form:
         """A threshold circuit: each gate a clamped sum (:func:`ffn.all_of`,
         :func:`ffn.any_of`) over its children, in the MLP after them; the root exact on
-        the side ``want`` (an and is one unit where that is 0, an or where it is 1)."""
+        the side ``want`` (an and is one unit where that is 0, an or where it is 1). Gates
+        are made children first, with an explicit stack, each once."""
         if isinstance(formula, Lit):
             return self.literal(formula, want)
-        inputs = [self.circuit(child, node, label) for child in formula.children]
-        make = ffn.all_of if formula.op == "and" else ffn.any_of
-        side = want if want is not None else (0 if formula.op == "and" else 1)
+        made: dict[int, Form] = {}
+        stack: list[tuple[Gate, list[Form]]] = [(formula, [])]
+        while stack:
+            gate, inputs = stack[-1]
+            if len(inputs) < len(gate.children):  # the next child, as a recursion would
+                child = gate.children[len(inputs)]
+                if isinstance(child, Lit):
+                    inputs.append(self.literal(child))
+                elif id(child) in made:
+                    inputs.append(made[id(child)])
+                else:
+                    stack.append((child, []))
+                continue
+            stack.pop()
+            side = 0 if gate.op == "and" else 1
+            made[id(gate)] = self.gate(
+                gate, inputs, want if want is not None and gate is formula else side, node, label
+            )
+            if stack:
+                stack[-1][1].append(made[id(gate)])
+        return made[id(formula)]
+
+    def gate(self, gate: Gate, inputs: list[Form], side: int, node: Node, label: str) -> Form:
+        """One gate of a circuit over the bits ``inputs``, exact on the side ``side``."""
+        make = ffn.all_of if gate.op == "and" else ffn.any_of
         out = self.fresh("bool")
         self.add(make(inputs, out, nonbos=NONBOS, exact_at=side, label=label), {out: 1})
         self.track(lambda a: a.table(out, inputs, node, side))
-        return {out: 1}
+        return Form({out: 1})
 
     def table(self, formula: Formula, node: Node, label: str, want: int | None = None) -> Form:
         """A formula of several levels over at most 9 leaves: one truth-table MLP, in the

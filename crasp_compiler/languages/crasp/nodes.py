@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from math import lcm
+from math import isqrt, lcm
 
 from crasp_compiler.errors import Diagnostic, Span
 
@@ -68,10 +68,9 @@ class Periodic(BoolExpr):
             return BoolConst(False)
         if len(residues) == modulus:
             return BoolConst(True)
-        for period in range(1, modulus + 1):
-            if modulus % period == 0 and all(
-                ((r + period) % modulus in residues) for r in residues
-            ):
+        small = [d for d in range(1, isqrt(modulus) + 1) if modulus % d == 0]
+        for period in sorted({*small, *(modulus // d for d in small)}):  # the divisors
+            if all(((r + period) % modulus in residues) for r in residues):
                 return Periodic(period, frozenset(r % period for r in residues))
         raise AssertionError("unreachable: modulus is always a period")
 
@@ -80,7 +79,7 @@ class Periodic(BoolExpr):
 
     def lift(self, modulus: int) -> frozenset[int]:
         """The residues modulo a multiple of this predicate's modulus."""
-        return frozenset(r for r in range(modulus) if self.holds(r))
+        return frozenset(r + k for k in range(0, modulus, self.modulus) for r in self.residues)
 
 
 @dataclass(frozen=True)
@@ -198,14 +197,18 @@ def children(node: Node) -> tuple[Node, ...]:
 
 
 def walk(node: Node):
-    """Every node of an expression, parents before children."""
-    yield node
-    for child in children(node):
-        yield from walk(child)
+    """Every node of an expression, parents before children, in source order (with an
+    explicit stack: no expression is too deep to walk)."""
+    stack = [node]
+    while stack:
+        top = stack.pop()
+        yield top
+        stack.extend(reversed(children(top)))
 
 
 def fold_periodic(op: str, parts: list[BoolExpr]) -> BoolExpr | None:
-    """Combine periodic predicates with not/and/or into one, or None if not all periodic."""
+    """Combine periodic predicates with not (one part) or an and/or of any number of
+    parts into one, or None if not all periodic."""
     if not all(isinstance(p, Periodic) for p in parts):
         return None
     modulus = lcm(*(p.modulus for p in parts))
@@ -214,8 +217,8 @@ def fold_periodic(op: str, parts: list[BoolExpr]) -> BoolExpr | None:
     if op == "not":
         return Periodic.make(modulus, everything - sets[0])
     if op == "and":
-        return Periodic.make(modulus, sets[0] & sets[1])
-    return Periodic.make(modulus, sets[0] | sets[1])
+        return Periodic.make(modulus, everything.intersection(*sets))
+    return Periodic.make(modulus, frozenset().union(*sets))
 
 
 # ---------------------------------------------------------------- programs

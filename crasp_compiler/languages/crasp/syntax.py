@@ -14,7 +14,9 @@ from crasp_compiler.syntax.engine import Frontend
 
 # Deepest expression accepted. The checker, interpreter, printer and compiler recurse over
 # expressions, so a deeper one would crash them with RecursionError; n-ary forms (chained
-# comparisons, min/max) count one level per operand, as they become nested binary nodes.
+# comparisons, min/max) count one level per operand, as they become nested binary nodes;
+# a chain `a && b && …`, `a || b || …` or `a + b + …` of k operands is built as a balanced
+# tree and counts ⌈log2 k⌉.
 MAX_DEPTH = 100
 
 # Human names for the grammar's terminals, used in "expected ..." messages.
@@ -68,6 +70,7 @@ CRASP_SYNTAX = Frontend(
     statement_start=STATEMENT_START,
     max_depth=MAX_DEPTH,
     nary=frozenset({"compare", "min_", "max_"}),
+    chains=frozenset({"and_", "or_", "add"}),
     brackets={"(": ")", "[": "]", "{": "}"},
     continuation=frozenset("([{"),
     literals=LITERALS,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from crasp_compiler.budget import require_memory
-from crasp_compiler.errors import CraspError, Diagnostic, Span
+from crasp_compiler.errors import CraspError, Diagnostic, Span, shown_int
 from crasp_compiler.languages.pcoc.nodes import (
     STATIC_TYPES,
     Add,
@@ -75,7 +75,7 @@ def _validate_n(n: int, filename: str) -> int:
 
 
 def _env_text(env: dict[str, int], machine: int | None) -> str:
-    parts = [f"{name} = {value}" for name, value in env.items()]
+    parts = [f"{name} = {shown_int(value)}" for name, value in env.items()]
     if machine is not None:
         parts.append(f"i = {machine}")
     return ", ".join(parts)

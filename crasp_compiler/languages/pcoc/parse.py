@@ -26,7 +26,7 @@ from pathlib import Path
 
 from lark import Token, Tree
 
-from crasp_compiler.errors import CraspError, Diagnostic, Span
+from crasp_compiler.errors import CraspError, Diagnostic, Span, shown_int
 from crasp_compiler.files import read_program_text
 from crasp_compiler.languages.pcoc.nodes import (
     STATIC_TYPES,
@@ -691,7 +691,7 @@ class _Builder:
             value = self._fold(expr)
             if abs(value) > MAX_EXACT_INT:
                 raise self.error(
-                    f"the integer {value} is too large to be exact as a number",
+                    f"the integer {shown_int(value)} is too large to be exact as a number",
                     span_of(expr) or _span(where),
                     "numbers are float64: integers up to 2**53 are exact",
                 )

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from crasp_compiler.errors import Span
+from crasp_compiler.errors import Span, shown_int
 from crasp_compiler.languages.pcoc.nodes import (
     For,
     Program,
@@ -180,8 +180,9 @@ def _static(expr: StaticExpr, env: Env, machines: np.ndarray | None) -> StaticVa
             if bad.any():
                 value = xs[int(np.argmax(bad))]
                 reason = "not a power of two" if fn == "log2" and value >= 1 else "not positive"
+                shown = shown_int(value)
                 raise StaticFailure(
-                    f"{fn}({value}) is undefined: {value} is {reason}", _first(bad, machines)
+                    f"{fn}({shown}) is undefined: {shown} is {reason}", _first(bad, machines)
                 )
             if fn == "log2":
                 result = [v.bit_length() - 1 for v in xs]
@@ -213,7 +214,9 @@ def _binary(op: str, a: StaticValue, b: StaticValue, machines: np.ndarray | None
         top = max((abs(v) for v in np.ravel(a)), default=0)
         power = max(np.ravel(b), default=0)
         if power_too_big(int(top), int(power)):
-            raise StaticFailure(f"`**` result too large ({top} ** {power})")
+            raise StaticFailure(
+                f"`**` result too large ({shown_int(int(top))} ** {shown_int(int(power))})"
+            )
     if op in ("<", "<=", ">", ">=", "==", "!="):
         result = {
             "<": lambda: a < b,
