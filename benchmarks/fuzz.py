@@ -9,9 +9,15 @@ Run it from the repository root::
     # replay one case in this process, with full tracebacks
     python benchmarks/fuzz.py --repro crasp:0:123
 
-``--case-timeout S`` (default 8) is the soft per-case limit, ``--memory-gib G`` (default 4)
-the worker's address-space limit (so a huge allocation is a MemoryError, not the OOM
-killer), ``--start I`` the first case index.
+``--cases`` is per family, or ``FAMILY=N,...`` (``--cases crasp=14000,pcoc=7500``).
+Limits are CPU time, so a loaded machine does not turn slow cases into hangs:
+``--case-cpu S`` (default 8) CPU seconds per case, counted by ITIMER_PROF in the worker
+(a child process the case waits for gets what is left, by RLIMIT_CPU); past it a case is
+interrupted. At 3x + 10 CPU-s the kernel kills the worker (RLIMIT_CPU: a loop in C that
+never returns to Python). ``--case-wall W`` (default 20x the CPU limit) wall-clock seconds
+catch a case that sleeps or deadlocks; the parent kills a worker 30 s after that.
+``--memory-gib G`` (default 4) is the worker's address-space limit (so a huge allocation is
+a MemoryError, not the OOM killer), ``--start I`` the first case index.
 
 Families (one function each, ``fuzz_<family>``):
 
@@ -36,16 +42,31 @@ Families (one function each, ``fuzz_<family>``):
   ``crasp info``, ``crasp run`` and ``crasp check --samples 5 --max-len 8``.
 - ``grids``  TOML grid files through ``load_grid`` and (a subset) ``crasp sweep`` with
   training replaced by a no-op.
+- ``show``   small programs over hostile tokens (``<!--<script``, ``</script>``,
+  ``$\\foo$``, ``$x^$``, ``&``, RTL, emoji, 5,000 characters), some with hostile labels
+  (control characters, lone surrogates) edited into the model file, through ``crasp show``
+  to HTML, PNG and SVG, into a folder, a missing folder or under a file: a picture written
+  (of its kind; HTML: no raw ``<`` in the JSON data block) or a one-line error.
+- ``records`` committed training records with fields deleted, renamed, retyped or nested
+  deeply (or the whole record replaced) through ``crasp plot`` and the tables of
+  ``benchmarks/length_generalization_report.py`` (reading a private copy of the records).
+- ``lens``   TransformerLens exports with ``config.json`` mutated (each ``cfg`` field given
+  other values and types, ``crasp`` fields, the whole file) through ``crasp info``,
+  ``run`` (must print the unmutated export's answer) and ``check``.
 
 Every case runs in a worker child process (one at a time) that is restarted when it dies:
-a case that kills it by a signal is a ``crash``, one that outlives the hard timeout a
-``hang``. A case is reproducible from (family, seed, index) alone. Classes: ``ok``,
-``refused`` (CraspError, click usage error, CLI exit 1/2 with a message), ``traceback``
-(any other exception, or "Traceback" in CLI output), ``crash``, ``hang``, ``disagree``
-(valid and covered, outputs differ); notes that do not fail the run: ``slow`` (crasp/pcoc
-case over the soft time limit), ``uncovered`` (PCOC input that breaks a promise of the
-program, e.g. a slot bound, and disagrees), ``accepted_invalid`` (a grid value of the
-wrong type accepted), ``unsafe`` (a grid run directory outside the grid's ``out``).
+a case that kills it by a signal is a ``crash``, one past its CPU or wall-clock limits a
+``hang`` (crasp/pcoc past the CPU limit: ``slow``). A case is reproducible from (family,
+seed, index) alone. Classes: ``ok``, ``refused`` (CraspError, click usage error, CLI exit
+1/2 with a message), ``traceback`` (any other exception, or "Traceback" in CLI output),
+``crash``, ``hang``, ``disagree`` (valid and covered, outputs differ), ``bad_output``
+(exit 0 but a picture missing or malformed, or a refusal that leaves an empty file); notes
+that do not fail the run: ``slow`` (crasp/pcoc case over the CPU limit), ``uncovered``
+(PCOC input that breaks a promise of the program, e.g. a slot bound, and disagrees),
+``accepted_invalid`` (a grid value of the wrong type accepted; a lens ``cfg`` field that
+changes the TransformerLens model accepted by ``run`` or ``check``), ``unsafe`` (a grid run
+directory outside the grid's ``out``), ``unlocated`` (a lens field mutation refused without
+naming the field).
 
 Output: ``--out PATH`` gets a JSON summary (counts per family and class, every finding
 with its reproducer, and the findings grouped by kind); stdout gets a short summary.
@@ -82,31 +103,125 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # tests.support.naive / tests.support.strategies
     sys.path.insert(0, str(ROOT))
 
-FAMILIES = ("crasp", "pcoc", "inputs", "models", "grids")
-FAILING = ("traceback", "crash", "hang", "disagree")
-NOTES = ("slow", "uncovered", "accepted_invalid", "unsafe")
+FAMILIES = ("crasp", "pcoc", "inputs", "models", "grids", "show", "records", "lens")
+FAILING = ("traceback", "crash", "hang", "disagree", "bad_output")
+NOTES = ("slow", "uncovered", "accepted_invalid", "unsafe", "unlocated")
 RANK = {
     "ok": 0,
     "refused": 1,
     "accepted_invalid": 2,
     "uncovered": 2,
+    "unlocated": 2,
     "unsafe": 3,
     "slow": 4,
     "disagree": 5,
+    "bad_output": 5,
     "traceback": 6,
     "hang": 7,
     "crash": 8,
 }
-# A case past the soft limit is interrupted (SIGALRM) and recorded as slow (crasp, pcoc)
-# or hang (the CLI families); past the hard limit the worker is killed: hang.
-TIMEOUT_IS_HANG = {"inputs", "models", "grids"}
+# A case past its soft CPU limit is interrupted (SIGPROF) and recorded as slow (crasp,
+# pcoc) or hang (the CLI families); past the hard CPU limit (RLIMIT_CPU) the kernel kills
+# the worker, past the wall-clock limit (SIGALRM) or the parent's kill a little later: hang.
+TIMEOUT_IS_HANG = {"inputs", "models", "grids", "show", "records", "lens"}
 TEXT_LIMIT = 1500
 
 # ====================================================================== outcomes
 
 
 class SlowCase(BaseException):
-    """Raised by the SIGALRM handler when a case passes its soft time limit."""
+    """Raised in the worker when a case passes its soft CPU limit (``clock`` "cpu",
+    SIGPROF) or its wall-clock limit ("wall", SIGALRM)."""
+
+    def __init__(self, clock: str) -> None:
+        super().__init__(clock)
+        self.clock = clock
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The limits of one case. ``cpu``: CPU seconds (the worker's and its waited-for
+    children's) before the case is interrupted; ``hard_cpu``: CPU seconds before the kernel
+    kills the worker (RLIMIT_CPU, for a loop that never returns to Python); ``wall``:
+    wall-clock seconds before the case is interrupted as blocked (a sleep, a deadlock);
+    ``grace``: seconds after ``wall`` before the parent kills a worker that did not answer.
+    Load stretches wall-clock time, not CPU time, so ``wall`` is generous."""
+
+    cpu: float = 8.0
+    wall: float = 160.0
+    hard_cpu: float = 34.0
+    grace: float = 30.0
+
+    @classmethod
+    def from_cpu(cls, cpu: float, wall: float | None = None) -> Limits:
+        """Limits for a soft CPU limit: hard CPU 3x + 10 s, wall-clock 20x (or ``wall``)."""
+        return cls(cpu=cpu, wall=wall if wall is not None else 20 * cpu, hard_cpu=3 * cpu + 10)
+
+
+def cpu_seconds() -> float:
+    """CPU seconds used by this process and the children it has waited for."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+_DEADLINE: dict[str, float] = {}  # the running case's CPU and wall-clock deadlines
+
+
+def _on_cpu(signum, frame):
+    raise SlowCase("cpu")
+
+
+def _on_wall(signum, frame):
+    raise SlowCase("wall")
+
+
+def limit_hard_cpu(seconds: float) -> None:
+    """Let this process use ``seconds`` more CPU seconds before the kernel kills it
+    (SIGXCPU): the soft RLIMIT_CPU, the hard one left alone so the next case can raise it."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    used = own.ru_utime + own.ru_stime
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    soft = math.ceil(used + seconds)
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+def run_child(case: Case, step: str, argv: list, stdin: bytes = b"") -> Any:
+    """Run a child process for ``case`` within what is left of its limits: the child may
+    use the CPU seconds the case has left (RLIMIT_CPU, at least 1) and the wall-clock
+    seconds it has left; it imports this checkout's package. Returns the CompletedProcess,
+    or None after noting a hang (a limit passed)."""
+    import subprocess
+
+    cpu_left = max(1, math.ceil(_DEADLINE.get("cpu", math.inf) - cpu_seconds()))
+    wall_left = max(1.0, _DEADLINE.get("wall", math.inf) - time.perf_counter())
+    cpu_left = min(cpu_left, 3600)
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_left, cpu_left + 5))
+
+    paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    progress(step)
+    try:
+        proc = subprocess.run(
+            argv,
+            input=stdin,
+            capture_output=True,
+            timeout=wall_left,
+            cwd=ROOT,
+            env=env,
+            preexec_fn=limit,
+        )
+    except subprocess.TimeoutExpired:
+        case.note("hang", step, f"the child process still ran after {wall_left:.0f} s wall-clock")
+        return None
+    if proc.returncode in (-signal.SIGXCPU, -signal.SIGKILL):
+        case.note("hang", step, f"the child process passed its limit of {cpu_left} CPU-s")
+        return None
+    return proc
 
 
 _PROGRESS = None  # the worker's connection: steps are announced so a crash names its step
@@ -1489,8 +1604,6 @@ def fuzz_inputs(case: Case, rng: random.Random) -> None:
 def _subprocess_inputs(
     case: Case, interp: list[str], run: list[str], argv: list[str], stdin: bytes | None
 ) -> None:
-    import subprocess
-
     case.repro["subprocess"] = True
     exe = [sys.executable, "-c", "from crasp_compiler.cli import main; main()"]
     outputs = []
@@ -1502,13 +1615,9 @@ def _subprocess_inputs(
             # a NUL, which no argument can hold, is dropped
             *(x.encode("utf-8", "surrogatepass").replace(b"\0", b"") for x in argv),
         ]
-        proc = subprocess.run(
-            full,
-            input=stdin if stdin is not None else b"",
-            capture_output=True,
-            timeout=60,
-            cwd=ROOT,
-        )
+        proc = run_child(case, step, full, stdin if stdin is not None else b"")
+        if proc is None:
+            continue
         text = (proc.stdout + proc.stderr).decode("utf-8", "replace")
         if proc.returncode < 0:
             case.note("crash", step, f"killed by signal {-proc.returncode}: {text[-300:]}")
@@ -2644,6 +2753,492 @@ def _fake_training():
         sweep._run_one = real
 
 
+# ====================================================================== show
+
+SHOW_TOKENS = [
+    "<!--<script",
+    "</script>",
+    "<script>alert(1)</script>",
+    "<!--",
+    "-->",
+    "]]>",
+    "$\\foo$",
+    "$x^$",
+    "$$",
+    "$",
+    "\\",
+    "&",
+    "&amp;",
+    "&lt;",
+    "{{x}}",
+    "%s",
+    "null",
+    "NaN",
+    "א",
+    "שלום",
+    "مرحبا",
+    "🙂",
+    "x" * 5000,
+]
+SHOW_LABELS = [
+    *SHOW_TOKENS,
+    "👩\u200d👩\u200d👧",
+    "e\u0301",
+    "$x^$",
+    "\u202eab",
+    "\x01",
+    "\x1b[31mred",
+    "\x7f",
+    "a\nb",
+    "\u2028",
+    "",
+    " ",
+    "\ud800",
+]
+SHOW_PROGRAMS = [
+    "A = # {0}\nB = # {1}\nD = A > B\n",
+    "C_open = # {0}\nC_close = # {1}\nV = C_open < C_close\nCV = # V\nD = (CV == 0) && (C_open == C_close)\n",
+    "P = i % 2 == 1\nA = # {0}\nD = P && A > 0\n",
+    "A = # ({0} || {1})\nD = A >= 1\n",
+]
+
+
+def _token_literal(token: str) -> str:
+    return '"' + re.sub(r'([\\"])', r"\\\1", token) + '"'
+
+
+def show_spec(rng: random.Random) -> dict:
+    """One ``crasp show`` case: a small program over hostile tokens (compiled in
+    ``options``; ``labels`` are then edited into the model file's header), an input, and
+    where the picture goes."""
+    tokens = list(dict.fromkeys(rng.choice(SHOW_TOKENS) for _ in range(rng.randint(2, 5))))
+    if len(tokens) < 2:
+        tokens.append("b")
+    if rng.random() < 0.2:
+        tokens.append(random_unicode(rng))
+    text = "alphabet " + " ".join(_token_literal(t) for t in tokens) + "\n"
+    text += rng.choice(SHOW_PROGRAMS).format(*(_token_literal(t) for t in tokens[:2]))
+    mode = rng.choice(["heaviside", "heaviside", "relu", "layernorm"])
+    labels = []
+    if rng.random() < 0.3:
+        labels = [rng.choice(SHOW_LABELS) for _ in range(rng.randint(1, 3))]
+    suffix = rng.choice([".html", ".html", ".png", ".svg"])
+    flags = []
+    if suffix != ".html":
+        flags = ["--dpi", str(rng.choice([10, 30, 50]))]
+        flags += ["--picture", rng.choice(["all", "residual", "attention", "outputs", "program"])]
+    if rng.random() < 0.2:
+        flags += ["--beyond-guarantee", "warn"]
+    return {
+        "program": text,
+        "options": {"mode": mode, "max_len": 16} if mode == "relu" else {"mode": mode},
+        "labels": labels,
+        "relabel_seed": rng.randrange(2**32),
+        "input": _show_input(rng, tokens),
+        "where": rng.choice(["here", "here", "here", "missing", "under-a-file"]),
+        "name": rng.choice(["x", "x", "a b", "ü", "<x>"]) + suffix,
+        "flags": flags,
+    }
+
+
+def _relabel(rng: random.Random, path: Path, labels: list[str]) -> None:
+    """Put ``labels`` into the model file's header: residual rows, head and MLP labels,
+    definition names."""
+    import numpy as np
+
+    members = _npz_members(path)
+    header = json.loads(str(_load_npy(members["header.npy"])))
+    for label in labels:
+        spots = [("residual", k) for k in range(len(header["residual"]))]
+        for layer in header["layers"]:
+            spots += [(head, "label") for head in layer["heads"]]
+        definitions = header["info"].get("definitions") or {}
+        where, key = rng.choice([*spots, ("definitions", None)] if definitions else spots)
+        if where == "residual":
+            header["residual"][key] = label
+        elif where == "definitions":
+            name = rng.choice(sorted(definitions))
+            definitions[label] = definitions.pop(name)
+        else:
+            where[key] = label
+    members["header.npy"] = _npy(np.array(json.dumps(header)))
+    _write_npz(path, members)
+
+
+def _show_input(rng: random.Random, alphabet: tuple[str, ...]) -> str:
+    roll = rng.random()
+    if roll < 0.02:
+        return " ".join(rng.choice(alphabet) for _ in range(rng.choice([500, 2000])))
+    words = [rng.choice(alphabet) for _ in range(rng.randint(0, 8))]
+    if roll < 0.15:
+        words.insert(rng.randint(0, len(words)), rng.choice(SHOW_LABELS))
+    return " ".join(words)
+
+
+def _check_picture(case: Case, path: Path, suffix: str) -> None:
+    """A picture ``crasp show`` said it wrote: present, of its kind, and (HTML) with no raw
+    ``<`` in its JSON data block."""
+    if not path.is_file() or path.stat().st_size == 0:
+        case.note("bad_output", "output", f"{path.name} missing or empty", kind="no picture")
+        return
+    data = path.read_bytes()
+    if suffix == ".png" and not data.startswith(b"\x89PNG"):
+        case.note("bad_output", "output", f"{path.name} is not a PNG", kind="not a PNG")
+    elif suffix == ".svg" and b"<svg" not in data[:2000]:
+        case.note("bad_output", "output", f"{path.name} is not an SVG", kind="not an SVG")
+    elif suffix == ".html":
+        text = data.decode("utf-8", "replace")
+        match = re.search(r'<script type="application/json" id="data">(.*?)</script>', text, re.S)
+        if match is None:
+            case.note("bad_output", "output", "no JSON data block", kind="no data block")
+        elif "<" in match.group(1):
+            at = match.group(1).index("<")
+            case.note(
+                "bad_output",
+                "output",
+                f"raw '<' in the JSON data block: {match.group(1)[max(0, at - 40) : at + 40]!r}",
+                kind="raw < in the data block",
+            )
+
+
+def fuzz_show(case: Case, rng: random.Random) -> None:
+    from crasp_compiler.languages.crasp.compile import compile_program
+    from crasp_compiler.languages.crasp.program import parse_program
+    from crasp_compiler.model import save_model
+
+    spec = show_spec(rng)
+    case.repro.update({k: shorten(v, 600) if isinstance(v, str) else v for k, v in spec.items()})
+    if case.dry:
+        return
+    folder = workdir() / "show" / str(case.index % 3)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    model_path = folder / "m.npz"
+    ok, program = case.attempt("parse", parse_program, spec["program"])
+    if not ok:
+        return
+    ok, model = case.attempt("compile", compile_program, program, **spec["options"])
+    if not ok:
+        return
+    save_model(model, model_path)
+    if spec["labels"]:
+        _relabel(random.Random(spec["relabel_seed"]), model_path, spec["labels"])
+    name = spec["name"]
+    target = {
+        "here": folder / name,
+        "missing": folder / "missing" / "deeper" / name,
+        "under-a-file": model_path / name,
+    }[spec["where"]]
+    args = ["show", str(model_path), spec["input"], "-o", str(target), *spec["flags"]]
+    cls, result = invoke(case, "show", args)
+    if cls == "ok":
+        for written in (result.stdout or "").splitlines():
+            _check_picture(case, Path(written), target.suffix)
+    elif target.is_file() and target.stat().st_size == 0:
+        case.note("bad_output", "output", f"refused, but left an empty {name}", kind="empty file")
+
+
+# ====================================================================== records
+
+RECORDS = ROOT / "docs" / "results" / "length-generalization"
+REPORT = ROOT / "benchmarks" / "length_generalization_report.py"
+GRID_NAMES = ("length_generalization", "chomsky", "value_generalization")
+NEST = "__NEST__"
+
+
+@cache
+def record_files() -> list[Path]:
+    """The committed training records (every sequence and numeric task kind)."""
+    return sorted(RECORDS.glob("*/*.json"))
+
+
+def mutate_record(rng: random.Random, record: Any) -> tuple[str, list[str]]:
+    """A mutated training record: its JSON text and what changed (fields deleted,
+    renamed, retyped or deeply nested; or the whole record replaced)."""
+    described = []
+    if rng.random() < 0.1:
+        choice = rng.choice(["list", "string", "null", "truncated", "empty", "nan", "deep"])
+        text = json.dumps(record)
+        whole = {
+            "list": json.dumps([record]),
+            "string": json.dumps(text[:50]),
+            "null": "null",
+            "truncated": text[: rng.randrange(len(text))],
+            "empty": "",
+            "nan": re.sub(r"\d+\.\d+", "NaN", text, count=1),
+            "deep": "[" * 100_000 + "]" * 100_000,
+        }[choice]
+        return whole, [f"record: {choice}"]
+    nested = None  # (depth, value) of the field nested in lists, written as text
+    for _ in range(rng.choice([1, 1, 1, 2, 3])):
+        paths = [p for p in _json_paths(record) if p]
+        if not paths:
+            break
+        top = [p for p in paths if len(p) == 1]
+        path = rng.choice(top if rng.random() < 0.5 else paths)
+        parent = record
+        for key in path[:-1]:
+            parent = parent[key]
+        op = rng.choice(["delete", "rename", "retype", "retype", "nest"])
+        if op == "delete":
+            _set_path(record, path, _DELETE)
+        elif op == "rename" and isinstance(parent, dict):
+            new = rng.choice([str(path[-1]) + "_old", str(path[-1]).upper(), "", "\u0000"])
+            parent[new] = parent.pop(path[-1])
+        elif op == "nest" and nested is None:
+            nested = (rng.choice([2, 20, 500, 100_000]), parent[path[-1]])
+            _set_path(record, path, NEST)
+            op = f"nest x{nested[0]}"
+        else:
+            value = _hostile_json(rng)
+            _set_path(record, path, value)
+            op = f"retype to {shorten(repr(value), 40)}"
+        described.append(f"{op} {list(path)}")
+    text = _dump_header(record)
+    if nested is not None:
+        depth, value = nested
+        inner = "[" * depth + _dump_header(value) + "]" * depth
+        text = text.replace(json.dumps(NEST), inner, 1)
+    return text, described
+
+
+@cache
+def report_module() -> Any:
+    """benchmarks/length_generalization_report.py reading a private copy of the records."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("crasp_report", REPORT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    copy = workdir() / "report"
+    shutil.copytree(RECORDS, copy / "records")
+    (copy / "grids").mkdir()
+    for name in GRID_NAMES:
+        text = (module.GRIDS / f"{name}.toml").read_text()
+        folder = re.search(r'^results = "[^"]*/([^/"]+)"', text, re.M)
+        assert folder is not None
+        text = re.sub(r'^out = ".*"', f"out = {json.dumps(str(copy / 'runs'))}", text, flags=re.M)
+        results = json.dumps(str(copy / "records" / folder.group(1)))
+        text = re.sub(r'^results = ".*"', f"results = {results}", text, flags=re.M)
+        (copy / "grids" / f"{name}.toml").write_text(text)
+    module.GRIDS = copy / "grids"
+    module.FINETUNE = copy / "records" / "finetune.json"
+    return module
+
+
+def _call(case: Case, step: str, fn, *args) -> None:
+    """A script's function as a step: SystemExit 0 is ok, another exit status with a
+    message a refusal."""
+    progress(step)
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr), _quiet_warnings():
+            case.attempt(step, fn, *args)
+    except SystemExit as err:
+        if err.code in (0, None):
+            case.ran.append(step)
+        elif isinstance(err.code, str) or stderr.getvalue().strip():
+            message = err.code if isinstance(err.code, str) else stderr.getvalue()
+            case.note("refused", step, message.strip().splitlines()[-1])
+        else:
+            case.note("traceback", step, f"exit status {err.code} without a message")
+
+
+def fuzz_records(case: Case, rng: random.Random) -> None:
+    files = record_files()
+    source = rng.choice(files)
+    data = json.loads(source.read_text())
+    if isinstance(data, list):  # finetune.json: a list of records
+        index = rng.randrange(len(data))
+        text, described = mutate_record(rng, data[index])
+        data[index] = "__RECORD__"
+        text = json.dumps(data).replace('"__RECORD__"', text, 1)
+    else:
+        text, described = mutate_record(rng, data)
+    target = rng.choice(["plot", "plot", "report"])
+    good = target == "plot" and source.name != "finetune.json" and rng.random() < 0.5
+    case.repro.update(
+        {
+            "record": str(source.relative_to(ROOT)),
+            "mutations": described,
+            "through": target + (" (beside the unmutated record)" if good else ""),
+            "text": shorten(text, 800),
+        }
+    )
+    if case.dry:
+        return
+    if target == "plot":
+        folder = workdir() / "plot" / str(case.index % 3)
+        shutil.rmtree(folder, ignore_errors=True)
+        (folder / "runs" / "bad").mkdir(parents=True)
+        (folder / "runs" / "bad" / "results.json").write_text(text, "utf-8", "surrogatepass")
+        if good:
+            (folder / "runs" / "good").mkdir()
+            shutil.copy(source, folder / "runs" / "good" / "results.json")
+        invoke(case, "crasp plot", ["plot", str(folder / "runs"), "-o", str(folder / "figures")])
+        return
+    report = report_module()
+    copy = workdir() / "report" / "records" / source.relative_to(RECORDS)
+    original = copy.read_bytes()
+    try:
+        copy.write_text(text, "utf-8", "surrogatepass")
+        _call(case, "report tables", report.tables)
+    finally:
+        copy.write_bytes(original)
+
+
+# ====================================================================== lens configs
+
+LENS_BASES = {
+    "aa_star_relu8": ("examples/crasp/aa_star.crasp", {"mode": "relu", "max_len": 8}, "a a a a"),
+    "dyck1_relu8": ("examples/crasp/dyck1.cr", {"mode": "relu", "max_len": 8}, "( ( ) ) ("),
+}
+LENS_VALUES: dict[str, list[Any]] = {
+    "act_fn": ["gelu", "gelu_new", "solu_ln", "silu", "Relu", "relu "],
+    "normalization_type": ["LN", "LNPre", "RMS", "RMSPre", ""],
+    "positional_embedding_type": ["rotary", "shortformer", "alibi", "Standard"],
+    "attn_only": [True, 1, "false"],
+    "use_attn_scale": [False, 0, "true"],
+    "default_prepend_bos": [False, 0, "true"],
+    "n_ctx": [1, 2, 10**6, 0, -1, 9.0, "9"],
+    "n_layers": [0, 2, 100, -1, 1.5],
+    "d_model": [0, 1, 7, 9, 10**9],
+    "d_head": [0, 2, 64],
+    "n_heads": [0, 1, 3, 10**9],
+    "d_mlp": [0, 1, 4096],
+    "d_vocab": [0, 1, 3, 50257],
+    "d_vocab_out": [0, 2, 50257],
+    "model_name": ["gpt2", "", 5],
+    "dtype": ["float32", "float16", "bfloat16", "int8"],
+    "bos_id": [1, -1, 10**9, "0"],
+    "version": [1, 3, True, 2.0, "2"],
+    "format": ["crasp-model", "", None],
+    "mode": ["heaviside", "layernorm", "softmax"],
+    "accept": ["nope", None, 5],
+}
+MEANINGLESS = {"model_name"}  # cfg fields a TransformerLens model does not depend on
+
+
+@cache
+def lens_exports() -> dict[str, dict]:
+    """Each LENS_BASES model exported for TransformerLens (a directory) and what ``crasp
+    run`` prints for its input."""
+    from click.testing import CliRunner
+
+    from crasp_compiler import load_program
+    from crasp_compiler.cli import main as cli
+    from crasp_compiler.languages.crasp.compile import compile_program
+    from crasp_compiler.model import save_model
+
+    out = {}
+    for name, (path, options, line) in LENS_BASES.items():
+        model_path = workdir() / f"lens-{name}.npz"
+        save_model(compile_program(load_program(ROOT / path), **options), model_path)
+        folder = workdir() / f"lens-{name}"
+        runner = CliRunner()
+        result = runner.invoke(
+            cli, ["export", "--format", "lens", "-o", str(folder), str(model_path)]
+        )
+        if result.exit_code != 0:
+            raise RuntimeError(f"lens export of {path} failed: {result.output}")
+        answer = runner.invoke(cli, ["run", str(folder), line])
+        if answer.exit_code != 0:
+            raise RuntimeError(f"crasp run of the lens export of {path} failed: {answer.output}")
+        config = json.loads((folder / "config.json").read_text())
+        out[name] = {"folder": folder, "input": line, "answer": answer.stdout, "config": config}
+    return out
+
+
+def mutate_lens_config(rng: random.Random, config: dict) -> tuple[str, tuple, bool]:
+    """Mutate a lens export's ``config.json`` (a dict, in place). Returns what changed, the
+    path of the field (empty for the whole file) and whether the change is one a
+    TransformerLens model built from ``cfg`` would differ by (a ``cfg`` field, other than
+    its name, given another value or type)."""
+    roll = rng.random()
+    if roll < 0.08:
+        return rng.choice(["not-json", "list", "empty", "deep", "bom", "nan"]), (), False
+    if roll < 0.7:
+        path: tuple = ("cfg", rng.choice(sorted(config["cfg"])))
+    elif roll < 0.9:
+        path = ("crasp", rng.choice(sorted(config["crasp"])))
+    else:
+        path = (rng.choice(sorted(config)),)
+    parent = config
+    for key in path[:-1]:
+        parent = parent[key]
+    old = parent.get(path[-1])
+    if rng.random() < 0.15:
+        del parent[path[-1]]
+        return f"delete {'.'.join(path)}", path, path[0] == "cfg" and path[-1] not in MEANINGLESS
+    candidates = LENS_VALUES.get(path[-1], [])
+    value = rng.choice(candidates) if candidates and rng.random() < 0.7 else _hostile_json(rng)
+    parent[path[-1]] = value
+    changed = type(value) is not type(old) or value != old
+    meaning = path[0] == "cfg" and path[-1] not in MEANINGLESS and changed
+    return f"{'.'.join(path)} = {shorten(repr(value), 40)}", path, meaning
+
+
+def _lens_text(what: str, config: dict) -> str:
+    whole = {
+        "not-json": lambda: json.dumps(config)[:100],
+        "list": lambda: json.dumps([config]),
+        "empty": lambda: "",
+        "deep": lambda: "[" * 100_000 + "]" * 100_000,
+        "bom": lambda: "\ufeff" + json.dumps(config),
+        "nan": lambda: json.dumps(config).replace('"version": 2', '"version": NaN'),
+    }
+    if what in whole:
+        return whole[what]()
+    return _dump_header(config)
+
+
+def fuzz_lens(case: Case, rng: random.Random) -> None:
+    exports = lens_exports()
+    name = rng.choice(sorted(exports))
+    base = exports[name]
+    config = json.loads(json.dumps(base["config"]))
+    what, path, meaning = mutate_lens_config(rng, config)
+    check = rng.random() < 0.4
+    case.repro.update({"base": name, "mutation": what, "check": check})
+    if case.dry:
+        return
+    folder = workdir() / "lens" / str(case.index % 3)
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.copytree(base["folder"], folder)
+    (folder / "config.json").write_text(_lens_text(what, config), "utf-8", "surrogatepass")
+    classes = [invoke(case, "info", ["info", str(folder)])[0]]
+    cls, result = invoke(case, "run", ["run", str(folder), base["input"]])
+    classes.append(cls)
+    if cls == "ok" and result.stdout != base["answer"]:
+        case.note(
+            "disagree",
+            "run",
+            f"answered {shorten(result.stdout, 200)!r}, the unmutated export {base['answer']!r}",
+        )
+    if check:
+        classes.append(
+            invoke(case, "check", ["check", str(folder), "--samples", "5", "--max-len", "8"])[0]
+        )
+    field_name = str(path[-1]) if path else ""
+    if meaning and "ok" in classes[1:]:
+        case.note(
+            "accepted_invalid",
+            "run/check",
+            f"{what}: accepted, though a TransformerLens model built from cfg differs",
+            kind=f"{'.'.join(path)} accepted",
+        )
+    for finding in case.findings:
+        if finding.cls == "refused" and field_name and field_name not in finding.message:
+            case.note(
+                "unlocated",
+                finding.step,
+                f"{what}: refused without naming {field_name!r}: {finding.message}",
+                kind=f"refusal without {'.'.join(path)}",
+            )
+            break
+
+
 # ====================================================================== running cases
 
 FUZZERS = {
@@ -2652,6 +3247,9 @@ FUZZERS = {
     "inputs": fuzz_inputs,
     "models": fuzz_models,
     "grids": fuzz_grids,
+    "show": fuzz_show,
+    "records": fuzz_records,
+    "lens": fuzz_lens,
 }
 
 
@@ -2662,15 +3260,17 @@ def prepare(family: str) -> None:
     if family == "models":
         _bomb_member()
         _bomb_crc()
+    if family == "records":
+        report_module()
+    if family == "lens":
+        lens_exports()
 
 
-def _alarm(signum, frame):
-    raise SlowCase()
-
-
-def run_case(family: str, seed: int, index: int, soft_timeout: float, dry: bool = False) -> dict:
-    """Run one case in this process (the worker); returns its JSON outcome. ``dry``: only
-    generate it (its reproducer), without running anything under test."""
+def run_case(family: str, seed: int, index: int, limits: Limits, dry: bool = False) -> dict:
+    """Run one case in this process (the worker) under ``limits.cpu`` (ITIMER_PROF: this
+    process's CPU time; a child gets what is left, see :func:`run_child`) and
+    ``limits.wall`` (ITIMER_REAL); returns its JSON outcome. ``dry``: only generate it (its
+    reproducer), without running anything under test."""
     case = Case(family, seed, index, dry=dry)
     rng = rng_for(family, seed, index)
     try:
@@ -2678,29 +3278,44 @@ def run_case(family: str, seed: int, index: int, soft_timeout: float, dry: bool 
     except Exception as err:  # the shared models do not compile: every case says so
         case.note("traceback", "prepare", f"{type(err).__name__}: {err}", err)
         return case.to_json()
-    start, cpu = time.perf_counter(), time.process_time()
-    previous = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, soft_timeout)
+    start, cpu = time.perf_counter(), cpu_seconds()
+    _DEADLINE.update(cpu=cpu + limits.cpu, wall=start + limits.wall)
+    previous = {
+        signal.SIGPROF: signal.signal(signal.SIGPROF, _on_cpu),
+        signal.SIGALRM: signal.signal(signal.SIGALRM, _on_wall),
+    }
+    signal.setitimer(signal.ITIMER_PROF, limits.cpu)
+    signal.setitimer(signal.ITIMER_REAL, limits.wall)
     try:
         FUZZERS[family](case, rng)
-    except SlowCase:
-        cls = "hang" if family in TIMEOUT_IS_HANG else "slow"
+    except SlowCase as err:
         done = case.ran[-1] if case.ran else "start"
-        case.note(
-            cls, "timeout", f"still running after {soft_timeout:g} s (last completed step: {done})"
-        )
+        if err.clock == "cpu":
+            cls = "hang" if family in TIMEOUT_IS_HANG else "slow"
+            message = f"used {limits.cpu:g} CPU-s (last completed step: {done})"
+        else:
+            cls = "hang"
+            used = cpu_seconds() - cpu
+            message = (
+                f"still running after {limits.wall:g} s wall-clock, {used:.1f} CPU-s used:"
+                f" blocked (last completed step: {done})"
+            )
+        case.note(cls, "timeout", message)
     except Exception as err:  # an exception outside any step: a harness bug or unwrapped call
         case.note("traceback", "harness", f"{type(err).__name__}: {err}", err)
     finally:
-        while True:  # the alarm may go off just as the case ends: it finished, so ignore it
+        while True:  # a timer may go off just as the case ends: it finished, so ignore it
             try:
+                signal.setitimer(signal.ITIMER_PROF, 0)
                 signal.setitimer(signal.ITIMER_REAL, 0)
-                signal.signal(signal.SIGALRM, previous)
+                for signum, handler in previous.items():
+                    signal.signal(signum, handler)
                 break
             except SlowCase:
                 continue
+        _DEADLINE.clear()
     case.seconds = time.perf_counter() - start
-    case.cpu = time.process_time() - cpu
+    case.cpu = cpu_seconds() - cpu
     outcome = case.to_json()
     outcome["cpu"] = round(case.cpu, 3)
     return outcome
@@ -2729,10 +3344,12 @@ def _worker_main(conn, memory_gib: float) -> None:
             message = conn.recv()
             if message is None:
                 break
-            family, seed, index, soft, dry = message
+            family, seed, index, limits, dry = message
             try:
-                outcome = run_case(family, seed, index, soft, dry)
-            except BaseException as err:  # escaped run_case (e.g. a late SIGALRM): report it
+                limit_hard_cpu(limits.hard_cpu)
+                outcome = run_case(family, seed, index, limits, dry)
+            except BaseException as err:  # escaped run_case (e.g. a late signal): report it
+                signal.setitimer(signal.ITIMER_PROF, 0)
                 signal.setitimer(signal.ITIMER_REAL, 0)
                 case = Case(family, seed, index)
                 case.note("traceback", "worker", f"{type(err).__name__}: {err}", err)
@@ -2781,13 +3398,15 @@ class Worker:
             self.process.join()
             self.process = None
 
-    def run(
-        self, family: str, seed: int, index: int, soft: float, hard: float, dry: bool = False
-    ) -> dict:
+    def run(self, family: str, seed: int, index: int, limits: Limits, dry: bool = False) -> dict:
+        """Run one case in the worker; a worker that does not answer within the wall-clock
+        limit and its grace is killed (hang), one that dies by a signal is a crash, or a
+        hang when the signal is the hard CPU limit's."""
         if self.process is None or not self.process.is_alive():
             self._start()
+        hard = limits.wall + limits.grace
         start = time.perf_counter()
-        self.conn.send((family, seed, index, soft, dry))
+        self.conn.send((family, seed, index, limits, dry))
         step = "start"
         ready = False
         try:
@@ -2808,7 +3427,14 @@ class Worker:
             self.process.join(5)
             code = self.process.exitcode
             self.process = None
-            if code is not None and code < 0:
+            if code == -signal.SIGXCPU:
+                case.note(
+                    "hang",
+                    step,
+                    f"worker passed the hard limit of {limits.hard_cpu:g} CPU-s in step {step}"
+                    " (killed by SIGXCPU)",
+                )
+            elif code is not None and code < 0:
                 try:
                     name = signal.Signals(-code).name
                 except ValueError:
@@ -2818,7 +3444,7 @@ class Worker:
                 case.note("crash", step, f"worker exited with status {code} in step {step}")
         outcome = case.to_json()
         if not dry:  # rebuild the reproducer in a fresh worker, running nothing under test
-            described = self.run(family, seed, index, soft, hard, dry=True)
+            described = self.run(family, seed, index, limits, dry=True)
             outcome["repro"] = described["repro"] or {"note": "the description failed too"}
         outcome["repro"]["replay"] = f"python benchmarks/fuzz.py --repro {family}:{seed}:{index}"
         return outcome
@@ -2899,7 +3525,8 @@ def summarize(outcomes: list[dict], families: list[str], meta: dict) -> dict:
 def print_summary(summary: dict) -> None:
     meta = summary["meta"]
     print(
-        f"crasp fuzz: seed {meta['seed']}, {meta['cases']} cases per family, {meta['seconds']:.0f} s"
+        f"crasp fuzz: seed {meta['seed']}, {meta['cpu_seconds']:.0f} CPU-s,"
+        f" {meta['seconds']:.0f} s (load average {meta['load_average'][0]:g})"
     )
     for family, counts in summary["counts"].items():
         done = sum(counts.values())
@@ -2917,6 +3544,33 @@ def print_summary(summary: dict) -> None:
     print(f"{status}: {summary['failing']} case(s) with a traceback, crash, hang or disagreement")
 
 
+def _package_file() -> str:
+    """Where the package the workers import lives (this checkout's, see ROOT)."""
+    import crasp_compiler
+
+    return str(Path(crasp_compiler.__file__).resolve().parent)
+
+
+def case_counts(text: str, families: list[str]) -> dict[str, int]:
+    """``--cases``: ``N`` for every family, or ``FAMILY=N`` items and at most one ``N`` for
+    the families not named."""
+    default, named = None, {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, number = item.rpartition("=")
+        if not number.isdigit():
+            raise ValueError(f"{item!r} is not a number of cases")
+        if not name:
+            default = int(number)
+        elif name in families:
+            named[name] = int(number)
+        else:
+            raise ValueError(f"{name!r} is not one of the families run ({', '.join(families)})")
+    missing = [f for f in families if f not in named]
+    if missing and default is None:
+        raise ValueError(f"no number of cases for {', '.join(missing)}")
+    return {f: named.get(f, default or 0) for f in families}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -2924,7 +3578,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--families", default=",".join(FAMILIES), help="comma-separated: " + ",".join(FAMILIES)
     )
-    parser.add_argument("--cases", type=int, default=200, help="cases per family")
+    parser.add_argument(
+        "--cases",
+        default="200",
+        help="cases per family: N, or FAMILY=N,... with an optional N for the others",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--start", type=int, default=0, help="first case index")
     parser.add_argument("--out", help="JSON summary path")
@@ -2934,10 +3592,18 @@ def main(argv: list[str] | None = None) -> int:
         help="wall-clock seconds for the whole run (split over the families)",
     )
     parser.add_argument(
-        "--case-timeout",
+        "--case-cpu",
         type=float,
         default=8.0,
-        help="soft per-case limit (s); the worker is killed at 3x + 10 s",
+        help="per-case CPU seconds (the worker's and its children's) before the case is"
+        " interrupted (slow for crasp/pcoc, hang otherwise); the kernel kills the worker"
+        " at 3x + 10 CPU-s (hang)",
+    )
+    parser.add_argument(
+        "--case-wall",
+        type=float,
+        help="per-case wall-clock seconds before a case counts as blocked (hang; default"
+        " 20x --case-cpu, so a loaded machine does not turn slow cases into hangs)",
     )
     parser.add_argument(
         "--memory-gib", type=float, default=4.0, help="address-space limit of the worker (0: none)"
@@ -2952,7 +3618,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.repro:
         family, seed, index = args.repro.split(":")
-        outcome = run_case(family, int(seed), int(index), args.case_timeout * 10)
+        limits = Limits.from_cpu(args.case_cpu * 10, args.case_wall)
+        outcome = run_case(family, int(seed), int(index), limits)
         print(json.dumps(outcome, indent=2, default=str, ensure_ascii=False))
         return 1 if outcome["class"] in FAILING else 0
 
@@ -2960,11 +3627,16 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [f for f in families if f not in FAMILIES]
     if unknown:
         parser.error(f"unknown families {unknown}; choose from {', '.join(FAMILIES)}")
+    try:
+        cases = case_counts(args.cases, families)
+    except ValueError as err:
+        parser.error(f"--cases {args.cases}: {err}")
+    limits = Limits.from_cpu(args.case_cpu, args.case_wall)
     worker = Worker(args.memory_gib)
     outcomes: list[dict] = []
     started = time.perf_counter()
     done_per_family = {}
-    cpu = 0.0
+    cpu: Counter[str] = Counter()
     try:
         for position, family in enumerate(families):
             family_start = time.perf_counter()
@@ -2973,12 +3645,11 @@ def main(argv: list[str] | None = None) -> int:
                 left = args.time_limit - (family_start - started)
                 budget = left / (len(families) - position)
             done = 0
-            for index in range(args.start, args.start + args.cases):
+            for index in range(args.start, args.start + cases[family]):
                 if budget is not None and time.perf_counter() - family_start > budget:
                     break
-                soft = args.case_timeout
-                outcome = worker.run(family, args.seed, index, soft, soft * 3 + 10)
-                cpu += outcome.get("cpu", 0.0)
+                outcome = worker.run(family, args.seed, index, limits)
+                cpu[family] += outcome.get("cpu", 0.0)
                 outcomes.append(outcome)
                 done += 1
                 if not args.quiet and outcome["class"] in FAILING:
@@ -2994,13 +3665,22 @@ def main(argv: list[str] | None = None) -> int:
         worker.stop()
     meta = {
         "seed": args.seed,
-        "cases": args.cases,
+        "cases": cases,
         "start": args.start,
         "families": families,
         "cases_run": done_per_family,
         "seconds": time.perf_counter() - started,
-        "worker_cpu_seconds": round(cpu, 1),
-        "case_timeout": args.case_timeout,
+        "cpu_seconds": round(cpu_seconds(), 1),  # this process and the workers it joined
+        "worker_cpu_seconds": round(sum(cpu.values()), 1),
+        "worker_cpu_seconds_per_family": {f: round(c, 1) for f, c in cpu.items()},
+        "limits": {
+            "cpu_s": limits.cpu,
+            "hard_cpu_s": limits.hard_cpu,
+            "wall_s": limits.wall,
+            "kill_after_s": limits.wall + limits.grace,
+        },
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "package": _package_file(),
         "argv": sys.argv[1:] if argv is None else argv,
         "reproduce": "python benchmarks/fuzz.py --repro FAMILY:SEED:INDEX",
     }

@@ -8,11 +8,14 @@ The fuzz run is marked ``slow`` and deselected by default (pyproject.toml); run 
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import random
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "fuzz.py"
 
 
+@functools.cache
 def _load_fuzz():
     spec = importlib.util.spec_from_file_location("crasp_fuzz", SCRIPT)
     module = importlib.util.module_from_spec(spec)
@@ -43,6 +47,178 @@ def test_cases_are_reproducible_from_family_seed_index():
         random.Random(5), spec_b
     )
     assert spec_a == spec_b
+    for index in range(20):
+        rng_a, rng_b = fuzz.rng_for("show", 7, index), fuzz.rng_for("show", 7, index)
+        assert fuzz.show_spec(rng_a) == fuzz.show_spec(rng_b)
+        record = json.loads(fuzz.record_files()[index].read_text())
+        assert fuzz.mutate_record(random.Random(index), json.loads(json.dumps(record))) == (
+            fuzz.mutate_record(random.Random(index), record)
+        )
+        config = {"cfg": {"act_fn": "relu", "n_ctx": 9}, "crasp": {"vocab": ["<bos>", "a"]}}
+        first = fuzz.mutate_lens_config(random.Random(index), json.loads(json.dumps(config)))
+        assert first == fuzz.mutate_lens_config(random.Random(index), config)
+
+
+def test_cases_per_family():
+    fuzz = _load_fuzz()
+    families = ["crasp", "pcoc", "show"]
+    assert fuzz.case_counts("7", families) == {"crasp": 7, "pcoc": 7, "show": 7}
+    assert fuzz.case_counts("crasp=14000, 5", families) == {"crasp": 14000, "pcoc": 5, "show": 5}
+    assert fuzz.case_counts("crasp=1,pcoc=2,show=3", families) == {"crasp": 1, "pcoc": 2, "show": 3}
+    for bad in ("crasp=1", "lens=3,4", "crasp=x,4", "-1"):
+        with pytest.raises(ValueError):
+            fuzz.case_counts(bad, families)
+
+
+def test_show_pictures_are_checked(tmp_path):
+    fuzz = _load_fuzz()
+    block = '<html><script type="application/json" id="data">{}</script></html>'
+    findings = {}
+    for name, data in {
+        "escaped.html": block.format('{"t": "\\u003c!--\\u003cscript"}'),
+        "raw.html": block.format('{"t": "<!--<script"}'),
+        "nodata.html": "<html></html>",
+        "empty.png": "",
+        "text.png": "not a png",
+        "ok.svg": '<?xml version="1.0"?><svg></svg>',
+    }.items():
+        (tmp_path / name).write_text(data)
+        case = fuzz.Case("show", 0, 0)
+        fuzz._check_picture(case, tmp_path / name, Path(name).suffix)
+        findings[name] = [(f.cls, f.kind) for f in case.findings]
+    case = fuzz.Case("show", 0, 0)
+    fuzz._check_picture(case, tmp_path / "absent.svg", ".svg")
+    findings["absent.svg"] = [(f.cls, f.kind) for f in case.findings]
+    assert findings == {
+        "escaped.html": [],
+        "raw.html": [("bad_output", "raw < in the data block")],
+        "nodata.html": [("bad_output", "no data block")],
+        "empty.png": [("bad_output", "no picture")],
+        "text.png": [("bad_output", "not a PNG")],
+        "ok.svg": [],
+        "absent.svg": [("bad_output", "no picture")],
+    }
+
+
+def test_lens_mutations_say_whether_they_change_the_model():
+    fuzz = _load_fuzz()
+    config = {"cfg": {"model_name": "crasp", "act_fn": "relu", "n_ctx": 9}, "crasp": {"x": 1}}
+    seen: dict[str, set[bool]] = {}
+    for seed in range(300):
+        mutated = json.loads(json.dumps(config))
+        what, path, meaning = fuzz.mutate_lens_config(random.Random(seed), mutated)
+        if path[:1] != ("cfg",):
+            assert not meaning, what
+            continue
+        if path == ("cfg",):  # the whole cfg replaced or deleted
+            assert meaning, what
+            continue
+        field = path[1]
+        old, new = config["cfg"][field], mutated["cfg"].get(field)
+        changed = field not in mutated["cfg"] or type(new) is not type(old) or new != old
+        assert meaning == (field != "model_name" and changed), what
+        seen.setdefault(field, set()).add(meaning)
+    assert seen["model_name"] == {False}
+    assert True in seen["act_fn"] and True in seen["n_ctx"]
+
+
+def _spin(case, rng):
+    while True:
+        pass
+
+
+def _spin_deaf(case, rng):
+    """Spins with the harness's timer signals blocked: only the kernel's RLIMIT_CPU stops it."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPROF, signal.SIGALRM})
+    while True:
+        pass
+
+
+def _nap(case, rng):
+    """Takes far more wall-clock time than CPU time, as any case does on a loaded machine."""
+    time.sleep(1.5)
+    case.ran.append("nap")
+
+
+def _sleep_forever(case, rng):
+    time.sleep(3600)
+
+
+def _sleep_deaf(case, rng):
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPROF, signal.SIGALRM})
+    time.sleep(3600)
+
+
+def _spinning_child(case, rng):
+    fuzz = sys.modules["crasp_fuzz"]
+    assert fuzz.run_child(case, "child", [sys.executable, "-c", "while True: pass"]) is None
+
+
+def _run_in_worker(monkeypatch, function, limits) -> dict:
+    """One case of a family that runs ``function``, in the harness's worker process."""
+    fuzz = _load_fuzz()
+    monkeypatch.setitem(fuzz.FUZZERS, "test", function)
+    worker = fuzz.Worker(memory_gib=0)
+    if "fork" not in worker.context.get_start_method():
+        pytest.skip("the test family reaches the worker only when it is forked")
+    try:
+        return worker.run("test", 0, 0, limits)
+    finally:
+        worker.stop()
+
+
+def _message(outcome: dict) -> str:
+    return " ".join(f["message"] for f in outcome["findings"])
+
+
+def test_a_spinning_case_is_a_hang_by_cpu_time(monkeypatch):
+    fuzz = _load_fuzz()
+    outcome = _run_in_worker(monkeypatch, _spin, fuzz.Limits(cpu=0.3, wall=600, hard_cpu=60))
+    assert outcome["class"] == "slow"  # not a CLI family: a slow case, interrupted
+    assert "used 0.3 CPU-s" in _message(outcome)
+    monkeypatch.setattr(fuzz, "TIMEOUT_IS_HANG", {"test"})
+    outcome = _run_in_worker(monkeypatch, _spin, fuzz.Limits(cpu=0.3, wall=600, hard_cpu=60))
+    assert outcome["class"] == "hang"
+    assert "used 0.3 CPU-s" in _message(outcome)
+
+
+def test_a_case_deaf_to_the_timers_is_killed_at_the_hard_cpu_limit(monkeypatch):
+    fuzz = _load_fuzz()
+    limits = fuzz.Limits(cpu=0.3, wall=600, hard_cpu=1)
+    outcome = _run_in_worker(monkeypatch, _spin_deaf, limits)
+    assert outcome["class"] == "hang"
+    assert "hard limit of 1 CPU-s" in _message(outcome)
+
+
+def test_a_child_that_spins_is_a_hang_by_cpu_time(monkeypatch):
+    fuzz = _load_fuzz()
+    limits = fuzz.Limits(cpu=1, wall=600, hard_cpu=60)
+    outcome = _run_in_worker(monkeypatch, _spinning_child, limits)
+    assert outcome["class"] == "hang"
+    assert "passed its limit of 1 CPU-s" in _message(outcome)
+
+
+def test_a_case_slowed_by_load_is_not_a_hang(monkeypatch):
+    # 1.5 s of wall-clock time on 0.3 CPU-s of limit: fine, however busy the machine
+    fuzz = _load_fuzz()
+    outcome = _run_in_worker(monkeypatch, _nap, fuzz.Limits(cpu=0.3, wall=600, hard_cpu=60))
+    assert outcome["class"] == "ok", outcome
+    assert outcome["ran"] == ["nap"]
+    assert outcome["seconds"] >= 1.5 > outcome["cpu"]
+
+
+def test_a_blocked_case_is_a_hang_by_wall_clock(monkeypatch):
+    fuzz = _load_fuzz()
+    limits = fuzz.Limits(cpu=60, wall=0.5, hard_cpu=120)
+    outcome = _run_in_worker(monkeypatch, _sleep_forever, limits)
+    assert outcome["class"] == "hang"
+    assert "still running after 0.5 s wall-clock" in _message(outcome)
+    outcome = _run_in_worker(
+        monkeypatch, _sleep_deaf, fuzz.Limits(cpu=60, wall=0.5, hard_cpu=120, grace=0.5)
+    )
+    assert outcome["class"] == "hang"
+    assert "no result after 1 s" in _message(outcome)
+    assert "worker killed" in _message(outcome)
 
 
 @pytest.mark.slow
@@ -79,3 +255,26 @@ def test_small_fuzz_run_has_no_failures(tmp_path):
     )
     assert summary["failing"] == 0, report
     assert proc.returncode == 0, proc.stdout[-3000:]
+    assert summary["meta"]["package"] == str(ROOT / "crasp_compiler")
+
+
+@pytest.mark.slow
+def test_show_records_and_lens_families_classify_every_case(tmp_path):
+    # these families still find bugs being fixed elsewhere: this checks the harness runs
+    # them and puts every case in a class, not that the package passes them
+    out = tmp_path / "fuzz.json"
+    command = [sys.executable, str(SCRIPT), "--families", "show,records,lens", "--cases", "12"]
+    command += ["--seed", "0", "--out", str(out), "--quiet"]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=1800, cwd=ROOT)
+    assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads(out.read_text())
+    assert summary["meta"]["cases_run"] == {"show": 12, "records": 12, "lens": 12}
+    harness = [
+        (k["family"], k["step"], k["example"]["message"][:300])
+        for k in summary["kinds"]
+        if k["step"] in ("harness", "worker", "prepare")
+    ]
+    assert harness == []
+    for family in ("show", "records", "lens"):
+        assert sum(summary["counts"][family].values()) == 12
+        assert "ok" in summary["counts"][family]  # some cases get through every step
