@@ -11,6 +11,7 @@ where a library writing it chose another (safetensors writes ``0o600``)."""
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import tempfile
 from collections.abc import Iterator
@@ -100,3 +101,37 @@ def writable_dir(path: str | Path) -> Path:
             f"cannot write to the output directory: {err.strerror or err}", filename=str(path)
         ) from None
     return path
+
+
+_JSON_MARKS = re.compile(r'"(?:[^"\\]|\\.)*"|[][{}:,]')
+
+
+def json_nesting(text: str, limit: int) -> str:
+    """Where the JSON ``text`` first nests deeper than ``limit`` levels, as the path of
+    keys and indices that leads there (``cfg.attn_only[0][0]…``), read without recursion
+    and without parsing (for the message when ``json.loads`` raises ``RecursionError``);
+    ``""`` when it does not, or when the text is a list (no field names it)."""
+    open_: list[list[object]] = []  # per open container: its bracket, the current child
+    last = ""
+    for mark in _JSON_MARKS.finditer(text):
+        token = mark.group()
+        if token[0] == '"':
+            last = token[1:-1]
+        elif token in "[{":
+            open_.append([token, 0 if token == "[" else ""])
+            if len(open_) > limit:
+                break
+        elif token in "]}":
+            if open_:
+                open_.pop()
+        elif open_ and token == ":":
+            open_[-1][1] = last
+        elif open_ and token == "," and open_[-1][0] == "[":
+            open_[-1][1] = int(str(open_[-1][1])) + 1
+    else:
+        return ""
+    if open_[0][0] == "[":
+        return ""
+    parts = [f"[{child}]" if bracket == "[" else f".{child}" for bracket, child in open_[:-1]]
+    shown = "".join(parts[:6]) + ("…" if len(parts) > 6 else "")
+    return shown[1:]

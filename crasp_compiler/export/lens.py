@@ -63,9 +63,11 @@ import numpy as np
 
 from crasp_compiler.errors import CraspError, Diagnostic
 from crasp_compiler.export.directory import CONFIG_FILE, write_export
+from crasp_compiler.files import json_nesting
 from crasp_compiler.model.features import feature_matrix, onehot
 from crasp_compiler.model.io import (
     MAX_HEADER_CHARS,
+    MAX_HEADER_DEPTH,
     byte_budget,
     hidden_units,
     model_from_parts,
@@ -380,8 +382,16 @@ def read_lens_config(path: str | Path) -> dict[str, Any] | None:
         size = config_path.stat().st_size
         if size > MAX_HEADER_CHARS:
             raise ValueError(f"{size:,} bytes (at most {MAX_HEADER_CHARS:,})")
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as err:
+        text = config_path.read_text(encoding="utf-8")
+        config = json.loads(text)
+    except RecursionError:
+        where = json_nesting(text, MAX_HEADER_DEPTH)
+        raise CraspError(
+            f"cannot read export config: it nests deeper than {MAX_HEADER_DEPTH} levels"
+            + (f" (in field {where})" if where else ""),
+            filename=str(config_path),
+        ) from None
+    except (OSError, ValueError) as err:
         raise CraspError(f"cannot read export config: {err}", filename=str(config_path)) from None
     if not isinstance(config, dict) or config.get("format") != FORMAT:
         return None
@@ -392,7 +402,7 @@ def read_lens_config(path: str | Path) -> dict[str, Any] | None:
             f"{VERSION}; export the model again)",
             filename=str(config_path),
         )
-    problem = _cfg_problem(config.get("cfg"))
+    problem = _cfg_problem(config.get("cfg")) or _crasp_problem(config.get("crasp"))
     if problem:
         raise CraspError(f"invalid lens export: {problem}", filename=str(config_path))
     return config
@@ -446,6 +456,61 @@ def _cfg_problem(cfg: object) -> str | None:
             "has: TransformerLens could build another model than the one crasp computes"
         )
     return None
+
+
+def _crasp_problem(crasp: object) -> str | None:
+    """Why the config's ``crasp`` section is not one an export writes (None if it is):
+    ``model`` a header (an object, checked as a model file's header later) and
+    ``head_dims`` a ``[dk, dv]`` pair of sizes per head per layer."""
+    if not isinstance(crasp, dict):
+        return "'crasp' is not a JSON object"
+    if not isinstance(crasp.get("model"), dict):
+        return f"crasp field 'model' is {_json(crasp.get('model'))}, not a model header (an object)"
+    dims = crasp.get("head_dims")
+    pairs = isinstance(dims, list) and all(
+        isinstance(layer, list)
+        and all(
+            isinstance(pair, list)
+            and len(pair) == 2
+            and all(type(n) is int and n >= 0 for n in pair)
+            for pair in layer
+        )
+        for layer in dims
+    )
+    if not pairs:
+        return f"crasp field 'head_dims' is {_json(dims)}, not a [dk, dv] pair per head per layer"
+    return None
+
+
+def _shape_problem(cfg: dict[str, Any], state: dict[str, np.ndarray]) -> str:
+    """Which cfg size the weights contradict (``cfg field 'd_model' is 9, but the
+    weights have 8``), else the first weight whose name or shape is not the config's."""
+    blocks = {name.split(".")[1] for name in state if name.startswith("blocks.")}
+    found: dict[str, tuple[str, int, int]] = {
+        "n_layers": ("", -1, len(blocks)),
+        "d_vocab": ("embed.W_E", 0, 0),
+        "d_model": ("embed.W_E", 1, 0),
+        "n_ctx": ("pos_embed.W_pos", 0, 0),
+        "d_vocab_out": ("unembed.W_U", 1, 0),
+        "n_heads": ("blocks.0.attn.W_Q", 0, 0),
+        "d_head": ("blocks.0.attn.W_Q", 2, 0),
+        "d_mlp": ("blocks.0.mlp.W_in", 1, 0),
+    }
+    for key, (name, axis, count) in found.items():
+        if name and (name not in state or state[name].ndim <= axis):
+            continue
+        has = state[name].shape[axis] if name else count
+        if cfg[key] != has:
+            return f"cfg field {key!r} is {cfg[key]}, but the weights have {has}"
+    want = _shapes(cfg)
+    for name in sorted(set(want) | set(state)):
+        if name not in state:
+            return f"the weights have no {name!r}, which the config needs"
+        if name not in want:
+            return f"the weights have {name!r}, which the config does not have"
+        if state[name].shape != want[name]:
+            return f"weight {name!r} has shape {state[name].shape}, the config gives {want[name]}"
+    return "the weights' names or shapes do not match the config"
 
 
 def load_lens_export(path: str | Path) -> Model:
@@ -518,7 +583,7 @@ def _model_arrays(
     state = {k: np.asarray(v, dtype=np.float64) for k, v in state.items()}
     want = _shapes(cfg)
     if {k: v.shape for k, v in state.items()} != want:
-        raise ValueError("the weights' names or shapes do not match the config")
+        raise ValueError(_shape_problem(cfg, state))
     zero = [k for k in state if k.rsplit(".", 1)[-1] in ("b_Q", "b_K", "b_V", "b_O", "b_U")]
     if any(state[k].any() for k in zero):
         raise ValueError("attention and unembed biases must be zero")

@@ -48,7 +48,7 @@ from numpy.typing import NDArray
 from scipy import sparse
 
 from crasp_compiler.errors import CraspError
-from crasp_compiler.files import replacing
+from crasp_compiler.files import json_nesting, replacing
 from crasp_compiler.model.features import check_feature
 from crasp_compiler.model.model import (
     ACTIVATIONS,
@@ -395,7 +395,11 @@ def _read_header(data: _Source) -> Any:
     try:
         header = json.loads(text)
     except RecursionError:
-        raise _Invalid(f"the header nests deeper than {MAX_HEADER_DEPTH} levels") from None
+        where = json_nesting(text, MAX_HEADER_DEPTH)
+        raise _Invalid(
+            f"the header nests deeper than {MAX_HEADER_DEPTH} levels"
+            + (f" (in field {where})" if where else "")
+        ) from None
     except ValueError as err:  # JSONDecodeError, or an integer of too many digits
         raise _Invalid(f"the header is not valid JSON ({err})") from None
     try:  # \ud800-style escapes decode to lone surrogates, which no output can print

@@ -132,6 +132,15 @@ def test_plot_of_only_damaged_records_is_one_line_per_file(tmp_path):
     ]
 
 
+def test_a_record_too_deep_to_read_names_the_field(tmp_path):
+    (tmp_path / "run").mkdir()
+    record = json.dumps({"task": "aa_star", "accuracy": "@"}).replace('"@"', DEEP)
+    (tmp_path / "run" / "results.json").write_text(record)
+    result = CliRunner().invoke(main, ["plot", str(tmp_path), "-o", str(tmp_path / "plots")])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit)
+    assert "(invalid JSON: nested too deeply (in field accuracy[0][0]" in result.stderr
+
+
 def test_results_and_config_must_agree(tmp_path):
     record = _record("crasp_prediction")
     file = tmp_path / "results.json"

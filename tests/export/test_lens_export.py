@@ -652,6 +652,46 @@ def test_a_crasp_section_that_is_not_the_lens_model_is_refused(dyck_export, edit
     assert fragment in str(caught.value) and "config.json" in str(caught.value)
 
 
+DEEP = "@deep@"  # replaced in the file by lists nested 5,000 deep (too deep for json)
+
+
+@pytest.mark.parametrize(
+    ("edit", "fragment"),
+    [
+        (set_cfg("d_model", 9), "cfg field 'd_model' is 9, but the weights have"),
+        (set_cfg("n_heads", 1), "cfg field 'n_heads' is 1, but the weights have"),
+        (set_cfg("d_head", 64), "cfg field 'd_head' is 64, but the weights have"),
+        (set_cfg("n_ctx", 2), "cfg field 'n_ctx' is 2, but the weights have 13"),
+        (set_cfg("n_layers", 0), "cfg field 'n_layers' is 0, but the weights have"),
+        (set_cfg("d_vocab", 50257), "cfg field 'd_vocab' is 50257, but the weights have 3"),
+        (set_cfg("d_vocab_out", 7), "cfg field 'd_vocab_out' is 7, but the weights have"),
+        (set_cfg("d_mlp", 1), "cfg field 'd_mlp' is 1, but the weights have"),
+        (_crasp_section(lambda c: c.update(head_dims=None)), "crasp field 'head_dims' is null"),
+        (_crasp_section(lambda c: c.update(head_dims=[[[1]]])), "crasp field 'head_dims'"),
+        (_crasp_section(lambda c: c.update(model=0)), "crasp field 'model' is 0"),
+        (_crasp_section(lambda c: c.update(model=None)), "crasp field 'model' is null"),
+        (lambda c: c.update(crasp="x"), "'crasp' is not a JSON object"),
+        (set_cfg("attn_only", DEEP), "deeper than 64 levels (in field cfg.attn_only[0]"),
+        (_crasp_section(lambda c: c.update(vocab=DEEP)), "(in field crasp.vocab[0]"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_a_refused_lens_export_names_the_field(dyck_export, edit, fragment):
+    """Sizes the weights contradict, a ``crasp`` section of the wrong shape and JSON too
+    deep to read are refused naming the field (they said "the weights' names or shapes do
+    not match the config", "'NoneType' object is not iterable" or "maximum recursion
+    depth exceeded")."""
+    from crasp_compiler.api import load_model
+
+    edit_config(dyck_export, edit)
+    text = (dyck_export / "config.json").read_text()
+    text = text.replace(json.dumps(DEEP), "[" * 5000 + "1" + "]" * 5000)
+    (dyck_export / "config.json").write_text(text)
+    with pytest.raises(CraspError) as caught:
+        load_model(dyck_export)
+    assert fragment in str(caught.value), str(caught.value)
+
+
 def test_crasp_check_reads_a_lens_export(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("safetensors")

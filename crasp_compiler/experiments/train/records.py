@@ -24,6 +24,7 @@ from typing import Any
 
 from crasp_compiler.errors import CraspError
 from crasp_compiler.experiments.tasks.base import PROGRAM_FAMILY
+from crasp_compiler.files import json_nesting
 
 # A check: ``(value, where) -> problem`` (None when the value fits); ``where`` names the
 # value's field path, e.g. ``accuracy["1-50"]``.
@@ -31,6 +32,10 @@ Check = Callable[[object, str], "str | None"]
 # per-position fields: sequence tasks of these families (``per_position_metrics``)
 PER_POSITION_FAMILIES = ("chomsky", PROGRAM_FAMILY)
 PER_POSITION = ("balanced_accuracy", "position_accuracy", "label_balance")
+
+# Records nest a few levels; too deep for json, a record is refused naming the field
+# where it passes this depth.
+MAX_RECORD_DEPTH = 64
 
 
 def _shown(value: object) -> str:
@@ -251,14 +256,17 @@ def _config_problem(data: dict[str, Any]) -> str | None:
 def load_json(path: Path) -> object:
     """The JSON value of the file ``path``; a CraspError naming it when it cannot be read
     or is not JSON (nested too deeply included)."""
+    data = b""
     try:
-        return json.loads(path.read_bytes())
+        data = path.read_bytes()
+        return json.loads(data)
     except OSError as err:
         message = f"cannot read: {err.strerror or err}"
     except UnicodeDecodeError as err:
         message = f"not UTF-8 text (byte {err.start})"
     except RecursionError:
-        message = "invalid JSON: nested too deeply"
+        where = json_nesting(data.decode("utf-8", "replace"), MAX_RECORD_DEPTH)
+        message = "invalid JSON: nested too deeply" + (f" (in field {where})" if where else "")
     except ValueError as err:  # JSONDecodeError, an integer of thousands of digits
         message = f"invalid JSON: {' '.join(str(err).split())}"
     raise CraspError(message, filename=str(path))
