@@ -9,7 +9,7 @@
   branch, a received default, a per-machine selection, a data selection nested in a
   per-machine branch (the folded selector shift), ``min`` in a branch, and a sum of
   selections.
-- **Sends.** The Beneš routing of a ``send`` is exact when the destinations are integers,
+- **Sends.** The routing of a ``send`` is exact when the destinations are integers,
   distinct among the machines whose destination is in 0..n−1 (the interpreter refuses
   anything else). The guarantee says so, and the runtimes refuse an input destination
   that breaks it, as they refuse an input beyond its bound (``on_beyond="warn"`` warns,

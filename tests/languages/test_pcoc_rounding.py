@@ -2,7 +2,7 @@
 the rules the lowering applies): every rule attacked at its own worst case, the recorded
 per-float-type bound never below the error measured against the interpreter, and not far
 above it; softmax tolerances that hold with rounding included or are refused; the early
-refusal of a destination the Beneš routing cannot compare; the bound in the model file.
+refusal of a destination the routing of a send cannot compare; the bound in the model file.
 """
 
 from __future__ import annotations
@@ -377,7 +377,7 @@ def test_the_issue_cases_are_refused_with_a_tolerance_that_compiles():
 def test_a_destination_the_routing_cannot_compare_is_refused_early():
     """permute with |d| ≤ 10^16: the routing's comparisons of d with machine numbers are
     beyond float64 at margin 0.5. Refused from a probe of the send's first routing step,
-    before the Beneš lowering, naming the send and a bound of d that compiles."""
+    before the routing is lowered, naming the send and a bound of d that compiles."""
     text = PERMUTE.read_text().replace("input d bound 1e6", "input d bound 1e16")
     prog = parse_pcoc(text, "big.pcoc")
     start = time.process_time()
@@ -387,7 +387,7 @@ def test_a_destination_the_routing_cannot_compare_is_refused_early():
         time.process_time() - start < 30
     )  # CPU seconds, generously: the full lowering takes far longer
     message = str(err.value)
-    assert "`got = send x to d`" in message and "Beneš" in message
+    assert "`got = send x to d`" in message and "offset routing" in message
     best = message.split("declare `input d bound ")[1].split("`")[0]
     compile_pcoc(parse_pcoc(text.replace("1e16", best)), 4)
     with pytest.raises(CraspError, match="send x to d"):

@@ -3,8 +3,8 @@
 A matrix the model stores sparse and larger than ``DENSE_LIMIT`` stays sparse in
 :class:`~crasp_compiler.runtime.torch_module.TorchTransformer` (its stored entries as
 buffers), and its products sum in scipy's order, so the outputs are the numpy executor's
-bit for bit: compiled PCOC routing (``examples/pcoc_sends/permute.pcoc``) at n = 16 and,
-marked slow, at n = 64 (1.4·10⁹ entries dense, under 10⁶ nonzero); every C-RASP example
+bit for bit: compiled PCOC routing (``examples/pcoc_sends/permute.pcoc``) at n = 128 and,
+marked slow, at n = 1,024 (1.9·10⁸ entries dense, under 10⁵ nonzero); every C-RASP example
 keeps dense parameters; hooks, ``to_model``, ``state_dict``, dtypes and gradients through
 the activations work on sparse models; the dense-only exports keep refusing large models.
 """
@@ -46,7 +46,7 @@ def permutations(rng: np.random.Generator, n: int, batch: int) -> np.ndarray:
     xs = rng.integers(-(10**6), 10**6, (batch, n)).astype(float)
     ds = np.array([rng.permutation(n) for _ in range(batch)], dtype=float)
     drop = rng.random(n) < 0.3
-    ds[-1, drop] = rng.choice([-1.0, float(n), 999.0], int(drop.sum()))
+    ds[-1, drop] = rng.choice([-1.0, float(n), n + 999.0], int(drop.sum()))
     return np.stack([xs, ds], axis=1)
 
 
@@ -62,8 +62,10 @@ def permuted(inputs: np.ndarray) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def permute16() -> Model:
-    return compile_pcoc(load_pcoc(PERMUTE), 16)
+def permute128() -> Model:
+    """n = 128: the smallest power of two whose routing has matrices above
+    ``DENSE_LIMIT`` entries (the residual is 4n + 4 wide)."""
+    return compile_pcoc(load_pcoc(PERMUTE), 128)
 
 
 @pytest.fixture(scope="module")
@@ -96,24 +98,24 @@ def numpy_raw(model: Model, words: list[list[str]], dtype: type = np.float64) ->
 # ---------------------------------------------------------------- PCOC routing
 
 
-def test_permute_keeps_large_matrices_sparse_and_matches_numpy(permute16):
-    module = TorchTransformer(permute16)
+def test_permute_keeps_large_matrices_sparse_and_matches_numpy(permute128):
+    module = TorchTransformer(permute128)
     kept = module.sparse_weights()
-    assert kept and len(kept) == sum(kept_sparse(w) for w in permute16.weights())
+    assert kept and len(kept) == sum(kept_sparse(w) for w in permute128.weights())
     parameters = {id(p) for p in module.parameters()}
     assert all(id(w.values) not in parameters for w in kept)
-    rng = np.random.default_rng(16)
-    inputs = permutations(rng, 16, 4)
+    rng = np.random.default_rng(128)
+    inputs = permutations(rng, 128, 4)
     batch = [list(row) for row in inputs]
-    want = run_pcoc(permute16, batch)
-    got = run_pcoc(permute16, batch, runtime="torch")
+    want = run_pcoc(permute128, batch)
+    got = run_pcoc(permute128, batch, runtime="torch")
     assert np.array_equal(got["x"], want["x"])
     assert np.array_equal(got["x"], permuted(inputs))
 
 
-def test_permute_to_model_gives_back_the_sparse_matrices(permute16):
-    back = TorchTransformer(permute16).to_model()
-    for before, after in zip(permute16.weights(), back.weights(), strict=True):
+def test_permute_to_model_gives_back_the_sparse_matrices(permute128):
+    back = TorchTransformer(permute128).to_model()
+    for before, after in zip(permute128.weights(), back.weights(), strict=True):
         assert is_sparse(after) == kept_sparse(before)
         if is_sparse(after):
             csr = sparse.csr_array(before)
@@ -125,23 +127,23 @@ def test_permute_to_model_gives_back_the_sparse_matrices(permute16):
     assert back.is_sparse()
 
 
-def test_dense_only_exports_still_refuse_what_the_module_runs(permute16, monkeypatch, tmp_path):
+def test_dense_only_exports_still_refuse_what_the_module_runs(permute128, monkeypatch, tmp_path):
     from crasp_compiler.export.lens import lens_state_dict
     from crasp_compiler.export.torch_files import export_model
 
-    held = sum(int(np.prod(w.shape)) for w in permute16.weights() if not kept_sparse(w))
-    assert held < permute16.parameter_count()
+    held = sum(int(np.prod(w.shape)) for w in permute128.weights() if not kept_sparse(w))
+    assert held < permute128.parameter_count()
     monkeypatch.setattr(model_module, "TORCH_DENSE_LIMIT", held)
-    TorchTransformer(permute16)  # what it holds dense is within the limit
+    TorchTransformer(permute128)  # what it holds dense is within the limit
     for attempt in (
-        lambda: export_model(permute16, tmp_path / "out"),
-        lambda: lens_state_dict(permute16, n_ctx=17),
+        lambda: export_model(permute128, tmp_path / "out"),
+        lambda: lens_state_dict(permute128, n_ctx=129),
     ):
         with pytest.raises(CraspError, match="numpy executor"):
             attempt()
     monkeypatch.setattr(model_module, "TORCH_DENSE_LIMIT", held - 1)
     with pytest.raises(CraspError, match=r"but for its large sparse matrices.*numpy executor"):
-        TorchTransformer(permute16)
+        TorchTransformer(permute128)
 
 
 # ---------------------------------------------------------------- a model sparse everywhere
@@ -259,29 +261,29 @@ def test_crasp_examples_keep_dense_parameters(name):
             assert isinstance(block.mlp.w2, torch.nn.Parameter)
 
 
-# ---------------------------------------------------------------- n = 64
+# ---------------------------------------------------------------- n = 1,024
 
 
 @pytest.fixture(scope="module")
-def permute64() -> Model:
-    return compile_pcoc(load_pcoc(PERMUTE), 64)
+def permute1024() -> Model:
+    return compile_pcoc(load_pcoc(PERMUTE), 1024)
 
 
 @pytest.mark.slow
-def test_permute_at_n64_in_torch(permute64):
-    """n = 64: 1.4·10⁹ entries dense; the torch module keeps them sparse and routes three
+def test_permute_at_n1024_in_torch(permute1024):
+    """n = 1,024: 1.9·10⁸ entries dense; the torch module keeps them sparse and routes two
     random permutations exactly as the numpy executor does."""
-    module = TorchTransformer(permute64)
-    assert permute64.parameter_count() > model_module.TORCH_DENSE_LIMIT
-    rng = np.random.default_rng(64)
-    inputs = permutations(rng, 64, 3)
+    module = TorchTransformer(permute1024)
+    assert permute1024.parameter_count() > model_module.TORCH_DENSE_LIMIT
+    rng = np.random.default_rng(1024)
+    inputs = permutations(rng, 1024, 2)
     batch = [list(row) for row in inputs]
-    want = run_pcoc(permute64, batch)["x"]
+    want = run_pcoc(permute1024, batch)["x"]
     start = time.perf_counter()
-    got = run_pcoc(permute64, batch, runtime="torch")["x"]
-    assert time.perf_counter() - start < 60  # about 2 s on one core
+    got = run_pcoc(permute1024, batch, runtime="torch")["x"]
+    assert time.perf_counter() - start < 60  # about 20 s here (10⁶ attention scores a head)
     assert np.array_equal(got, want)
     assert np.array_equal(got, permuted(inputs))
     program = load_pcoc(PERMUTE)
-    assert np.array_equal(got, interpret_pcoc_batch(program, 64, inputs).outputs["x"])
+    assert np.array_equal(got, interpret_pcoc_batch(program, 1024, inputs).outputs["x"])
     assert module.sparse_weights()

@@ -1,77 +1,70 @@
-"""Lower data-dependent ``send`` statements to fixed-pattern PCOC rounds (Beneš routing).
+"""Lower data-dependent ``send`` statements to fixed-pattern PCOC rounds (offset routing).
 
 :func:`lower_sends` (``Program``, n → ``Program``) replaces every round with sends by
-``2k − 1`` rounds, ``k = ⌈log₂ n⌉``, whose receives all have static sources (the
-data-agnostic Beneš routing of the positional-attention digest, §3.5), plus local
-computation; the output uses only the existing constructs, so the interpreter runs it
-and the compiler compiles it. The lowered program is for exactly ``n`` machines: it is
-unrolled (loop variables and ``r`` of the original rounds become numbers).
+``k = ⌈log₂ n⌉`` rounds (1 for n = 1) whose receives all have static sources, plus
+local computation; the output uses only the existing constructs, so the interpreter runs
+it and the compiler compiles it. The lowered program is for exactly ``n`` machines: it
+is unrolled (loop variables and ``r`` of the original rounds become numbers). (The
+module keeps its name from the Beneš routing of Lemma B.1 it replaced; see below.)
 
-The construction, for ``p = 2^k`` virtual machines and memory ``s = 2^{k−1}`` tuples:
+**The construction.** A tuple sent by machine u to destination d has the *offset*
+``r = (d − u) mod n``; it travels ``+2^b`` machines (mod n) in round b exactly where bit
+b of r is 1, so after rounds ``0..k−1`` it sits at ``u + r ≡ d``. Machine j holds, after
+round b, one entry ``E_b[q] = (v, x)`` per remaining offset ``q·2^{b+1}``,
+``q < ⌈n / 2^{b+1}⌉`` (``v`` a valid flag, ``x`` the payload or 0): the tuple bound for
+``j + q·2^{b+1}``, as every entry of a machine is bound for a different destination.
 
-- **Tuples.** Machine i sends one tuple ``(valid, bit_0..bit_{k−1} of DEST_i, SLOT_i)``,
-  padded to ``s`` identical copies (every message a multiple of ``2^{k−1}`` tuples, as
-  the halving argument needs); ``valid = [0 ≤ DEST_i ≤ n − 1]`` (integer DEST, margins
-  0.5). The destination bits are computed once, ``bit_b(d) = Σ_t (−1)^{t+1}[d ≥ t·2^b]``.
-- **Dummies.** Virtual machines ``v ≥ n`` send nothing; virtual ``v`` lives on machine
-  ``v`` (lane A) if ``v < n``, else on machine ``v − s`` (lane B, on the machines
-  ``n − s ≤ i < s``). Lane B exists only when n is not a power of two.
-- **Fragmentation**, steps ``L = 1..k−1`` (mask ``2^{k−L}``): keep the even logical slots,
-  receive the partner's odd logical slots at the same positions. With one message per
-  machine every slot's source is known statically (it is ``i XOR`` a constant), so the
-  "sort by destination" of the digest is a static relabelling (the logical order groups
-  the copies of each source contiguously): no data-dependent sort is needed. Fact 1 holds
-  by construction (s slots).
-- **Collection**, steps ``b = 0..k−1`` (mask ``2^b``, LSB first), width ``2s``: the local
-  computation before the send writes the tuples whose destination bit b equals the
-  machine's into slots ``0..s−1`` ("stay") and the others into ``s..2s−1`` ("go"),
-  compacted by rank (ranks are sums of 0/1 flags; slot j takes the tuple whose key
-  ``rank + 2s·(1 − flag)`` equals j, a comparison with margin 0.5 on integers; each
-  key is made one variable by a ReLU unit first, one MLP layer that keeps the 4s²
-  comparisons from each reading an O(s)-term sum); the
-  round then keeps its own first half and receives the partner's second half. Fact 2
-  (loads ≤ s) means no tuple is ever dropped; the tests check the total count.
-- **Recombination** (fused into the last collection round): every copy carries the same
-  payload, so the result is the payload of the first valid copy, or the default.
-- **What it needs.** Destinations that are integers, distinct among the machines
-  0..n−1 they name (where two machines send to one, a value is lost): the
-  compiled model's guarantee states it and the runtimes check it on input destinations
-  (:func:`~crasp_compiler.languages.pcoc.compile.compile_pcoc`). The slots made here are
-  marked ``Slot.made``: the lowering gives a payload the interval of the values sent
-  (``Slot.carries``) and a flag or bit [−1, 1], which the construction proves (every
-  compacted slot takes at most one tuple), where summing the gated tuples would not.
+- **Round 0.** Machine i receives (DEST, SLOT) of machine ``i − 1 (mod n)`` and computes
+  for both tuples ``w = ReLU(clamp(d, 0, n−1) − i + 3n·valid − n)`` with
+  ``valid = [d ≥ 0] + [d ≤ n−1] − 1`` (margins 0.5 on an integer d): ``w = d − i + 2n ∈
+  [n+1, 3n−1]`` for a destination among the machines, 0 otherwise (it sends nothing).
+  ``E_0[q]`` is bound for ``(i + 2q) mod n``: its own tuple where ``w ∈ {2n + 2q,
+  n + 2q}`` (offset 2q, kept), the received one where ``w`` is one of those (its offset
+  from ``i − 1`` is ``2q + 1``, moved +1) and ``2q + 1 < n``: ``x = Σ [w = t]·x_src``, an
+  ``exclusive`` sum of at most four selections (distinct destinations: at most one
+  holds; the interpreter checks it), ``v = ReLU(Σ [w = t])``.
+- **Round b ≥ 1.** Machine i receives the odd entries of machine ``i − 2^b (mod n)``:
+  ``E_b[q] = E_{b−1}[2q] + E_{b−1}[2q+1] of i − 2^b`` (both fields; the second term
+  where ``2q + 1 < ⌈n/2^b⌉``). Linear: no MLP, no comparison.
+- **Result** (the last round, with the original round's receives and statements):
+  ``target = x + default·(1 − v)`` of ``E_{k−1}[0]`` (exact: v ∈ {0, 1} and x = 0
+  where v = 0).
 
-**Size** (p = 2^k machines, s = 2^{k−1}, hard mode). A collection step's compactions
-test ``key_z = j`` for the pairs j ≤ z < 2s, j < s, stay and go: 3s² + s equality tests,
-each two Heaviside units writing one residual dimension, lowered once though every field
-reads it; the next MLP gates every field of every tuple by them (2 units a gate, O(s²k)
-hidden units) and writes one dimension per slot and field, the slot's valid flag included
-(a ReLU of its sum, so no test outlives that MLP). So the residual holds about 3s² test
-dimensions for one sublayer plus O(s·k) tuple fields, and a send round of permute.pcoc
-takes 5k + 2 layers for its 2k − 1 rounds (2.5 a round plus a constant: at most 3 a round
-from n = 32 on): 17 / 22 / 27 / 32 layers for n = 8 / 16 / 32 / 64, width
-106 / 334 / 1 110 / 3 878 (``tests/languages/test_benes.py`` holds these). The
-trade-off: a test that lived only in hidden units would need its payload gated in the
-same MLP, and a real payload cannot be gated exactly by a test computed beside it (an
-exact 0 off the slot needs the test as an input), so the tests take residual
-dimensions for one sublayer rather than the model taking a layer more per round.
+The slots made here are marked ``Slot.made``: a payload gets the interval of the values
+sent (``Slot.carries``) and a flag [−1, 1], which the construction proves (each entry is
+bound for one destination, which one machine sends to at most).
 
-**Floats.** Every comparison the routing makes, except those of the destination itself
-(the bits and the valid flag), is of exact integers: flags, ranks, keys and bits are sums
-of exact 0/1 decisions, so the rounding analysis
-(:mod:`crasp_compiler.languages.pcoc.rounding`) proves them exact at any n, and the
-float guarantee of a send depends only on how exactly the destination is compared with the
-machine numbers. :func:`destination_probe` lowers just that (the rounds before the send
-and its first routing step), so that a destination bound the float type cannot route is
-refused in moments rather than after the whole lowering. A compaction slot's sum of
-selections is marked ``exclusive`` (:class:`~crasp_compiler.languages.pcoc.nodes.Add`):
-the keys of flagged tuples are distinct ranks, so at most one selection is taken; the
-interpreter checks it with its promises, and the analysis counts one selected payload.
+**What it needs.** Destinations that are integers, distinct among the machines 0..n−1
+they name (where two machines send to one, their tuples add): the compiled model's
+guarantee states it and the runtimes check it on input destinations
+(:func:`~crasp_compiler.languages.pcoc.compile.compile_pcoc`). One word per sender and
+one sender per receiver: the general MPC round of Lemma B.1 (several words, several
+senders per receiver up to a capacity) is not covered.
 
-The first routing round reads the original DEST and SLOT directly (the tuple layout is
-computed after the receive), and the original round's receives and statements run in the
-last routing round (the routing rounds write only their own slots), so a send round
-costs ``2k − 1`` rounds (1 for n = 2, 0 extra for n = 1).
+**Size** (hard mode, k = ⌈log₂ n⌉). ``k + 3`` layers for permute.pcoc (round 0 is four
+MLP sublayers: the range tests and clamps; w; the 4n equality tests; the selections,
+every later round one attention layer without an MLP); residual width ``4n + 4`` (the
+n + 1 position features, 2⌈n/2⌉ entry fields, the equality tests for one sublayer, the
+routed fields, dead dimensions reused); about 70 nonzero weights per machine; compile
+work O(n log n): n = 128: 10 layers, width 516, 8.4k nonzeros; n = 1,024: 13 layers,
+width 4,100, 73k nonzeros, 1.5 CPU-s (``tests/languages/test_benes.py`` guards these).
+Against Lemma B.1 / Theorem 5.1 (Beneš, 2k − 1 communication rounds, memory 2s with s
+padded to 2^{k−1} copies of every tuple, about n(2 + k) + n + 1 numbers a machine): k
+rounds, and at most n + 2 numbers a machine sends or holds in a round. The trade-off:
+the equality tests take 2n residual dimensions for one sublayer and one layer, because
+a big-M gate needs its 0/1 test as an input; a test folded into its gate (a tent of
+``x + M(w − t)``, 3 units a pair) would save both, not done. Depth is not traded for
+width: no round needs more than one layer but round 0.
+
+**Floats.** The only comparisons with data are those of the destination (the range
+tests, and the tests of w, an exact integer when d is one below 2^52): the float
+guarantee of a send depends on how exactly the destination is compared with the machine
+numbers, and :func:`destination_probe` lowers just that (the rounds before the send and
+round 0's tests of both tuples), so that a destination bound the float type cannot route
+is refused in moments. A payload passes one big-M gate (its rounding) and then additions
+of one payload and exact zeros; the analysis bounds each addition by the sum of both
+terms' errors, so the stated float64 bound grows with n (2·10⁻³ at n = 1,024 for
+``|x| ≤ 10⁹``) where the rounding is that of one gate.
 """
 
 from __future__ import annotations
@@ -79,12 +72,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from crasp_compiler.languages.pcoc.nodes import (
-    STATIC_TYPES,
     Add,
     Assign,
     Call,
     Compare,
     Expr,
+    For,
     IfExpr,
     Num,
     Program,
@@ -113,7 +106,7 @@ MACHINE = SVar("i")
 def has_sends(program: Program) -> bool:
     """Whether any round of ``program`` has a ``send``."""
 
-    def walk(items) -> bool:
+    def walk(items: tuple[Round | For, ...]) -> bool:
         for item in items:
             if isinstance(item, Round):
                 if item.sends:
@@ -126,9 +119,8 @@ def has_sends(program: Program) -> bool:
 
 
 def routing_rounds(n: int) -> int:
-    """The rounds that replace one round with sends: ``2⌈log₂ n⌉ − 1`` (1 for n = 1)."""
-    k = (n - 1).bit_length()
-    return max(2 * k - 1, 1)
+    """The rounds that replace one round with sends: ``⌈log₂ n⌉`` (1 for n = 1)."""
+    return max((n - 1).bit_length(), 1)
 
 
 # ================================================================== substitution
@@ -166,8 +158,10 @@ def _sub_expr(expr: Expr, env: dict[str, int]) -> Expr:
     return expr
 
 
-def _sub_cond(cond, env):
-    return _sub_static(cond, env) if isinstance(cond, STATIC_TYPES) else _sub_expr(cond, env)
+def _sub_cond(cond: Compare | StaticExpr, env: dict[str, int]) -> Compare | StaticExpr:
+    if isinstance(cond, Compare):
+        return Compare(cond.op, _sub_expr(cond.left, env), _sub_expr(cond.right, env), cond.margin)
+    return _sub_static(cond, env)
 
 
 def _sub_stmts(body: tuple[Stmt, ...], env: dict[str, int]) -> tuple[Stmt, ...]:
@@ -193,31 +187,12 @@ def _sub_round(rnd: Round, env: dict[str, int]) -> Round:
     return replace(rnd, receives=receives, body=_sub_stmts(rnd.body, env))
 
 
-# ================================================================== static helpers
+# ================================================================== helpers
 
 
-def _s(value: int) -> StaticExpr:
-    return SNum(value)
-
-
-def _add(a: StaticExpr, b: StaticExpr) -> StaticExpr:
-    return SBin("+", a, b)
-
-
-def _bit(x: StaticExpr, b: int) -> StaticExpr:
-    """Bit b of a non-negative static integer."""
-    return SBin("%", SBin("//", x, _s(2**b)), _s(2))
-
-
-def _xor(x: StaticExpr, b: int) -> StaticExpr:
-    """``x XOR 2^b``."""
-    m = 2**b
-    return SBin("-", _add(x, _s(m)), SBin("*", _s(2 * m), _bit(x, b)))
-
-
-def _select(cond: StaticExpr, value: StaticExpr) -> StaticExpr:
-    """``value`` where cond holds, else −1 (a source outside the machines)."""
-    return SBin("-", SBin("*", cond, _add(value, _s(1))), _s(1))
+def _machine(offset: int, n: int) -> StaticExpr:
+    """``(i + offset) mod n`` for ``0 ≤ offset < n``: a machine number."""
+    return SBin("%", SBin("+", MACHINE, SNum(offset)), SNum(n)) if offset else MACHINE
 
 
 def _sum(terms: list[Expr], exclusive: bool = False) -> Expr:
@@ -231,20 +206,25 @@ def _sum(terms: list[Expr], exclusive: bool = False) -> Expr:
     return replace(out, exclusive=True) if exclusive and isinstance(out, Add) else out
 
 
+_Tuple = tuple[Expr, Expr]  # (destination, payload)
+
+
+def _entries(n: int, b: int) -> int:
+    """How many offsets a machine holds after round b: ``⌈n / 2^{b+1}⌉``."""
+    return -(-n // (1 << (b + 1)))
+
+
 # ================================================================== the pass
 
 
 class _Sender:
-    """The rounds of one send: receives, local statements and slots, per routing step."""
+    """The rounds of one send: receives and local statements per routing round."""
 
-    def __init__(self, send, n: int, tag: str, payload_bound: float | None) -> None:
+    def __init__(self, send: Send, n: int, tag: str, payload_bound: float | None) -> None:
         self.send = send
         self.n = n
         self.k = (n - 1).bit_length()
-        self.p = 2**self.k
-        self.s = self.p // 2
         self.tag = tag
-        self.lanes = ["A"] + (["B"] if n != self.p else [])
         self.slots: dict[str, Slot] = {}
         self.payload_bound = payload_bound
         self.count = 0
@@ -255,245 +235,128 @@ class _Sender:
         self.count += 1
         return f"{self.tag}t{self.count}_{stem}"
 
-    def slot(self, lane: str, z: int, field: str) -> str:
-        name = f"{self.tag}{lane}{z}_{field}"
+    def slot(self, b: int, q: int, field: str) -> str:
+        """The slot of field ``v`` (valid flag) or ``x`` (payload) of offset
+        ``q·2^{b+1}`` after round b."""
+        name = f"{self.tag}e{b}_{q}_{field}"
         if name not in self.slots:
             if field == "x":  # a payload: one of the values sent, or 0
                 slot = Slot(name, self.payload_bound, made=True, carries=self.send.slot)
-            else:  # a valid flag or a destination bit: 0 or 1
+            else:  # a valid flag: 0 or 1
                 slot = Slot(name, 1.0, made=True)
             self.slots[name] = slot
         return name
 
-    def virtual(self, lane: str) -> StaticExpr:
-        return MACHINE if lane == "A" else _add(MACHINE, _s(self.s))
-
-    def host_b(self) -> StaticExpr:
-        return SBin("and", SBin(">=", MACHINE, _s(self.n - self.s)), SBin("<", MACHINE, _s(self.s)))
-
-    # ------------------------------------------------------------ receiving
-
-    def receive(self, lane: str, partner: StaticExpr, names: dict[str, str], out: list):
-        """Receive every field (slot names per field, of the lane holding virtual
-        ``partner``): returns field -> Expr."""
-        fields: dict[str, Expr] = {}
-        gate = self.host_b() if lane == "B" else None
-        src_a = _select(SBin("<", partner, _s(self.n)), partner)
-        if gate is not None:
-            src_a = _select(gate, src_a)
-        src_b = None
-        if "B" in self.lanes:
-            src_b = _select(SBin(">=", partner, _s(self.n)), SBin("-", partner, _s(self.s)))
-            if gate is not None:
-                src_b = _select(gate, src_b)
-        for field, (name_a, name_b) in names.items():
-            t_a = self.temp("ra")
-            out.append(Receive(t_a, name_a, src_a, 0.0))
-            value: Expr = Read(t_a)
-            if src_b is not None:
-                t_b = self.temp("rb")
-                out.append(Receive(t_b, name_b, src_b, 0.0))
-                value = Add(value, Read(t_b))
-            fields[field] = value
-        return fields
-
-    def receive_raw(self, lane: str, partner: StaticExpr, out: list) -> tuple[Expr, Expr]:
-        """DEST and SLOT of the real machine ``partner`` (dummies send nothing)."""
-        src = _select(SBin("<", partner, _s(self.n)), partner)
-        if lane == "B":
-            src = _select(self.host_b(), src)
-        t_d, t_x = self.temp("rd"), self.temp("rx")
-        out.append(Receive(t_d, self.send.dest, src, -1.0))
-        out.append(Receive(t_x, self.send.slot, src, 0.0))
-        return Read(t_d), Read(t_x)
-
-    # ------------------------------------------------------------ local computation
-
-    def let(self, stem: str, expr: Expr, body: list) -> Expr:
-        if isinstance(expr, Read | Num):
-            return expr
+    def let(self, stem: str, expr: Expr, body: list[Stmt]) -> Expr:
         name = self.temp(stem)
         body.append(Assign(name, expr))
         return Read(name)
 
-    def raw_tuple(self, d: Expr, x: Expr, body: list) -> dict[str, Expr]:
-        valid = Call(
-            "min",
-            (Compare(">=", d, Num(0.0), 0.5), Compare("<=", d, Num(float(self.n - 1)), 0.5)),
+    # ------------------------------------------------------------ round 0
+
+    def offset(self, d: Expr, body: list[Stmt]) -> Expr:
+        """``w = ReLU(clamp(d, 0, n−1) − i + 3n·valid − n)``: ``d − i + 2n`` ∈ [n+1, 3n−1]
+        where ``valid = [d ≥ 0] + [d ≤ n−1] − 1`` is 1, and 0 where it is 0 (a destination
+        outside the machines). One variable: the equality tests read it alone."""
+        n = self.n
+        valid = Sub(
+            Add(Compare(">=", d, Num(0.0), 0.5), Compare("<=", d, Num(float(n - 1)), 0.5)),
+            Num(1.0),
         )
-        fields = {"v": self.let("v", valid, body), "x": x}
-        for b in range(self.k):
-            terms: list[Expr] = []
-            for t in range(1, (self.p - 1) // 2**b + 1):
-                step = Compare(">=", d, Num(float(t * 2**b)), 0.5)
-                terms.append(step if t % 2 else Scale(-1.0, step))
-            fields[f"b{b}"] = self.let(f"bit{b}", _sum(terms), body)
-        return fields
+        clamped = Call("clamp", (d, Num(0.0), Num(float(n - 1))))
+        w = Add(Sub(clamped, Static(MACHINE)), Sub(Scale(3.0 * n, valid), Num(float(n))))
+        return self.let("w", Call("relu", (w,)), body)
 
-    def null_tuple(self) -> dict[str, Expr]:
-        return {"v": Num(0.0), "x": Num(0.0), **{f"b{b}": Num(0.0) for b in range(self.k)}}
+    def targets(self, q: int) -> list[float]:
+        """The values of ``w`` of a tuple destined to ``(i + 2q) mod n``: ``2n + 2q``
+        (``d = i + 2q``) and, for q ≥ 1, ``n + 2q`` (``d = i + 2q − n``)."""
+        n = self.n
+        return [float(2 * n + 2 * q)] + ([float(n + 2 * q)] if q else [])
 
-    def flag(self, lane: str, tup: dict[str, Expr], b: int, body: list) -> Expr:
-        """1 when the tuple is valid and its destination bit b is the machine's."""
-        mine = SBin("==", _bit(self.virtual(lane), b), _s(1))
-        expr = IfExpr(
-            mine,
-            Call("min", (tup["v"], tup[f"b{b}"])),
-            Call("min", (tup["v"], Sub(Num(1.0), tup[f"b{b}"]))),
-        )
-        return self.let("stay", expr, body)
+    def tuples(self, receives: list[Receive]) -> tuple[_Tuple, _Tuple | None]:
+        """The machine's own (destination, payload) and, for n > 1, those of machine
+        ``i − 1 (mod n)``, received (round 0 reads the send's slots directly)."""
+        send, n = self.send, self.n
+        own = (Read(send.dest), Read(send.slot))
+        if n == 1:
+            return own, None
+        d, x = self.temp("rd"), self.temp("rx")
+        source = _machine(n - 1, n)
+        receives += [Receive(d, send.dest, source, -1.0), Receive(x, send.slot, source, 0.0)]
+        return own, (Read(d), Read(x))
 
-    def compact(self, flags: list[Expr], tuples, width: int, fields, body) -> list[dict]:
-        """The flagged tuples in rank order into ``width`` positions (Num(0) beyond)."""
-        keys: list[Expr] = []
-        rank: Expr = Num(0.0)
-        for z, flag in enumerate(flags):
-            key: Expr = Add(rank, Scale(2.0 * self.s, Sub(Num(1.0), flag)))
-            if width > 1:  # read by `width` comparisons: one unit makes it one variable
-                key = Call("relu", (key,))
-            keys.append(self.let("key", key, body))
-            if z + 1 < len(flags):
-                rank = self.let("rank", Add(rank, flag), body)
-        out = []
-        for j in range(width):
-            hits = [(z, Compare("==", keys[z], Num(float(j)), 0.5)) for z in range(j, len(flags))]
-            # relu (of a sum ≥ 0) makes the flag one variable, written in the MLP of the
-            # selections: the equality tests then die there instead of living on in it
-            tup: dict[str, Expr] = {"v": Call("relu", (_sum([hit for _, hit in hits]),))}
-            for field in fields:
-                if field != "v":
-                    # the keys of flagged tuples are their distinct ranks: one hit at most
-                    tup[field] = _sum(
-                        [IfExpr(hit, tuples[z][field], Num(0.0)) for z, hit in hits],
-                        exclusive=True,
-                    )
-            out.append(tup)
-        return out
+    def probe(self, receives: list[Receive], body: list[Stmt]) -> None:
+        """Every kind of comparison round 0 makes with data (:meth:`offset` of both
+        tuples, and their equality tests with the smallest and the largest target)."""
+        own, other = self.tuples(receives)
+        for d, _ in [own] if other is None else [own, other]:
+            w = self.offset(d, body)
+            last = _entries(self.n, 0) - 1
+            for target in {min(self.targets(min(last, 1))), max(self.targets(last))}:
+                body.append(Assign(self.temp("hit"), Compare("==", w, Num(target), 0.5)))
 
-    def layout(self, lane: str, tuples: list[dict], b: int, body: list) -> list[dict]:
-        """Stay tuples into positions 0..s−1, go tuples into s..2s−1 (collection step b)."""
-        fields = ["v", "x", *[f"b{c}" for c in range(b + 1, self.k)]]
-        stay = [self.flag(lane, tup, b, body) for tup in tuples]
-        go = [
-            self.let("go", Sub(tup["v"], flag), body)
-            for tup, flag in zip(tuples, stay, strict=True)
-        ]
-        return self.compact(stay, tuples, self.s, fields, body) + self.compact(
-            go, tuples, self.s, fields, body
-        )
+    def scatter(self, own: _Tuple, other: _Tuple | None, body: list[Stmt]) -> list[dict[str, Expr]]:
+        """Round 0's local computation: offset ``2q`` of the machine's array, for every
+        ``q < ⌈n/2⌉``: its own tuple where its offset is 2q, the received tuple of
+        machine ``i − 1`` where that one's offset is ``2q + 1`` (the same destination)."""
+        tuples = [(self.offset(own[0], body), own[1])]
+        if other is not None:
+            tuples.append((self.offset(other[0], body), other[1]))
+        entries = []
+        for q in range(_entries(self.n, 0)):
+            sources = tuples if 2 * q + 1 < self.n else tuples[:1]
+            hits = [(Compare("==", w, Num(t), 0.5), x) for w, x in sources for t in self.targets(q)]
+            # the destinations are distinct: one hit at most (the interpreter checks it)
+            entries.append(
+                {
+                    "v": Call("relu", (_sum([hit for hit, _ in hits]),)),
+                    "x": _sum([IfExpr(hit, x, Num(0.0)) for hit, x in hits], exclusive=True),
+                }
+            )
+        return entries
 
-    def store(self, lane: str, tuples: list[dict], body: list, keep: set[int] = frozenset()):
-        # every value first (the expressions read the slots being replaced), then the slots
-        values = [
-            {f: e if z in keep else self.let("new", e, body) for f, e in tup.items()}
-            for z, tup in enumerate(tuples)
-        ]
-        names = []
-        for z, tup in enumerate(values):
-            entry = {}
-            for field, expr in tup.items():
-                name = self.slot(lane, z, field)
-                entry[field] = name
-                if z not in keep and expr != Read(name):
-                    body.append(Assign(name, expr))
-            names.append(entry)
-        return names
+    def store(self, b: int, entries: list[dict[str, Expr]], body: list[Stmt]) -> None:
+        values = [{f: self.let("new", e, body) for f, e in entry.items()} for entry in entries]
+        for q, entry in enumerate(values):
+            for field, expr in entry.items():
+                body.append(Assign(self.slot(b, q, field), expr))
 
     # ------------------------------------------------------------ the rounds
 
     def rounds(self) -> list[tuple[list[Receive], list[Stmt]]]:
         """(receives, statements) per routing round; the last round's statements end
         with the assignment of the send's target."""
-        send, k, s = self.send, self.k, self.s
-        if k == 0:
-            body: list[Stmt] = []
-            tup = self.raw_tuple(Read(send.dest), Read(send.slot), body)
-            body.append(Assign(send.target, self._result([tup], body)))
-            return [([], body)]
-        out = []
-        state: dict[str, list[dict[str, str]]] = {}  # lane -> slot names per position
-        order = list(range(s))  # logical -> physical (fragmentation)
-        labels = [0] * s  # source offset (XOR) of each physical position
-        # ---- fragmentation
-        for step in range(1, k):
-            e = k - step
-            receives: list[Receive] = []
-            body = []
-            prev = dict(state)
-            for lane in self.lanes:
-                partner = _xor(self.virtual(lane), e)
-                if step == 1:
-                    if lane == "A":
-                        own = self.raw_tuple(Read(send.dest), Read(send.slot), body)
-                    else:
-                        own = self.null_tuple()
-                    d, x = self.receive_raw(lane, partner, receives)
-                    other = self.raw_tuple(d, x, body)
-                    tuples = [own] * s  # by physical position
-                    for q in range(1, s, 2):
-                        tuples[order[q]] = other
-                else:
-                    tuples = [{f: Read(name) for f, name in entry.items()} for entry in prev[lane]]
-                    for q in range(1, s, 2):
-                        z = order[q]
-                        names = {
-                            f: (prev["A"][z][f], prev["B"][z][f] if "B" in prev else "")
-                            for f in prev[lane][z]
-                        }
-                        tuples[z] = self.receive(lane, partner, names, receives)
-                if step == k - 1:
-                    lay = self.layout(lane, tuples, 0, body)
-                    state[lane] = self.store(lane, lay, body)
-                else:
-                    keep = set() if step == 1 else {order[q] for q in range(0, s, 2)}
-                    state[lane] = self.store(lane, tuples, body, keep)
-            new_labels = list(labels)
-            for q in range(1, s, 2):
-                new_labels[order[q]] = labels[order[q]] ^ 2**e
-            labels = new_labels
-            order = sorted(range(s), key=lambda z: (labels[z], order.index(z)))
+        send, n = self.send, self.n
+        receives: list[Receive] = []
+        body: list[Stmt] = []
+        own, other = self.tuples(receives)
+        entries = self.scatter(own, other, body)
+        out = [(receives, body)]
+        for b in range(1, max(self.k, 1)):
+            self.store(b - 1, entries, body)
+            receives, body = [], []
+            source = _machine(n - 2**b, n)
+            entries = []
+            for q in range(_entries(n, b)):
+                entry: dict[str, Expr] = {}
+                for field in ("v", "x"):
+                    kept: Expr = Read(self.slot(b - 1, 2 * q, field))
+                    if 2 * q + 1 < _entries(n, b - 1):
+                        got = self.temp("r" + field)
+                        name = self.slot(b - 1, 2 * q + 1, field)
+                        receives.append(Receive(got, name, source, 0.0))
+                        kept = Add(kept, Read(got))
+                    entry[field] = kept
+                entries.append(entry)
             out.append((receives, body))
-        # ---- collection
-        for b in range(k):
-            receives = []
-            body = []
-            prev = dict(state)
-            last = b == k - 1
-            for lane in self.lanes if not last else ["A"]:
-                partner = _xor(self.virtual(lane), b)
-                if k == 1:  # the first step: from the raw values
-                    own = self.raw_tuple(Read(send.dest), Read(send.slot), body)
-                    d, x = self.receive_raw(lane, partner, receives)
-                    other = self.raw_tuple(d, x, body)
-                    tuples = []
-                    for tup in (own, other):
-                        gated = dict(tup)
-                        gated["v"] = self.flag(lane, tup, 0, body)
-                        tuples.append(gated)
-                else:
-                    tuples = [
-                        {f: Read(name) for f, name in entry.items()} for entry in prev[lane][:s]
-                    ]
-                    for z in range(s, 2 * s):
-                        names = {
-                            f: (prev["A"][z][f], prev["B"][z][f] if "B" in prev else "")
-                            for f in prev[lane][z]
-                        }
-                        tuples.append(self.receive(lane, partner, names, receives))
-                if last:
-                    body.append(Assign(send.target, self._result(tuples, body)))
-                else:
-                    lay = self.layout(lane, tuples, b + 1, body)
-                    state[lane] = self.store(lane, lay, body)
-            out.append((receives, body))
+        # offset 0 after the last round: the tuple sent to the machine, or none (v = 0)
+        (last,) = entries
+        x, v = self.let("x", last["x"], body), self.let("v", last["v"], body)
+        result = x
+        if send.default:
+            result = Add(x, Scale(float(send.default), Sub(Num(1.0), v)))
+        body.append(Assign(send.target, result))
         return out
-
-    def _result(self, tuples: list[dict], body: list) -> Expr:
-        """The payload of the first valid tuple, or the default."""
-        flags = [tup["v"] for tup in tuples]
-        (first,) = self.compact(flags, tuples, 1, ["v", "x"], body)
-        count = self.let("count", _sum(flags), body)
-        return IfExpr(Compare(">", count, Num(0.5), 0.5), first["x"], Num(float(self.send.default)))
 
 
 @dataclass(frozen=True)
@@ -531,11 +394,7 @@ def destination_probe(program: Program, n: int) -> Probe | None:
         slots = list(program.slots)
         for q, send in enumerate(rnd.sends):
             sender = _Sender(send, n, f"{PREFIX}{number}_{q}_probe_", None)
-            sender.raw_tuple(Read(send.dest), Read(send.slot), body)
-            if sender.k:
-                partner = _xor(sender.virtual("A"), max(sender.k - 1, 0))
-                d, x = sender.receive_raw("A", partner, receives)
-                sender.raw_tuple(d, x, body)
+            sender.probe(receives, body)
             slots.extend(sender.slots.values())
         rounds.append(Round(tuple(receives), tuple(body), rnd.span))
         probe = _rebuilt(program, slots, rounds)
@@ -556,7 +415,7 @@ def lower_sends(program: Program, n: int) -> Program:
         if not rnd.sends:
             rounds.append(replace(base, sends=()))
             continue
-        steps: list[tuple[list, list]] | None = None
+        steps: list[tuple[list[Receive], list[Stmt]]] | None = None
         for q, send in enumerate(rnd.sends):
             bound = program.slot(send.slot).bound
             sender = _Sender(send, n, f"{PREFIX}{number}_{q}_", bound)

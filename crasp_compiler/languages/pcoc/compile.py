@@ -435,9 +435,9 @@ def _guarantee_text(
 
 
 def _probe_destinations(program: Program, n: int, mode: str, dtype: str) -> None:
-    """Refuse, before the Beneš lowering (O(n² log n) comparisons), a send whose
+    """Refuse, before the routing is lowered, a send whose
     destination the routing cannot compare exactly in ``dtype``: the rounds before the
-    first send round and that round's first routing step, lowered alone
+    first send round and the tests of that round's first routing step, lowered alone
     (:func:`~crasp_compiler.languages.pcoc.benes.destination_probe`; the routing compares
     only the destination with data, everything else it compares is an exact integer). The
     message names the destination slot and, where it has a bound, the largest bound that
@@ -455,7 +455,7 @@ def _probe_destinations(program: Program, n: int, mode: str, dtype: str) -> None
     text = (
         f"`{send.target} = send {send.slot} to {send.dest}`: the compiler routes it by "
         f"comparing the destination {send.dest!r} (values up to {failure.magnitude:g}) with "
-        f"the machine numbers (margin 0.5, Beneš routing), but {dtype} computes their "
+        f"the machine numbers (margin 0.5, offset routing), but {dtype} computes their "
         f"difference only to within {failure.rounding(d):.3g} and the routing needs it "
         f"within {failure.threshold:g}"
     )

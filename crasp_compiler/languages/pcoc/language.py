@@ -382,8 +382,8 @@ def shape(model: Model) -> str:
     theorem = info.get("theorem", {})
     benes = info.get("benes")
     sends = (
-        f"; {benes['send_rounds']} send round(s) routed by Beneš in those rounds "
-        f"(theorem: 2R⌈log₂ n⌉ = {benes['bound_2Rlog2n']})"
+        f"; {benes['send_rounds']} send round(s) routed in those rounds "
+        f"(Theorem 5.1's Beneš routing: 2R⌈log₂ n⌉ = {benes['bound_2Rlog2n']})"
         if benes
         else ""
     )

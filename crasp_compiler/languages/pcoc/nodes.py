@@ -236,7 +236,7 @@ class Slot:
     The compiler relies on the bound of an input slot (the runtimes check the inputs);
     the bound of any other slot of a program is a promise the interpreter checks with
     ``check_promises``, never an assumption of a compiled model. ``made``: a slot the
-    compiler made (Beneš routing), whose bound holds by construction; ``carries``: the
+    compiler made (the routing of a send), whose bound holds by construction; ``carries``: the
     slot whose values (at the start of the round) such a slot holds, or 0."""
 
     name: str

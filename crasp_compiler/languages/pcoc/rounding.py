@@ -21,7 +21,7 @@ Each value carries three bounds, at every position (the sink, BOS, included):
 An output read from form f is then within ``E_d = err[d] + read_d(f) + ref (+ leak·e^{−T})``
 of the interpreter's output, for inputs within their declared bounds on which every data
 comparison stays outside its margin (the interpreter's ``check_promises``; it checks the
-exclusive selections of a Beneš compaction too, which distinct destinations ensure).
+exclusive selections of a send's routing too, which distinct destinations ensure).
 
 **Rounding model** (u = 2^-53 in float64, 2^-24 in float32; p = 53 or 24 bits; γ_k =
 k·u/(1 − k·u)):
@@ -85,7 +85,7 @@ rounding of a unit's pre-activation from :meth:`Floats.read`, r_out that of its 
   0/1) by the error of the candidate each machine takes plus its gate's rounding, each
   gate exactly 0 off its machines (its support); a sum of selections by the sum of the
   selected ones' errors, or by the largest where their conditions are exclusive (a
-  compaction slot of :mod:`~crasp_compiler.languages.pcoc.benes`, a promise the
+  routing entry of :mod:`~crasp_compiler.languages.pcoc.benes`, a promise the
   interpreter checks), whose output sum then has one nonzero pair: ``γ_1`` of it;
 - a ``min``/``max`` inside a per-machine branch, ``x ∓ ReLU(±(x − y) − K·1[i ∉ S])`` with
   ``K = 2|x − y| + 1``: inside S it is the ``min``/``max`` above; outside, its unit is
