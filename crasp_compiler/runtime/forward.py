@@ -26,6 +26,14 @@ is not observed: each update adds only to the residual columns it writes, in pla
 weight per column, so the numbers are the general path's bit for bit (a dot product with
 one nonzero term has one rounding, whatever order a BLAS sums in).
 
+A model whose heads all take the prefix-sums path (most C-RASP models) is also lowered
+once into a :class:`Plan` (:func:`lower`), which an unobserved pass runs instead of the
+layers (:func:`run_plan`): the residual is column-major, one array per live column, for a
+chunk of positions at a time (:data:`PLAN_ROWS`, so that it stays in the cache), every
+product a few operations on the columns its weights touch, and each running sum carried
+into the next chunk as the first term of its sum, so that the float64 prefix sums are
+those of one running sum over the sequence.
+
 The fast paths drop the gradients of what they do not compute: the caller says whether
 they may be taken (``uniform_ok``, ``keyed_ok``: the torch module refuses them while
 gradients flow to the scores).
@@ -531,6 +539,12 @@ class Plan(Generic[A, W]):
         self.embed, self.features, self.w_p = embed, list(features), w_p
         self.layers, self.readout, self.width = list(layers), readout, width
         self.like = embed[0][1]  # an array of the plan's dtype, on its device
+
+    def embedded(self, table: A) -> Plan[A, W]:
+        """This plan with its token embedding read from ``table`` ``(V, d)`` (the same
+        weights in another dtype or on another device: the other weights are numbers)."""
+        embed = [(column, table[:, column]) for column, _ in self.embed]
+        return Plan(embed, self.features, self.w_p, self.layers, self.readout, self.width)
 
 
 def lower(

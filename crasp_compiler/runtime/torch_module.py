@@ -761,8 +761,10 @@ class TorchTransformer(nn.Module):
         # hooks (a submodule added after construction is not seen)
         self._submodules: list[nn.Module] = list(self.modules())
         self._versions = self._parameter_versions()
-        # lowered plans by dtype and device (:meth:`plan`), dropped when kinds are refreshed
-        self._plans: dict[tuple[torch.dtype, torch.device], fw.Plan[Tensor, Weight] | None] = {}
+        # the lowered plan (:meth:`plan`), and it by dtype and device
+        self._lowered: fw.Plan[Tensor, Weight] | None = None
+        self._plans: dict[tuple[torch.dtype, torch.device], fw.Plan[Tensor, Weight]] = {}
+        self._lower()
         self.register_load_state_dict_post_hook(_refresh_after_load)  # type: ignore[no-untyped-call]
 
     # ------------------------------------------------------------------ head kinds
@@ -836,27 +838,36 @@ class TorchTransformer(nn.Module):
         self._versions = self._parameter_versions()
         for block in self.layers():
             block.prepare_columns()
-        self._plans.clear()
+        self._lower()
 
     @torch.no_grad()
+    def _lower(self) -> None:
+        """Lower the current weights (:func:`~crasp_compiler.runtime.forward.lower`; reads
+        them on the host: when built, and in ``refresh_kinds``)."""
+        self._plans.clear()
+        self._lowered = None
+        if self.numeric is None:
+            self._lowered = fw.lower(
+                TORCH,
+                self.embed.w_e,
+                self.pos.names,
+                self.pos.w_p,
+                self.head_rows(),
+                [block.mlp for block in self.layers()],
+                self.readout.weight,
+            )
+
     def plan(self) -> fw.Plan[Tensor, Weight] | None:
-        """The lowered plan of the current weights (:func:`~crasp_compiler.runtime.forward.
-        lower`) in their dtype and on their device, built once (None: the model has none);
-        an update the version counters see (module docstring) builds it again."""
+        """The lowered plan of the weights (None: the model has none) in their current
+        dtype and on their device, without reading a tensor on the host: the plan holds
+        its weights as numbers, which scale tensors of any dtype as ``.to`` rounds them,
+        and reads the token embedding from ``embed.w_e``."""
+        if self._lowered is None:
+            return None
         w_e = self.embed.w_e
         key = (w_e.dtype, w_e.device)
         if key not in self._plans:
-            self._plans[key] = None
-            if self.numeric is None:
-                self._plans[key] = fw.lower(
-                    TORCH,
-                    w_e,
-                    self.pos.names,
-                    self.pos.w_p,
-                    self.head_rows(),
-                    [block.mlp for block in self.layers()],
-                    self.readout.weight,
-                )
+            self._plans[key] = self._lowered.embedded(w_e.detach())
         return self._plans[key]
 
     def _check_kinds(self) -> None:
