@@ -21,6 +21,12 @@ Usage::
     python benchmarks/throughput.py --out docs/results/throughput.json
     python benchmarks/throughput.py --markdown docs/results/throughput.json
     python benchmarks/throughput.py --ratios [--examples dyck1.cr ...] [--repeats 9]
+    OPENBLAS_NUM_THREADS=1 python benchmarks/throughput.py --floor --repeats 41 \
+        --out docs/results/throughput_floor.json
+
+With ``--floor``: Dyck-1 against the floor (:func:`floor_dyck1`) and the interpreter at
+n = 4096 × 8 and 10⁶ × 1, every runtime from ids and from tokens, and the peak memory
+per token (:func:`near_floor`, :func:`peak_bytes`).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -175,6 +182,190 @@ def ratios(names: list[str], n: int, batch: int, repeats: int) -> list[dict]:
     return rows
 
 
+def floor_dyck1(ids: np.ndarray) -> np.ndarray:
+    """Dyck-1's decision at every position, the tightest plain numpy we know: integer
+    prefix counts of the token ids and comparisons (ids: BOS 0, ``(`` 1, ``)`` 2)."""
+    opened = np.cumsum(ids == 1, axis=1, dtype=np.int32)
+    closed = np.cumsum(ids == 2, axis=1, dtype=np.int32)
+    violations = np.cumsum(opened < closed, axis=1, dtype=np.int32)
+    return (violations == 0) & (opened == closed)
+
+
+FLOOR_SIZES = ((8, 4096), (1, 1_000_000))
+
+
+def near_floor(repeats: int) -> list[dict]:
+    """Dyck-1 at each of :data:`FLOOR_SIZES` (batch, n): every runtime's CPU time
+    (``time.process_time``, median of ``repeats`` rounds that run every case once in turn)
+    over the floor's (:func:`floor_dyck1`, from token ids) and over the interpreter's
+    (from tokens): the numpy executor and the torch module (one thread) in float64 and
+    float32, from ids (forward pass and decision rule) and from tokens (tokenisation and
+    input checks included), and ``torch.compile`` of the module from ids. Peak memory:
+    :func:`peak_bytes`."""
+    from crasp_compiler import interpret_batch
+    from crasp_compiler.runtime import forward as fw
+    from crasp_compiler.runtime.backend import NUMPY
+    from crasp_compiler.runtime.numpy_exec import decide, encode_vocab, prepared
+
+    program = load_program(EXAMPLES_DIR / "dyck1.cr")
+    model = compile_program(program)
+    torch.set_num_threads(1)  # the benchmark's choice (module docstring of torch_module)
+    rows = []
+    for batch, n in FLOOR_SIZES:
+        rng = random.Random(f"floor-{batch}-{n}")
+        words = [[rng.choice("()") for _ in range(n)] for _ in range(batch)]
+        ids, lengths = encode_vocab(model.vocab, words)
+        tids, tlengths = torch.from_numpy(ids), torch.from_numpy(lengths)
+        steps = np.arange(1, ids.shape[1] + 1, dtype=np.float64)[None]
+
+        def numpy_ids(dtype: type, ids=ids, lengths=lengths, steps=steps) -> Callable[[], object]:
+            def go() -> object:
+                raw = fw.forward(NUMPY, prepared(model, dtype), ids, lengths, None)
+                return decide(model.outputs[0].rule, raw[..., 0], steps)
+
+            return go
+
+        def torch_ids(module, decider, ids=tids, lengths=tlengths) -> Callable[[], object]:
+            def go() -> object:
+                with torch.no_grad():
+                    return decider.decide(module(ids, lengths), lengths)
+
+            return go
+
+        cases: dict[str, Callable[[], object]] = {
+            "floor (ids)": partial(floor_dyck1, ids),
+            "interpreter (tokens)": partial(interpret_batch, program, words),
+        }
+        for dtype in ("float64", "float32"):
+            np_dtype = np.float64 if dtype == "float64" else np.float32
+            module = TorchTransformer(model).to(dtype=getattr(torch, dtype))
+            cases[f"numpy {dtype} (ids)"] = numpy_ids(np_dtype)
+            cases[f"numpy {dtype} (tokens)"] = partial(
+                run, model, words, dtype=np_dtype, on_overlength="ignore"
+            )
+            cases[f"torch {dtype} (ids)"] = torch_ids(module, module)
+            cases[f"torch {dtype} (tokens)"] = partial(module.run, words, on_overlength="ignore")
+            try:
+                compiled = torch.compile(module, dynamic=True)
+                torch_ids(compiled, module)()
+                cases[f"torch.compile {dtype} (ids)"] = torch_ids(compiled, module)
+            except Exception as err:  # an environment without a compiler backend
+                print(f"torch.compile {dtype}: {type(err).__name__}: {err}", file=sys.stderr)
+        want = interpret_batch(program, words)["D"]
+        assert np.array_equal(floor_dyck1(ids), want), "the floor computes Dyck-1"
+        for fn in cases.values():
+            fn()  # warm-up
+        times: dict[str, list[float]] = {case: [] for case in cases}
+        load = _common_load()
+        for _ in range(repeats):
+            for case, fn in cases.items():
+                start = time.process_time()
+                fn()
+                times[case].append(time.process_time() - start)
+        medians = {case: statistics.median(t) for case, t in times.items()}
+        floor, interpreter = medians["floor (ids)"], medians["interpreter (tokens)"]
+        for case, seconds in medians.items():
+            row = {
+                "batch": batch,
+                "n": n,
+                "runtime": case,
+                "cpu_ms": round(seconds * 1e3, 3),
+                "over_floor": round(seconds / floor, 2),
+                "over_interpreter": round(seconds / interpreter, 2),
+                "load_average": load,
+            }
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr)
+    return rows
+
+
+def _common_load() -> list[float] | None:
+    from _common import load_average
+
+    return load_average()
+
+
+PEAK = """
+import json, random, sys
+import numpy as np
+import torch
+from crasp_compiler import interpret_batch, load_program
+from crasp_compiler.languages.crasp.compile import compile_program
+from crasp_compiler.runtime.numpy_exec import run
+from crasp_compiler.runtime.torch_module import TorchTransformer
+sys.path.insert(0, sys.argv[3])
+from throughput import floor_dyck1
+case, n = sys.argv[1], int(sys.argv[2])
+program = load_program(sys.argv[4])
+model = compile_program(program)
+words = [[random.Random(0).choice("()") for _ in range(n)]]
+small = [words[0][:1000]]
+if case.startswith("torch"):
+    module = TorchTransformer(model).to(dtype=getattr(torch, case.split()[1]))
+    go = lambda w: module.run(w, on_overlength="ignore")
+elif case.startswith("numpy"):
+    dtype = np.float64 if case.endswith("float64") else np.float32
+    go = lambda w: run(model, w, dtype=dtype, on_overlength="ignore")
+elif case == "interpreter":
+    go = lambda w: interpret_batch(program, w)
+else:
+    table = np.array([0, 1, 2], dtype=np.int64)
+    go = lambda w: floor_dyck1(np.concatenate([[0], table[1 + (np.array(w[0]) == ")")]])[None])
+go(small)
+def peak():
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM")) << 10
+before = peak()
+go(words)
+print(json.dumps({"bytes_per_token": (peak() - before) / n}))
+"""
+
+
+def peak_bytes(n: int = 1_000_000) -> list[dict]:
+    """Growth of the peak resident size (``VmHWM``, a fresh process each) of one run on
+    one Dyck-1 input of n tokens, per token, from tokens (the floor from ids)."""
+    import subprocess
+
+    rows = []
+    cases = ["floor", "interpreter"] + [
+        f"{kind} {dtype}" for kind in ("numpy", "torch") for dtype in ("float64", "float32")
+    ]
+    for case in cases:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                PEAK,
+                case,
+                str(n),
+                str(Path(__file__).parent),
+                str(EXAMPLES_DIR / "dyck1.cr"),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        row = {"runtime": case, "n": n, **json.loads(done.stdout.splitlines()[-1])}
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr)
+    return rows
+
+
+def floor_markdown(rows: list[dict], peaks: list[dict]) -> str:
+    lines = [
+        "| batch × n | runtime | CPU ms | × floor | × interpreter |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['batch']} × {r['n']:,} | {r['runtime']} | {r['cpu_ms']:.3f} "
+            f"| {r['over_floor']:.1f} | {r['over_interpreter']:.2f} |"
+        )
+    lines += ["", "| runtime | peak bytes per token (n = 10⁶) |", "|---|---:|"]
+    lines += [f"| {p['runtime']} | {p['bytes_per_token']:.0f} |" for p in peaks]
+    return "\n".join(lines)
+
+
 def ratios_markdown(rows: list[dict]) -> str:
     lines = [
         "| example | runtime | CPU ms | wall ms | CPU ratio | wall ratio |",
@@ -225,6 +416,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-seconds", type=float, default=20.0)
     parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="Only time Dyck-1 against the floor and the interpreter (near_floor, peak_bytes).",
+    )
+    parser.add_argument(
         "--ratios",
         action="store_true",
         help="Only time each runtime against the interpreter (n = 4096, batch 8).",
@@ -244,7 +440,11 @@ def main() -> None:
         "revision": revision(),
         "settings": {k: v for k, v in vars(args).items() if k not in ("out", "markdown")},
     }
-    if args.ratios:
+    if args.floor:
+        data["floor"] = near_floor(args.repeats)
+        data["peak"] = peak_bytes()
+        print(floor_markdown(data["floor"], data["peak"]), file=sys.stderr)
+    elif args.ratios:
         data["ratios"] = ratios(args.examples or RATIO_EXAMPLES, 4096, 8, args.repeats)
         print(ratios_markdown(data["ratios"]), file=sys.stderr)
     else:

@@ -198,6 +198,28 @@ class Backend(Protocol[A, W_contra]):
         """Float64 columns side by side, ``(len(rows), len(columns))``."""
         ...
 
+    # ---------------------------------------------------------------- lowered plans
+
+    def dense(self, w: W_contra | A) -> A:
+        """A weight matrix as a dense array of its dtype."""
+        ...
+
+    def gather(self, values: A, ids: A) -> A:
+        """``values[ids]`` for a vector ``values``."""
+        ...
+
+    def stack_last(self, xs: Sequence[A]) -> A:
+        """Arrays of one shape side by side along a new last axis."""
+        ...
+
+    def assign_last(self, out: A, start: int, value: A) -> None:
+        """``out[..., start : start + n] = value`` for ``value``'s last axis of size n."""
+        ...
+
+    def move_first_last(self, x: A) -> A:
+        """``x`` with its first axis moved last (a view)."""
+        ...
+
 
 NDAny = NDArray[Any]
 
@@ -325,6 +347,21 @@ class NumpyBackend:
         if not columns:
             return np.zeros((len(rows), 0))
         return np.stack(list(columns), axis=1)
+
+    def dense(self, w: Matrix | NDAny) -> NDAny:
+        return w if isinstance(w, np.ndarray) else np.asarray(w.toarray(), dtype=w.dtype)
+
+    def gather(self, values: NDAny, ids: NDAny) -> NDAny:
+        return np.take(values, ids)
+
+    def stack_last(self, xs: Sequence[NDAny]) -> NDAny:
+        return np.stack(list(xs), axis=-1)
+
+    def assign_last(self, out: NDAny, start: int, value: NDAny) -> None:
+        out[..., start : start + value.shape[-1]] = value
+
+    def move_first_last(self, x: NDAny) -> NDAny:
+        return np.moveaxis(x, 0, -1)
 
 
 NUMPY = NumpyBackend()

@@ -26,6 +26,14 @@ is not observed: each update adds only to the residual columns it writes, in pla
 weight per column, so the numbers are the general path's bit for bit (a dot product with
 one nonzero term has one rounding, whatever order a BLAS sums in).
 
+A model whose heads all take the prefix-sums path (most C-RASP models) is also lowered
+once into a :class:`Plan` (:func:`lower`), which an unobserved pass runs instead of the
+layers (:func:`run_plan`): the residual is column-major, one array per live column, for a
+chunk of positions at a time (:data:`PLAN_ROWS`, so that it stays in the cache), every
+product a few operations on the columns its weights touch, and each running sum carried
+into the next chunk as the first term of its sum, so that the float64 prefix sums are
+those of one running sum over the sequence.
+
 The fast paths drop the gradients of what they do not compute: the caller says whether
 they may be taken (``uniform_ok``, ``keyed_ok``: the torch module refuses them while
 gradients flow to the scores).
@@ -219,6 +227,11 @@ class Parts(Protocol[A]):
     @property
     def output_count(self) -> int: ...
 
+    @property
+    def plan(self) -> Plan[A, Any] | None:
+        """The lowered plan an unobserved pass runs on (:func:`lower`; None: none)."""
+        ...
+
 
 # ---------------------------------------------------------------- the whole pass
 
@@ -235,6 +248,9 @@ def forward(
     (B,) counts each sequence's tokens after BOS; ``values`` ``(B, T, m)`` are the numeric
     inputs of a model that reads some (0 at BOS and padding)."""
     batch, size = ids.shape[0], ids.shape[1]
+    plan = parts.plan if observe is None and batch else None
+    if plan is not None:
+        return run_plan(ops, plan, ids)
     tokens = see(observe, "hook_embed", parts.tokens(ids))
     if batch == 0:
         return ops.zeros((0, size, parts.output_count), like=tokens)
@@ -469,6 +485,239 @@ def uniform_members(
         )
         is Path.PREFIX_SUMS
     ]
+
+
+# ---------------------------------------------------------------- the lowered plan
+
+# Positions (batch rows × chunk) a plan runs at once: the residual of a chunk stays in
+# the cache, and the pass holds little beyond its inputs and outputs.
+PLAN_ROWS = 1 << 13
+# The most nonzero weights a plan runs as column operations (one array operation each).
+PLAN_TERMS = 4096
+
+# A row of a weight matrix as the plan reads it: its nonzero entries ``(column, weight)``
+# (weight None where it is 1: no product) and its bias (None: 0).
+Row = tuple[list[tuple[int, float | None]], float | None]
+
+
+class PlanLayer:
+    """One layer of a :class:`Plan`. ``values``: the rows of the prefix-sum heads' ``W_V``
+    stacked; ``writes``: per residual column its heads write, the row of their ``W_O``
+    side by side (over ``values``). ``hidden``: the rows of ``W_1`` with ``b_1``;
+    ``mlp``: the MLP's parameters (activations, layer-norm groups); ``outputs``: per
+    residual column the MLP writes, its row of ``W_2`` with ``b_2``."""
+
+    def __init__(
+        self,
+        values: list[Row],
+        writes: list[tuple[int, Row]],
+        hidden: list[Row],
+        mlp: MLPParams[Any, Any] | None,
+        outputs: list[tuple[int, Row]],
+    ) -> None:
+        self.values, self.writes = values, writes
+        self.hidden, self.mlp, self.outputs = hidden, mlp, outputs
+
+
+class Plan(Generic[A, W]):
+    """A model lowered for unobserved passes (:func:`lower`): a column-major residual (one
+    ``(B, c)`` array per residual column that is not 0) for a chunk of ``c`` positions,
+    and every matrix product a few array operations on its columns. ``embed``: per
+    residual column that some token writes, its entries of ``W_E`` by token id (an array
+    of the run's dtype); ``w_p``: the positional map of ``features`` (None: none);
+    ``readout``: a row per output."""
+
+    def __init__(
+        self,
+        embed: list[tuple[int, A]],
+        features: Sequence[str],
+        w_p: W | None,
+        layers: Sequence[PlanLayer],
+        readout: list[Row],
+        width: int,
+    ) -> None:
+        self.embed, self.features, self.w_p = embed, list(features), w_p
+        self.layers, self.readout, self.width = list(layers), readout, width
+        self.like = embed[0][1]  # an array of the plan's dtype, on its device
+
+    def embedded(self, table: A) -> Plan[A, W]:
+        """This plan with its token embedding read from ``table`` ``(V, d)`` (the same
+        weights in another dtype or on another device: the other weights are numbers)."""
+        embed = [(column, table[:, column]) for column, _ in self.embed]
+        return Plan(embed, self.features, self.w_p, self.layers, self.readout, self.width)
+
+
+def lower(
+    ops: Backend[A, W],
+    w_e: W,
+    features: Sequence[str],
+    w_p: W,
+    heads: Sequence[Sequence[HeadParams[W]]],
+    mlps: Sequence[MLPParams[A, W] | None],
+    w_out: W,
+) -> Plan[A, W] | None:
+    """The plan of a model without numeric inputs whose heads all take the prefix-sums
+    path and whose matrices have at most :data:`PLAN_TERMS` nonzero weights in all (None
+    for any other). Its numbers are the general path's where those are fixed (the
+    float64 prefix sums, carried from chunk to chunk as one running sum, their division
+    and cast; products with one nonzero weight); a row with several nonzero weights sums
+    them in the order of its columns, one of the orders a BLAS may pick."""
+    if not all(_prefix_sums(h) for row in heads for h in row):
+        return None
+    table = ops.dense(w_e)
+    entries = ops.nonzero(table)
+    if len(entries) > PLAN_TERMS:
+        return None
+    columns = sorted({c for _, c in entries})
+    if not columns:
+        return None
+    embed = [(c, ops.swap_last(table)[c]) for c in columns]
+    budget = [PLAN_TERMS - len(entries)]
+
+    def rows(w: W | A, bias: A | None = None) -> list[tuple[int, Row]] | None:
+        """The rows of ``w`` with a nonzero weight or bias (None: over the budget)."""
+        found: dict[int, list[tuple[int, float | None]]] = {}
+        for at in ops.nonzero(w):
+            value = float(ops.entry(w, at))  # type: ignore[arg-type]
+            found.setdefault(at[0], []).append((at[1], None if value == 1.0 else value))
+        budget[0] -= sum(len(terms) for terms in found.values())
+        biases = (
+            {at[0]: float(ops.entry(bias, at)) for at in ops.nonzero(bias)}  # type: ignore[arg-type]
+            if bias is not None
+            else {}
+        )
+        if budget[0] < 0:
+            return None
+        return [(r, (found.get(r, []), biases.get(r))) for r in sorted(set(found) | set(biases))]
+
+    layers = []
+    for row, mlp in zip(heads, mlps, strict=True):
+        values: list[Row] = []
+        writes: list[tuple[int, Row]] = []
+        for head in row:
+            read, written = rows(head.w_v), rows(head.w_o)
+            if read is None or written is None:
+                return None
+            index = {r: len(values) + k for k, (r, _) in enumerate(read)}
+            values += [entry for _, entry in read]
+            for target, (terms, _) in written:
+                writes.append((target, ([(index[j], w) for j, w in terms if j in index], None)))
+        hidden: list[Row] = []
+        outputs: list[tuple[int, Row]] = []
+        if mlp is not None:
+            units, written = rows(mlp.w1, mlp.b1), rows(mlp.w2, mlp.b2)
+            if units is None or written is None:
+                return None
+            found = dict(units)
+            hidden = [found.get(j, ([], None)) for j in range(mlp.w1.shape[0])]  # type: ignore[attr-defined]
+            outputs = written
+        layers.append(PlanLayer(values, _merged(writes), hidden, mlp, outputs))
+    readout = rows(w_out)
+    if readout is None:
+        return None
+    found = dict(readout)
+    outs = [found.get(k, ([], None)) for k in range(w_out.shape[0])]  # type: ignore[attr-defined]
+    positional = w_p if w_p.shape[1] else None  # type: ignore[attr-defined]
+    return Plan(embed, features, positional, layers, outs, table.shape[1])
+
+
+def _merged(writes: list[tuple[int, Row]]) -> list[tuple[int, Row]]:
+    """Writes to one residual column from several heads as one row over their values."""
+    merged: dict[int, list[tuple[int, float | None]]] = {}
+    for target, (terms, _) in writes:
+        merged.setdefault(target, []).extend(terms)
+    return [(target, (terms, None)) for target, terms in merged.items() if terms]
+
+
+def _combine(ops: Backend[A, W], columns: Sequence[A | None], row: Row, like: A) -> A | None:
+    """``Σ w_k columns[k] + b`` in ``like``'s dtype (None: 0); columns None are 0."""
+    total: A | None = None
+    terms, bias = row
+    for k, weight in terms:
+        column = columns[k]
+        if column is None:
+            continue
+        term = column if weight is None else column * ops.scalar(weight, like=like)
+        total = term if total is None else total + term
+    if bias is not None:
+        b = ops.scalar(bias, like=like)
+        total = (ops.zeros(tuple(like.shape), like=like) if total is None else total) + b
+    return total
+
+
+def run_plan(ops: Backend[A, W], plan: Plan[A, W], ids: A) -> A:
+    """Raw outputs ``(B, T, K)`` of the plan for BOS-prefixed ids ``(B, T)``, chunk by chunk of positions; each prefix sum's last value is added to the
+    next chunk's first value before its running sum, so the sums are those of one
+    running sum over the whole sequence."""
+    batch, size = ids.shape[0], ids.shape[1]
+    chunk = max(1, PLAN_ROWS // batch)
+    like = plan.like
+    out = ops.zeros((len(plan.readout), batch, size), like=like)
+    carries: list[list[A | None]] = [[None] * len(layer.values) for layer in plan.layers]
+    for start in range(0, size, chunk):
+        width = min(chunk, size - start)
+        part = ids[:, start : start + width]
+        x: list[A | None] = [None] * plan.width
+        for column, entries in plan.embed:
+            x[column] = ops.gather(entries, part)
+        template = x[plan.embed[0][0]]
+        assert template is not None
+        if plan.w_p is not None:
+            t = ops.arange(width, like=ids) + start
+            table = feature_table(plan.features, t, ops)
+            positions = ops.matmul_t(ops.cast_for(table, plan.w_p), plan.w_p)
+            positions = ops.cast(positions, like=template)
+            for column in range(plan.width):
+                x[column] = _add(x[column], positions[:, column][None])
+        steps = ops.to_float64(ops.arange(width, like=ids) + (start + 1))
+        for layer, carry in zip(plan.layers, carries, strict=True):
+            means: list[A | None] = []
+            for number, row in enumerate(layer.values):
+                v = _combine(ops, x, row, template)
+                if v is None:
+                    v = ops.zeros(tuple(template.shape), like=template)
+                v = ops.to_float64(v)
+                if carry[number] is not None:
+                    v = ops.concat([v[:, :1] + carry[number], v[:, 1:]], axis=-1)
+                sums = ops.cumsum(v, axis=-1)
+                carry[number] = sums[:, -1:]
+                means.append(ops.cast(sums / steps, like=template))
+            for target, row in layer.writes:
+                x[target] = _add(x[target], _combine(ops, means, row, template))
+            if layer.mlp is not None:
+                units = _units(ops, layer, x, template)
+                for target, row in layer.outputs:
+                    x[target] = _add(x[target], _combine(ops, units, row, template))
+        for k, row in enumerate(plan.readout):
+            raw = _combine(ops, x, row, template)
+            if raw is not None:
+                ops.assign_last(out[k], start, raw)
+    return ops.move_first_last(out)
+
+
+def _units(ops: Backend[A, W], layer: PlanLayer, x: Sequence[A | None], like: A) -> list[A]:
+    """The MLP's hidden units ``act(N(W_1 x + b_1))``, one array each: computed apart
+    where the MLP has one activation and no layer-norm group, else side by side."""
+    mlp = layer.mlp
+    assert mlp is not None
+    zero = ops.zeros(tuple(like.shape), like=like)
+    pre = [_combine(ops, x, row, like) for row in layer.hidden]
+    z = [zero if unit is None else unit for unit in pre]
+    kinds = {kind for kind in _ACTIVATIONS if len(mlp.unit_index(kind))}
+    if not mlp.norm_groups and len(kinds) == 1:
+        (kind,) = kinds
+        return [_activation(ops, kind, unit) for unit in z]
+    stacked = ops.stack_last(z)
+    if mlp.norm_groups:
+        stacked = _normalize(ops, stacked, mlp.norm_groups)
+    hidden = _activate(ops, stacked, mlp)
+    return [hidden[..., j] for j in range(len(z))]
+
+
+def _add(x: A | None, update: A | None) -> A | None:
+    if update is None:
+        return x
+    return update if x is None else x + update
 
 
 # ---------------------------------------------------------------- embeddings and readout

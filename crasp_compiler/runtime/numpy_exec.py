@@ -237,10 +237,13 @@ class NumpyParts:
         self.numeric_names = list(model.inputs)
         self.output_count = len(model.outputs)
         self.blocks: list[Step] = []
+        all_heads: list[list[_Head]] = []
+        all_mlps: list[_MLP | None] = []
         rows = zip(model.layers, head_kinds(model), positional_keys(model), strict=True)
         for layer, kinds, positional in rows:
             attention = None
             prepared = [_head(h, kind, dtype) for h, kind in zip(layer.heads, kinds, strict=True)]
+            all_heads.append(prepared)
             if layer.heads:
                 heads: list[Step] = [
                     partial(_banded, h, keys)
@@ -251,11 +254,17 @@ class NumpyParts:
                 attention = partial(fw.attention_forward, NUMPY, heads, group=_group(prepared))
             mlp = None
             params = _mlp(layer.mlp, dtype) if layer.mlp is not None else None
+            all_mlps.append(params)
             if params is not None:
                 mlp = partial(fw.mlp_forward, NUMPY, params)
             columns = fw.column_layer(NUMPY, prepared, params)
             # the blocks run only inside forward(), on a residual it owns
             self.blocks.append(partial(fw.block_forward, attention, mlp, columns=columns))
+        self.plan: fw.Plan[NDAny, Matrix] | None = None
+        if not model.inputs:
+            self.plan = fw.lower(
+                NUMPY, self.w_e, model.features, model.w_p, all_heads, all_mlps, self.w_out
+            )
 
     def tokens(self, ids: NDAny) -> NDAny:
         return fw.token_embedding(NUMPY, self.w_e, ids)
@@ -272,6 +281,52 @@ class NumpyParts:
 
     def readout(self, x: NDAny) -> NDAny:
         return fw.readout(NUMPY, self.w_out, x)
+
+
+# The parts of the models run last (by id and float type), with the weights they were
+# prepared from: a run of the same model with the same weights reuses them.
+_PREPARED: dict[tuple[int, type], tuple[Model, bytes, NumpyParts]] = {}
+_PREPARED_MODELS = 8
+# Models with more stored numbers than this are prepared afresh for every run.
+PREPARED_SIZE = 1 << 16
+
+
+def prepared(model: Model, dtype: type) -> NumpyParts:
+    """``NumpyParts(model, dtype)``, reused while the model's weights and settings are
+    those it was prepared from (compared in full, so edits in place are seen)."""
+    key = (id(model), dtype)
+    if model.parameter_count() > PREPARED_SIZE:
+        return NumpyParts(model, dtype)
+    state = _state(model)
+    held = _PREPARED.get(key)
+    if held is not None and held[0] is model and held[1] == state:
+        return held[2]
+    parts = NumpyParts(model, dtype)
+    if len(_PREPARED) >= _PREPARED_MODELS:
+        _PREPARED.pop(next(iter(_PREPARED)))
+    _PREPARED[key] = (model, state, parts)
+    return parts
+
+
+def _state(model: Model) -> bytes:
+    """Every weight and setting the parts are prepared from, as bytes."""
+    pieces: list[bytes] = [repr((model.vocab, model.features, model.inputs)).encode()]
+    arrays: list[Any] = [model.w_e, model.w_p, model.numeric_weights]
+    for layer in model.layers:
+        for h in layer.heads:
+            arrays += [h.w_q, h.w_k, h.w_v, h.w_o]
+            pieces.append(
+                repr((h.scale, sorted(h.bias.items()), h.weighting, h.mask, h.kind)).encode()
+            )
+        if layer.mlp is not None:
+            m = layer.mlp
+            arrays += [m.w1, m.b1, m.w2, m.b2]
+            pieces.append(repr((list(m.activations), [list(g) for g in m.norm_groups])).encode())
+    arrays += [o.weights for o in model.outputs]
+    for w in arrays:
+        dense = np.asarray(w.toarray() if sparse.issparse(w) else w)
+        pieces.append(repr((dense.shape, dense.dtype.str)).encode() + dense.tobytes())
+    return b"\0".join(pieces)
 
 
 def _trace_labels(model: Model) -> dict[str, str]:
@@ -336,7 +391,7 @@ def run(
             trace.append((labels[name], value))
 
     observer = Observer(record) if residuals else None
-    raw = fw.forward(NUMPY, NumpyParts(model, float_type), ids, lengths, numeric, observer)
+    raw = fw.forward(NUMPY, prepared(model, float_type), ids, lengths, numeric, observer)
     outputs, decided = {}, {}
     steps = np.arange(1, size + 1, dtype=np.float64)[None, :]  # t + 1 is exact in float64
     padding = np.arange(size)[None, :] > lengths[:, None]

@@ -460,6 +460,24 @@ class TorchBackend:
             return torch.zeros(rows.shape[0], 0, dtype=torch.float64, device=rows.device)
         return torch.stack(list(columns), dim=1)
 
+    def dense(self, w: Weight) -> Tensor:
+        if isinstance(w, Tensor):
+            return w.detach()
+        out = torch.zeros(w.shape, dtype=w.dtype, device=w.device)
+        return out.index_put_((w.rows, w.cols), w.values.detach(), accumulate=True)
+
+    def gather(self, values: Tensor, ids: Tensor) -> Tensor:
+        return values[ids]
+
+    def stack_last(self, xs: Sequence[Tensor]) -> Tensor:
+        return torch.stack(list(xs), dim=-1)
+
+    def assign_last(self, out: Tensor, start: int, value: Tensor) -> None:
+        out[..., start : start + value.shape[-1]] = value
+
+    def move_first_last(self, x: Tensor) -> Tensor:
+        return x.movedim(0, -1)
+
 
 TORCH = TorchBackend()
 
@@ -694,6 +712,10 @@ class _Parts:
         out: Tensor = self.module.readout(x)
         return out
 
+    @property
+    def plan(self) -> fw.Plan[Tensor, Weight] | None:
+        return self.module.plan() if self.fast else None
+
 
 def _refresh_after_load(module: nn.Module, incompatible: Any) -> None:
     if isinstance(module, TorchTransformer):
@@ -739,6 +761,10 @@ class TorchTransformer(nn.Module):
         # hooks (a submodule added after construction is not seen)
         self._submodules: list[nn.Module] = list(self.modules())
         self._versions = self._parameter_versions()
+        # the lowered plan (:meth:`plan`), and it by dtype and device
+        self._lowered: fw.Plan[Tensor, Weight] | None = None
+        self._plans: dict[tuple[torch.dtype, torch.device], fw.Plan[Tensor, Weight]] = {}
+        self._lower()
         self.register_load_state_dict_post_hook(_refresh_after_load)  # type: ignore[no-untyped-call]
 
     # ------------------------------------------------------------------ head kinds
@@ -812,6 +838,37 @@ class TorchTransformer(nn.Module):
         self._versions = self._parameter_versions()
         for block in self.layers():
             block.prepare_columns()
+        self._lower()
+
+    @torch.no_grad()
+    def _lower(self) -> None:
+        """Lower the current weights (:func:`~crasp_compiler.runtime.forward.lower`; reads
+        them on the host: when built, and in ``refresh_kinds``)."""
+        self._plans.clear()
+        self._lowered = None
+        if self.numeric is None:
+            self._lowered = fw.lower(
+                TORCH,
+                self.embed.w_e,
+                self.pos.names,
+                self.pos.w_p,
+                self.head_rows(),
+                [block.mlp for block in self.layers()],
+                self.readout.weight,
+            )
+
+    def plan(self) -> fw.Plan[Tensor, Weight] | None:
+        """The lowered plan of the weights (None: the model has none) in their current
+        dtype and on their device, without reading a tensor on the host: the plan holds
+        its weights as numbers, which scale tensors of any dtype as ``.to`` rounds them,
+        and reads the token embedding from ``embed.w_e``."""
+        if self._lowered is None:
+            return None
+        w_e = self.embed.w_e
+        key = (w_e.dtype, w_e.device)
+        if key not in self._plans:
+            self._plans[key] = self._lowered.embedded(w_e.detach())
+        return self._plans[key]
 
     def _check_kinds(self) -> None:
         """Refresh the kinds when a parameter changed since the last check (eager only)."""

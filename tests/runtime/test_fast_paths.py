@@ -29,6 +29,7 @@ from crasp_compiler.runtime.numpy_exec import (
     NumpyParts,
     encode,
     encode_vocab,
+    prepared,
     run,
     units_by_kind,
 )
@@ -283,3 +284,101 @@ def test_column_path_leaves_a_block_input_alone_and_follows_weight_edits() -> No
     assert block.columns is None or block.columns.values is None
     want = run(module.to_model(), [list("(()())"), list(")(")]).outputs
     np.testing.assert_allclose(got[..., 0].numpy(), want[module.output_names[0]], atol=1e-12)
+
+
+# ---------------------------------------------------------------- lowered plans
+
+
+PLAN_EXAMPLES = [DYCK, "examples/crasp/majority.crasp", "examples/crasp/tomita2.crasp"]
+
+
+def test_prefix_sum_models_are_lowered_and_others_are_not() -> None:
+    for path in PLAN_EXAMPLES:
+        model = compile(load(path))
+        assert NumpyParts(model, np.float64).plan is not None, path
+        assert TorchTransformer(model).plan() is not None, path
+    copy8 = compile(load("examples/crasp/copy8.cr"))  # its heads are not uniform
+    assert NumpyParts(copy8, np.float64).plan is None
+    assert TorchTransformer(copy8).plan() is None
+
+
+@pytest.mark.parametrize("path", PLAN_EXAMPLES)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_chunks_carry_the_prefix_sums_exactly(path: str, dtype: type, monkeypatch) -> None:
+    """Chunks of 2 positions per sequence (ragged batch of 3) give the numbers of one
+    chunk, bit for bit, numpy and torch."""
+    model = compile(load(path))
+    rng = np.random.default_rng(3)
+    alphabet = [s for s in model.vocab if s != BOS]
+    ids, lengths = encode(model.token_ids, [list(rng.choice(alphabet, n)) for n in (0, 9, 41)])
+    parts = NumpyParts(model, dtype)
+    module = TorchTransformer(model).to(dtype=getattr(torch, np.dtype(dtype).name))
+    t_ids, t_lengths = torch.from_numpy(ids), torch.from_numpy(lengths)
+    with torch.no_grad():
+        whole = fw.forward(NUMPY, parts, ids, lengths, None), module(t_ids, t_lengths)
+        monkeypatch.setattr(fw, "PLAN_ROWS", 6)
+        chunked = fw.forward(NUMPY, parts, ids, lengths, None), module(t_ids, t_lengths)
+    np.testing.assert_array_equal(chunked[0], whole[0])
+    assert torch.equal(chunked[1], whole[1])
+    observed = fw.forward(NUMPY, parts, ids, lengths, None, fw.Observer(lambda n, v: None))
+    np.testing.assert_array_equal(chunked[0], observed)
+
+
+def test_chunked_running_sums_of_inexact_values_are_one_running_sum(monkeypatch) -> None:
+    """A value weight of 0.1 makes the float64 running sums inexact, so
+    they depend on the order of their additions: chunks of 3 positions still give the
+    observed pass's sums (one cumsum over each sequence) bit for bit, where restarting
+    the sum per chunk and adding the carry after it would not."""
+    model = compile(load(DYCK))
+    head = model.layers[0].heads[1]
+    row, column = np.argwhere(head.w_v != 0)[0]
+    head.w_v[row, column] = 0.1
+    model.outputs[0].weights[:] = 0.0  # the output reads the head's running mean
+    model.outputs[0].weights[np.argwhere(head.w_o != 0)[0][0]] = 1.0
+    ids, lengths = encode(model.token_ids, [list("((()" * 40), list("()" * 33)])
+    parts = NumpyParts(model, np.float64)
+    assert parts.plan is not None
+    monkeypatch.setattr(fw, "PLAN_ROWS", 6)
+    chunked = fw.forward(NUMPY, parts, ids, lengths, None)
+    observed = fw.forward(NUMPY, parts, ids, lengths, None, fw.Observer(lambda n, v: None))
+    np.testing.assert_array_equal(chunked, observed)
+    v = (ids == ids[0, 1]) * 0.1  # values of that kind
+    whole = np.cumsum(v, axis=1)
+    restarted = np.concatenate(
+        [
+            np.cumsum(v[:, s : s + 3], axis=1) + (whole[:, s - 1 : s] if s else 0)
+            for s in range(0, v.shape[1], 3)
+        ],
+        axis=1,
+    )
+    assert not np.array_equal(restarted, whole)  # the order matters for these values
+
+
+def test_prepared_parts_are_reused_until_a_weight_changes() -> None:
+    model = compile(load(DYCK))
+    parts = prepared(model, np.float64)
+    assert prepared(model, np.float64) is parts
+    assert prepared(model, np.float32) is not parts
+    inputs = [list("(()"), list("()")]
+    before = run(model, inputs).outputs["D"]
+    model.outputs[0].weights[0] += 0.25  # in place: the next run sees it
+    assert prepared(model, np.float64) is not parts
+    after = run(model, inputs).outputs["D"]
+    np.testing.assert_array_equal(after[:, 0], before[:, 0] + 0.25)
+
+
+def test_torch_plans_follow_dtype_and_weight_edits() -> None:
+    model = compile(load(DYCK))
+    module = TorchTransformer(model)
+    ids, lengths = module.encode([list("(()())"), list(")(")])
+    plan = module.plan()
+    assert plan is not None and plan.like.dtype == torch.float64
+    module.to(dtype=torch.float32)
+    plan32 = module.plan()
+    assert plan32 is not None and plan32.like.dtype == torch.float32
+    module.to(dtype=torch.float64)
+    with torch.no_grad():
+        module.readout.weight[0, 0] += 0.25
+        got = module(ids, lengths)
+    want = run(module.to_model(), [list("(()())"), list(")(")]).outputs["D"]
+    np.testing.assert_array_equal(got[..., 0].numpy(), want)
