@@ -38,7 +38,6 @@ from crasp_compiler.languages import (
 )
 from crasp_compiler.model.io import load_model as load_model_file
 from crasp_compiler.model.model import Model
-from crasp_compiler.runtime.numpy_exec import run as run_model
 
 
 def load(source: str | Path, language: str | None = None, **options: Any) -> Any:
@@ -105,6 +104,8 @@ def run(
     """Run a compiled model on a batch of the language's inputs with the numpy executor;
     decided outputs at the language's positions (a hand-built model's inputs are token
     lists, as C-RASP's)."""
+    from crasp_compiler.runtime.numpy_exec import run as run_model
+
     lang = model_language(model)
     if dtype not in ("float64", "float32"):
         raise CraspError(f"dtype must be float64 or float32, not {dtype!r}")

@@ -4,7 +4,9 @@ Every program and model command works through the language registry
 (:mod:`crasp_compiler.languages`): the file's suffix (or the model's recorded language)
 picks the language, and the options each language declares become flags. The
 experiment commands (``tasks``, ``train``, ``sweep``, ``finetune``, ``plot``) live in
-:mod:`crasp_compiler.experiments.cli` and register here.
+:mod:`crasp_compiler.experiments.cli`, imported only when one of them runs or the
+commands are listed. A command imports only what it runs: its language, and scipy,
+torch or matplotlib only where it needs them.
 
 Exit status: 0 on success, 1 on a user error (message on stderr), 2 on misuse.
 """
@@ -21,13 +23,19 @@ import click
 from crasp_compiler import api
 from crasp_compiler.console import need_torch, warnings_on_stderr
 from crasp_compiler.errors import CraspError
-from crasp_compiler.experiments.cli import COMMANDS
-from crasp_compiler.languages import Item, Language, Outputs, language_for_path, languages
+from crasp_compiler.languages import Item, Language, Outputs, declarations, language_for_path
 from crasp_compiler.model import Model, save_model
 
 
 class _Command(click.Group):
-    """Turns :class:`CraspError` into a message on stderr and exit status 1."""
+    """Turns :class:`CraspError` into a message on stderr and exit status 1; finds the
+    experiment commands in :mod:`crasp_compiler.experiments.cli` when asked for them."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*self.commands, *_experiment_commands()])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return self.commands.get(cmd_name) or _experiment_commands().get(cmd_name)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -53,8 +61,10 @@ def main() -> None:
     """Compile C-RASP and PCOC programs into transformers, and run them."""
 
 
-for _command in COMMANDS:
-    main.add_command(_command)
+def _experiment_commands() -> dict[str, click.Command]:
+    from crasp_compiler.experiments.cli import COMMANDS
+
+    return {command.name: command for command in COMMANDS if command.name}
 
 
 # ------------------------------------------------------------------ language options
@@ -76,7 +86,7 @@ def _language_options(stage: str) -> Callable:
 
     def decorate(f: Callable) -> Callable:
         seen: dict[str, Any] = {}
-        for language in languages():
+        for language in declarations():
             for option in language.options:
                 if option.name not in seen and (stage in option.stages or "load" in option.stages):
                     seen[option.name] = option
@@ -100,7 +110,9 @@ def _language_for(path: str, stage: str, options: dict[str, Any]) -> tuple[Langu
     takes = {o.name: o for o in language.options if stage in o.stages or "load" in o.stages}
     misplaced = [name for name, value in options.items() if value is not None and name not in takes]
     if misplaced:
-        owners = [lang for lang in languages() if any(o.name == misplaced[0] for o in lang.options)]
+        owners = [
+            lang for lang in declarations() if any(o.name == misplaced[0] for o in lang.options)
+        ]
         flags = ", ".join("--" + name.replace("_", "-") for name in misplaced)
         where = " or ".join(f"{o.title} programs ({', '.join(o.suffixes)})" for o in owners)
         raise click.UsageError(f"{flags}: only for {where}")
@@ -346,7 +358,7 @@ def _check_model(
 )
 @click.option(
     "--mode",
-    type=click.Choice([mode for language in languages() for mode in language.modes]),
+    type=click.Choice([mode for language in declarations() for mode in language.modes]),
     help="C-RASP (default heaviside): heaviside: Heaviside units, exact at every length; "
     "layernorm: ReLU units and layer-norm signs, exact at every length; relu: plain "
     "softmax/ReLU model, exact up to --max-len. PCOC (default hard): hard: average-hard "
@@ -360,7 +372,7 @@ def compile_command(program: str, output: str, mode: str | None, **options: Any)
     the MLP depth its local computations need), one routing head per source pattern."""
     language, options = _language_for(program, "compile", options)
     if mode is not None and mode not in language.modes:
-        owner = next(lang for lang in languages() if mode in lang.modes)
+        owner = next(lang for lang in declarations() if mode in lang.modes)
         raise click.UsageError(
             f"--mode {mode} is for {owner.title} programs; {language.title} modes are "
             f"{', '.join(language.modes)}"

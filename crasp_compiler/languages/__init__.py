@@ -2,16 +2,20 @@
 
 A new language is a folder beside ``crasp/`` and ``pcoc/`` with its grammar, nodes,
 checker, interpreter, lowering and compile entry, plus a
-:class:`~crasp_compiler.languages.registry.Language` object registered below.
+:class:`~crasp_compiler.languages.registry.Language` object, registered below by its
+:class:`~crasp_compiler.languages.registry.Declaration` (the object is imported on first
+use).
 """
 
-from crasp_compiler.languages.crasp.language import CRASP
-from crasp_compiler.languages.pcoc.language import PCOC
+from crasp_compiler.languages.crasp.declaration import DECLARATION as CRASP
+from crasp_compiler.languages.pcoc.declaration import DECLARATION as PCOC
 from crasp_compiler.languages.registry import (
+    Declaration,
     Item,
     Language,
     Option,
     Outputs,
+    declarations,
     get_language,
     language_for_path,
     language_of_model,
@@ -24,10 +28,12 @@ register(CRASP)
 register(PCOC)
 
 __all__ = [
+    "Declaration",
     "Item",
     "Language",
     "Option",
     "Outputs",
+    "declarations",
     "get_language",
     "language_for_path",
     "language_of_model",

@@ -9,6 +9,11 @@ check`` (programs and models), the verifier and the public API (:mod:`crasp_comp
 work only through this interface, so adding a language is one folder and one
 :func:`register` call in :mod:`crasp_compiler.languages`.
 
+A language is registered by its :class:`Declaration` (names, suffixes, modes, options:
+all the CLI's flags and the look-ups need) and its :class:`Language` object is imported
+on first use (:func:`language_for_path`, :func:`get_language`, ...): a command imports
+only the language it runs. A :class:`Language` object may be registered directly too.
+
 Inputs in this interface are the language's own: a token list for C-RASP, an array of
 input vectors ``(slots, n)`` for PCOC. Every stage works on a *batch* of inputs; results
 are :class:`Outputs`, one array per named output with one column per *position* (a
@@ -17,6 +22,7 @@ prefix for C-RASP, a machine for PCOC).
 
 from __future__ import annotations
 
+import importlib
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
@@ -242,7 +248,30 @@ def length_buckets(max_len: int) -> list[tuple[int, int]]:
     return out
 
 
-_LANGUAGES: dict[str, Language] = {}
+@dataclass(frozen=True)
+class Declaration:
+    """A registered language before it is used: the :class:`Language` members that the
+    CLI's flags and the registry's look-ups read, and ``implementation``, the
+    ``module:attribute`` of the :class:`Language` object, imported on first use (empty
+    for an object registered as it is)."""
+
+    name: str
+    title: str
+    suffixes: tuple[str, ...]
+    modes: tuple[str, ...]
+    options: tuple[Option, ...]
+    implementation: str = ""
+
+    @classmethod
+    def of(cls, language: Language) -> Declaration:
+        """The declaration of a :class:`Language` object registered as it is."""
+        return cls(
+            language.name, language.title, language.suffixes, language.modes, language.options
+        )
+
+
+_DECLARED: dict[str, Declaration] = {}
+_LOADED: dict[str, Language] = {}
 
 
 def expect(condition: bool, message: str) -> None:
@@ -251,38 +280,61 @@ def expect(condition: bool, message: str) -> None:
         raise HeaderProblem(message)
 
 
-def register(language: Language) -> None:
+def register(language: Language | Declaration) -> None:
     """Make ``language`` known to the CLI, the API, the verifier and the model file
-    format (its header check)."""
-    taken = {s for other in _LANGUAGES.values() for s in other.suffixes}
-    clash = taken.intersection(language.suffixes)
-    if language.name in _LANGUAGES or clash:
-        raise ValueError(f"language {language.name!r} clashes with a registered one")
-    _LANGUAGES[language.name] = language
-    HEADER_CHECKS[language.title] = language.check_header
+    format (its header check); a :class:`Declaration` is imported on first use."""
+    declared = language if isinstance(language, Declaration) else Declaration.of(language)
+    taken = {s for other in _DECLARED.values() for s in other.suffixes}
+    clash = taken.intersection(declared.suffixes)
+    if declared.name in _DECLARED or clash:
+        raise ValueError(f"language {declared.name!r} clashes with a registered one")
+    _DECLARED[declared.name] = declared
+    if isinstance(language, Language):
+        _LOADED[declared.name] = language
+
+    def check_header(model: Model) -> None:
+        _implementation(declared).check_header(model)
+
+    HEADER_CHECKS[declared.title] = check_header
+
+
+def _implementation(declared: Declaration) -> Language:
+    """The :class:`Language` object of a registered language (imported on first use)."""
+    language = _LOADED.get(declared.name)
+    if language is None:
+        module, _, attribute = declared.implementation.partition(":")
+        language = getattr(importlib.import_module(module), attribute)
+        assert isinstance(language, Language), declared.implementation
+        _LOADED[declared.name] = language
+    return language
+
+
+def declarations() -> list[Declaration]:
+    """Every registered language's declaration, in registration order (imports none)."""
+    return list(_DECLARED.values())
 
 
 def languages() -> list[Language]:
-    """Every registered language, in registration order."""
-    return list(_LANGUAGES.values())
+    """Every registered language, in registration order (imports them all)."""
+    return [_implementation(declared) for declared in _DECLARED.values()]
 
 
 def get_language(name: str) -> Language:
     """The language called ``name`` (its ``name`` or ``title``, any case)."""
-    for language in _LANGUAGES.values():
-        if name.lower() in (language.name, language.title.lower()):
-            return language
-    known = ", ".join(language.name for language in _LANGUAGES.values())
+    for declared in _DECLARED.values():
+        if name.lower() in (declared.name, declared.title.lower()):
+            return _implementation(declared)
+    known = ", ".join(_DECLARED)
     raise CraspError(f"unknown language {name!r} (known: {known})")
 
 
 def language_for_path(path: str | Path) -> Language:
     """The language whose suffix ``path`` has."""
     suffix = Path(path).suffix
-    for language in _LANGUAGES.values():
-        if suffix in language.suffixes:
-            return language
-    known = ", ".join(s for language in _LANGUAGES.values() for s in language.suffixes)
+    for declared in _DECLARED.values():
+        if suffix in declared.suffixes:
+            return _implementation(declared)
+    known = ", ".join(s for declared in _DECLARED.values() for s in declared.suffixes)
     raise CraspError(
         f"unknown program suffix {suffix!r}: programs end in {known} (or name the language)",
         filename=str(path),
@@ -292,24 +344,17 @@ def language_for_path(path: str | Path) -> Language:
 def language_of_model(model: Model) -> Language | None:
     """The language a model was compiled from (None: built by hand)."""
     provenance = model.provenance
-    for language in _LANGUAGES.values():
-        if provenance is not None and provenance.language == language.title:
-            return language
+    for declared in _DECLARED.values():
+        if provenance is not None and provenance.language == declared.title:
+            return _implementation(declared)
     return None
 
 
 def language_of_program(program: object) -> Language:
-    """The language of a loaded program object."""
-    for language in _LANGUAGES.values():
+    """The language of a loaded program object (asking the languages already imported
+    first: a program's language is one of them unless its objects were made directly)."""
+    imported = [_LOADED[name] for name in _DECLARED if name in _LOADED]
+    for language in [*imported, *languages()]:
         if language.owns(program):
             return language
     raise TypeError(f"not a program of a registered language: {type(program).__name__}")
-
-
-def option_owners() -> dict[str, list[Language]]:
-    """Each option name, with the languages that take it."""
-    out: dict[str, list[Language]] = {}
-    for language in _LANGUAGES.values():
-        for option in language.options:
-            out.setdefault(option.name, []).append(language)
-    return out

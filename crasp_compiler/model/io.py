@@ -45,7 +45,6 @@ from typing import IO, Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import sparse
 
 from crasp_compiler.errors import CraspError
 from crasp_compiler.files import json_nesting, replacing
@@ -347,6 +346,8 @@ def _matrix(data: _Source, name: str, shape: tuple[int, int]) -> Matrix:
         f"sparse matrix {name!r} has a column index outside 0..{cols - 1}",
     )
     _expect(bool(np.isfinite(values).all()), f"array {name!r} has non-finite values")
+    from scipy import sparse  # imported only where a sparse matrix is read
+
     csr: SparseMatrix = sparse.csr_array((values.astype(np.float64), indices, indptr), shape=shape)
     return csr
 

@@ -71,7 +71,6 @@ from typing import Any, Protocol, TypeAlias
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import sparse
 
 from crasp_compiler.errors import CraspError, spacing_hint
 
@@ -188,6 +187,8 @@ def matrix(shape: tuple[int, int], rows: ArrayLike, cols: ArrayLike, values: Arr
         out = np.zeros(shape)
         np.add.at(out, (r, c), v)
         return out
+    from scipy import sparse  # imported only where a sparse matrix is built
+
     csr = sparse.csr_array(sparse.coo_array((v, (r, c)), shape=shape))
     csr.sum_duplicates()
     csr.eliminate_zeros()

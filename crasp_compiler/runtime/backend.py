@@ -28,7 +28,6 @@ from typing import Any, Protocol, Self, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import sparse
 
 from crasp_compiler.model.model import Matrix, matmul_t
 
@@ -281,6 +280,8 @@ class NumpyBackend:
     def nonzero(self, w: Matrix | NDAny) -> list[tuple[int, ...]]:
         if isinstance(w, np.ndarray):
             return [tuple(int(i) for i in at) for at in np.argwhere(w != 0)]
+        from scipy import sparse  # loaded already: the weight is sparse
+
         coo = sparse.coo_array(w)
         keep = coo.data != 0
         return sorted(zip(coo.row[keep].tolist(), coo.col[keep].tolist(), strict=True))

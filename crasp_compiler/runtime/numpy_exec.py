@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import sparse
 
 from crasp_compiler.errors import CraspError
 from crasp_compiler.model.model import (
@@ -171,6 +170,8 @@ def _group(heads: Sequence[_Head]) -> fw.UniformGroup[Matrix] | None:
 def _stack(ws: Sequence[Matrix], axis: int) -> Matrix:
     if all(isinstance(w, np.ndarray) for w in ws):
         return np.concatenate(ws, axis=axis)  # type: ignore[arg-type]
+    from scipy import sparse  # loaded already: a weight is sparse
+
     pieces = [sparse.csr_array(w) for w in ws]
     stacked: Matrix = sparse.csr_array(
         sparse.vstack(pieces) if axis == 0 else sparse.hstack(pieces)

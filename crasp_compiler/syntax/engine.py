@@ -19,14 +19,19 @@ The minus sign − (U+2212, as papers and docs print it) is read as ``-`` outsid
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from importlib import resources
+from pathlib import Path
 from typing import NamedTuple
 
 from lark import Lark, Tree
+from lark import __version__ as lark_version
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from crasp_compiler.errors import CraspError, Diagnostic, Span
@@ -47,6 +52,24 @@ _LARK_NAMES = {"(": "LPAR", ")": "RPAR", "[": "LSQB", "]": "RSQB", "{": "LBRACE"
 
 def _no_description(expected: frozenset[str]) -> str | None:
     return None
+
+
+def parser_cache(grammar_name: str, grammar: str) -> str | None:
+    """The file where Lark keeps the parse tables of ``grammar`` between processes:
+    ``crasp-compiler/NAME-DIGEST.lark-cache`` in ``$XDG_CACHE_HOME`` (default ``~/.cache``),
+    named by a digest of the grammar, Lark's version and Python's; None when that folder
+    cannot be made. Lark compares the digest it stores in the file before using it, and
+    rebuilds the tables (and rewrites the file) when the file is stale, corrupt or cut
+    short by a writer running at the same time; a file it cannot write it leaves alone."""
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    folder = Path(root, "crasp-compiler")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    key = f"{grammar}\0{lark_version}\0{sys.version_info[:2]}"
+    digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]
+    return str(folder / f"{Path(grammar_name).stem}-{digest}.lark-cache")
 
 
 class _Bracket(NamedTuple):
@@ -71,7 +94,8 @@ class Frontend:
     """A language's syntax: its grammar and what its messages need to know.
 
     - ``package``, ``grammar``: the grammar resource (a ``.lark`` file in ``package``);
-      it is compiled once, as an LALR parser with positions.
+      it is compiled once, as an LALR parser with positions, and its tables are cached
+      on disk for the next process (:func:`parser_cache`).
     - ``statement_start``: matches (from the start of a line) the head of a new statement
       or the end of a block; an error there while a continuation bracket opened on an
       earlier line is open means that bracket was never closed.
@@ -124,7 +148,7 @@ class Frontend:
 
     @cached_property
     def lark(self) -> Lark:
-        """The compiled parser (built on first use)."""
+        """The compiled parser (built on first use, or loaded from :func:`parser_cache`)."""
         grammar = resources.files(self.package).joinpath(self.grammar).read_text("utf-8")
         opening = {_LARK_NAMES[b] for b in self.continuation}
         closing = {_LARK_NAMES[self.brackets[b]] for b in self.continuation}
@@ -134,6 +158,7 @@ class Frontend:
             propagate_positions=True,
             postlex=BracketContinuation(opening, closing),
             maybe_placeholders=False,
+            cache=parser_cache(self.grammar, grammar) or False,
         )
 
     @cached_property

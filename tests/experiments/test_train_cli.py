@@ -19,6 +19,7 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
+import click
 import numpy as np
 import pytest
 import torch
@@ -283,7 +284,8 @@ def test_train_on_a_full_disk_names_the_file(tmp_path, monkeypatch):
 
 
 def test_train_defaults_are_train_configs():
-    command = main.commands["train"]
+    command = main.get_command(click.Context(main), "train")  # found in experiments.cli
+    assert command is not None
     options = {p.name: p.default for p in command.params}
     defaults = {f.name: f.default for f in fields(TrainConfig)}
     pairs = {

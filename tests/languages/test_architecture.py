@@ -3,6 +3,7 @@ cycles, and the compiler core runs without the experiment stack."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 import sys
@@ -12,11 +13,15 @@ import pytest
 
 from crasp_compiler.errors import CraspError
 from crasp_compiler.languages import (
+    Declaration,
+    declarations,
     get_language,
     language_for_path,
     language_of_model,
     languages,
 )
+from crasp_compiler.languages.crasp import lower as crasp_lower
+from crasp_compiler.languages.pcoc import lower as pcoc_lower
 from crasp_compiler.model import Provenance
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,6 +64,34 @@ def test_registry_lookups():
         language_for_path("x.txt")
     with pytest.raises(CraspError, match="unknown language 'lisp'"):
         get_language("lisp")
+
+
+def test_languages_are_declared_and_imported_on_first_use():
+    code = (
+        "import sys\n"
+        "from crasp_compiler.languages import declarations, language_for_path\n"
+        "from crasp_compiler.languages import language_of_program\n"
+        "from crasp_compiler.languages.pcoc import parse_pcoc\n"
+        "impl = ['crasp_compiler.languages.crasp.language',\n"
+        "        'crasp_compiler.languages.pcoc.language']\n"
+        "assert [d.name for d in declarations()] == ['crasp', 'pcoc']\n"
+        "assert not [m for m in impl if m in sys.modules]\n"
+        "assert language_for_path('x.cr').name == 'crasp'\n"
+        "assert [m for m in impl if m in sys.modules] == impl[:1]\n"
+        "program = parse_pcoc(open('examples/pcoc/cumsum.pcoc').read())\n"
+        "assert language_of_program(program).name == 'pcoc'\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    for declared in declarations():  # a declaration is what its language says of itself
+        language = get_language(declared.name)
+        assert Declaration.of(language) == dataclasses.replace(declared, implementation="")
+    lowerings = {"crasp": crasp_lower.MODES, "pcoc": pcoc_lower.MODES}
+    assert {name: set(get_language(name).modes) for name in lowerings} == {
+        name: set(modes) for name, modes in lowerings.items()
+    }
 
 
 def test_one_api_for_both_languages(tmp_path):

@@ -15,17 +15,16 @@ import numpy as np
 
 from crasp_compiler.display import value_table
 from crasp_compiler.errors import CraspError
-from crasp_compiler.languages.crasp.compile import compile_program
+from crasp_compiler.languages.crasp.declaration import DECLARATION
 from crasp_compiler.languages.crasp.interpret import interpret, interpret_batch
 from crasp_compiler.languages.crasp.nodes import Program, Sort
 from crasp_compiler.languages.crasp.printer import format_expr
-from crasp_compiler.languages.crasp.program import PROGRAM_SUFFIXES, parse_program, tokenize
-from crasp_compiler.languages.registry import Item, Language, Option, Outputs, expect
+from crasp_compiler.languages.crasp.program import parse_program, tokenize
+from crasp_compiler.languages.registry import Item, Language, Outputs, expect
 from crasp_compiler.model.model import Model
 
 # A stdin line holding only this token is the empty string (unless it is a symbol).
 EMPTY = "ε"
-MODES = ("heaviside", "layernorm", "relu")
 
 
 def input_lines(text: str | None) -> Iterator[tuple[int, str, list[str] | CraspError]]:
@@ -69,29 +68,15 @@ def _typed(sort: Sort, values: np.ndarray) -> np.ndarray:
 
 
 class Crasp(Language):
-    name = "crasp"
-    title = "C-RASP"
-    suffixes = PROGRAM_SUFFIXES
-    modes = MODES
+    name = DECLARATION.name
+    title = DECLARATION.title
+    suffixes = DECLARATION.suffixes
+    modes = DECLARATION.modes
+    options = DECLARATION.options
     input_help = (
         'INPUT is a whitespace-separated token string, e.g. "( ( ) )"; without it, one input '
         "per stdin line (blank and `//` lines skipped, a line holding only ε is the empty "
         "string)."
-    )
-    options = (
-        Option(
-            "alphabet",
-            "Whitespace-separated symbols; overrides the program's alphabet.",
-            frozenset({"load"}),
-            metavar="SYMBOLS",
-        ),
-        Option(
-            "max_len",
-            "Longest input a relu model must be exact for.",
-            frozenset({"compile"}),
-            kind="int",
-            minimum=0,
-        ),
     )
 
     def parse(self, text: str, filename: str, **options: Any) -> Program:
@@ -182,11 +167,14 @@ class Crasp(Language):
 
     def compile(self, program: Program, **options: Any) -> Model:
         mode = options.get("mode") or "heaviside"
-        if mode not in MODES:
-            raise CraspError(f"C-RASP modes are {', '.join(MODES)}, not {mode!r}")
+        if mode not in self.modes:
+            raise CraspError(f"C-RASP modes are {', '.join(self.modes)}, not {mode!r}")
         max_len = options.get("max_len")
         if mode == "relu" and max_len is None:
             raise CraspError("mode relu needs max_len (--max-len N)")
+        # the compiler (cookbook, assembler) is imported only to compile
+        from crasp_compiler.languages.crasp.compile import compile_program
+
         return compile_program(
             program,
             mode=mode,
@@ -216,8 +204,8 @@ class Crasp(Language):
         model's outputs."""
         mode, max_len = model.options.get("mode"), model.options.get("max_len")
         expect(
-            mode in MODES,
-            f"header field options 'mode' is {mode!r}, not a C-RASP mode ({', '.join(MODES)})",
+            mode in self.modes,
+            f"header field options 'mode' is {mode!r}, not a C-RASP mode ({', '.join(self.modes)})",
         )
         expect(
             max_len is None or (type(max_len) is int and max_len >= 0),

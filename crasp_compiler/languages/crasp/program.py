@@ -7,12 +7,13 @@ from pathlib import Path
 
 from crasp_compiler.errors import CraspError, Diagnostic
 from crasp_compiler.files import read_program_text
-from crasp_compiler.languages.crasp import build_program
+from crasp_compiler.languages.crasp.build import build_program
+from crasp_compiler.languages.crasp.declaration import DECLARATION
 from crasp_compiler.languages.crasp.nodes import Program, TokenIs, walk
 from crasp_compiler.languages.crasp.syntax import parse_tree
 from crasp_compiler.model.model import BOS
 
-PROGRAM_SUFFIXES = (".crasp", ".cr")
+PROGRAM_SUFFIXES = DECLARATION.suffixes
 
 
 def parse_program(

@@ -17,6 +17,7 @@ import numpy as np
 
 from crasp_compiler.errors import CraspError
 from crasp_compiler.languages.pcoc.compile import compile_pcoc, machines
+from crasp_compiler.languages.pcoc.declaration import DECLARATION
 from crasp_compiler.languages.pcoc.interpret import (
     check_pcoc,
     format_vector,
@@ -25,10 +26,10 @@ from crasp_compiler.languages.pcoc.interpret import (
     read_vectors,
     require_interpreter_memory,
 )
-from crasp_compiler.languages.pcoc.lower import MODES, TOKEN
+from crasp_compiler.languages.pcoc.lower import TOKEN
 from crasp_compiler.languages.pcoc.nodes import Program
-from crasp_compiler.languages.pcoc.parse import PCOC_SUFFIXES, parse_pcoc
-from crasp_compiler.languages.registry import Item, Language, Option, Outputs, expect
+from crasp_compiler.languages.pcoc.parse import parse_pcoc
+from crasp_compiler.languages.registry import Item, Language, Outputs, expect
 from crasp_compiler.model.io import MAX_INTEGER, finite_number
 from crasp_compiler.model.model import BOS, FLOAT_DTYPES, Model
 
@@ -81,38 +82,13 @@ def machine_table(labels: Sequence[str], rows: Sequence[tuple[str, Sequence[Any]
 
 
 class Pcoc(Language):
-    name = "pcoc"
-    title = "PCOC"
-    suffixes = PCOC_SUFFIXES
-    modes = MODES
+    name = DECLARATION.name
+    title = DECLARATION.title
+    suffixes = DECLARATION.suffixes
+    modes = DECLARATION.modes
+    options = DECLARATION.options
     input_help = (
         "INPUT is a file of input vectors (default: stdin), one per line: n numbers per input slot."
-    )
-    options = (
-        Option(
-            "n",
-            "Number of machines (PCOC programs).",
-            frozenset({"interpret", "compile", "check"}),
-            kind="int",
-            minimum=1,
-            required=frozenset({"interpret", "compile"}),
-        ),
-        Option(
-            "tolerance",
-            "PCOC softmax: largest distance of an output from the interpreter's, float "
-            "rounding included (default: the rounding, plus one rounding of the outputs' bounds).",
-            frozenset({"compile"}),
-            kind="float",
-            minimum=0,
-            open_minimum=True,
-        ),
-        Option(
-            "dtype",
-            "PCOC softmax: the float type the tolerance is budgeted for (default float64).",
-            frozenset({"compile"}),
-            kind="choice",
-            choices=("float64", "float32"),
-        ),
     )
 
     def parse(self, text: str, filename: str, **options: Any) -> Program:
@@ -260,8 +236,8 @@ class Pcoc(Language):
         if n is None:
             raise CraspError("a PCOC program needs n, the number of machines (--n N)")
         mode = options.get("mode") or "hard"
-        if mode not in MODES:
-            raise CraspError(f"PCOC modes are {', '.join(MODES)}, not {mode!r}")
+        if mode not in self.modes:
+            raise CraspError(f"PCOC modes are {', '.join(self.modes)}, not {mode!r}")
         tolerance, dtype = options.get("tolerance"), options.get("dtype")
         if mode == "hard" and (tolerance is not None or dtype is not None):
             raise CraspError("tolerance and dtype (--tolerance, --dtype) are for mode softmax")
@@ -312,8 +288,8 @@ class Pcoc(Language):
             )
         mode = options.get("mode")
         expect(
-            mode in MODES,
-            f"header field options 'mode' is {mode!r}, not a PCOC mode ({', '.join(MODES)})",
+            mode in self.modes,
+            f"header field options 'mode' is {mode!r}, not a PCOC mode ({', '.join(self.modes)})",
         )
         names = [o.name for o in model.outputs]
         for key, want in (("pcoc_inputs", model.inputs), ("pcoc_outputs", names)):

@@ -28,6 +28,7 @@ from lark import Token, Tree
 
 from crasp_compiler.errors import CraspError, Diagnostic, Span, shown_int
 from crasp_compiler.files import read_program_text
+from crasp_compiler.languages.pcoc.declaration import DECLARATION
 from crasp_compiler.languages.pcoc.nodes import (
     STATIC_TYPES,
     Add,
@@ -63,7 +64,7 @@ from crasp_compiler.languages.pcoc.syntax import parse_tree
 from crasp_compiler.syntax.engine import MAX_ERRORS
 from crasp_compiler.syntax.lark_tools import span as _span
 
-PCOC_SUFFIXES = (".pcoc",)
+PCOC_SUFFIXES = DECLARATION.suffixes
 
 KEYWORDS = frozenset(
     {"input", "slot", "output", "bound", "round", "for", "in", "recv", "from", "default"}
