@@ -42,7 +42,9 @@ from crasp_compiler.model.model import (
     PositionalKeys,
     Rule,
     Weighting,
+    dense,
     head_kinds,
+    is_sparse,
     positional_keys,
     token_ids,
 )
@@ -325,8 +327,8 @@ def _state(model: Model) -> bytes:
             pieces.append(repr((list(m.activations), [list(g) for g in m.norm_groups])).encode())
     arrays += [o.weights for o in model.outputs]
     for w in arrays:
-        dense = np.asarray(w.toarray() if sparse.issparse(w) else w)
-        pieces.append(repr((dense.shape, dense.dtype.str)).encode() + dense.tobytes())
+        held = dense(w) if is_sparse(w) else np.asarray(w)
+        pieces.append(repr((held.shape, held.dtype.str)).encode() + held.tobytes())
     return b"\0".join(pieces)
 
 
