@@ -1,8 +1,8 @@
 """Formulas planned as balanced circuits (crasp_compiler.languages.crasp.depth,
 :meth:`Depth.value`): an alternating and/or chain of L leaves takes O(log L) layers,
 through definitions and inline, in every mode, and the model agrees with the interpreter;
-the circuit computes its formula for every assignment of its leaves, shared gates
-included."""
+the circuit computes its formula on the assignments of its leaves (all of them up to 8
+leaves, 256 spread over them beyond), shared gates included."""
 
 from __future__ import annotations
 
@@ -206,7 +206,7 @@ def formula_definitions(data, count: int) -> list[str]:
 @given(st.data())
 def test_balanced_circuits_compute_their_formulas(data):
     """Every gate's balanced circuit (whether or not its plan picks it) equals the gate
-    on every assignment of its leaves."""
+    on every assignment of up to 8 leaves, and on 256 spread over them beyond."""
     lines = formula_definitions(data, data.draw(st.integers(2, 24)))
     program = parse_program(HEAD + "\n".join(lines) + "\n")
     depth = Depth(program)

@@ -24,7 +24,19 @@ which reads its formula plans from here, so the model has exactly
     table over the others whose rows are gated by that comparison, in that MLP;
   - ``table``: any other formula of several levels over at most 9 leaves, one
     truth-table MLP;
-  - ``circuit``: a wider one, a threshold circuit, one MLP per level of gates.
+  - ``circuit``: a wider one, a threshold circuit, one MLP per level of gates;
+  - ``balanced``: the same formula as a balanced circuit (:meth:`Depth.value`) where
+    that is ready earlier. A gate's value is its *heavy path* (down through its largest
+    child) read as maps of one bit: each other child c of an and is ``v ↦ v ∧ c``, of an
+    or ``v ↦ v ∨ c``; every such map is monotone, ``f(v) = lo ∨ (hi ∧ v)`` with
+    ``(lo, hi) = (f(0), f(1))``, and so is a composition,
+    ``f ∘ g = (f(g(0)), f(g(1)))``. Each ``lo ∨ (hi ∧ x)`` is one MLP (an and, an or,
+    or a 3-input truth table), so the n maps of a path, composed as a balanced tree of
+    blocks aligned at the path's end (shared by the gates above), take ⌊log₂ n⌋ + 2
+    MLPs after their children; light children hold at most half the leaves, so a
+    formula of L leaves takes O(log² L) MLPs, and a path whose other children are
+    literals ⌊log₂ n⌋ + 2: an alternating and/or chain of L leaves ⌊log₂(L − 1)⌋ + 2
+    (500 leaves: 10), against L for one MLP per level.
 
 - an output that is a formula used by no other definition is *absorbed* by its readout
   when that is no later: an and of k exact bits is ``Σ b − k + 1 > 1/2``, an or is
@@ -39,8 +51,11 @@ count, a count of a Boolean cannot share its layer, and an and/or of comparisons
 different counts is not one threshold unit of their inputs (so it needs another MLP
 unless the readout decides it). Constant or cancelling sub-expressions that the
 lowering folds (``# "a" − # "a"``) can leave the model with fewer layers than the bound;
-formulas wider than 9 leaves are circuits of threshold gates, one MLP per level, where a
-wider table could take one.
+formulas wider than 9 leaves are circuits of threshold gates, one MLP per level or a
+balanced circuit, whichever is ready first, where a wider table could take one, and a
+balanced circuit's blocks follow its formula's shape, not the times its leaves are
+ready, and nest one path's depth per light child (O(log² L) where weight-balanced blocks
+would give O(log L)), so the bound is not the least depth over all restructurings either.
 """
 
 from __future__ import annotations
@@ -437,9 +452,10 @@ class Depth:
         """``gate`` as a balanced circuit: its value is its heavy path's maps applied to
         the literal that ends it, ``f₁ ∘ f₂ ∘ … ∘ f_n (ℓ)``; the n maps are split into
         aligned blocks (:meth:`block`) by the binary digits of n (at most ⌊log₂ n⌋ + 1,
-        the smallest on top), which :meth:`combine` joins. Each block is ready ``s`` MLPs
-        after its maps, a light child's value (a subtree of at most half the leaves) in
-        its own circuit before: O(log L) MLPs for L leaves, ⌊log₂ n⌋ + 2 for a chain."""
+        the smallest on top), which :meth:`combine` joins. A block of 2^s maps is ready
+        s MLPs after its maps, a light child's value (a subtree of at most half the
+        leaves) in its own circuit before: ⌊log₂ n⌋ + 2 MLPs for a path of literals,
+        O(log² L) for L leaves."""
         if id(gate) not in self.values:
             maps: list[Map] = []
             at: tuple[Gate, int] | None = (gate, len(self.split(gate)[1]) - 1)
