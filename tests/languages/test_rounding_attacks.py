@@ -21,6 +21,7 @@ import pytest
 
 from crasp_compiler import CraspError, load_program, parse_program
 from crasp_compiler.languages.crasp.compile import compile_program
+from crasp_compiler.languages.crasp.depth import Depth
 from tests.support.attacks import adversarial, assert_decisions_agree, assert_within_bounds
 from tests.support.strategies import random_program
 
@@ -117,3 +118,40 @@ def test_random_programs_stay_within_their_bounds(seed):
         words = adversarial(program.alphabet, min(horizon, 300), rng, extra=4)
         assert_within_bounds(program, mode, max_len, words)
         assert_decisions_agree(program, model, words)
+
+
+def deep_alternating(n: int) -> str:
+    """``F_k = F_{k−1} && L_k`` or ``||``, alternating, over comparisons of two counts
+    with near-tie factors (short float32 horizons), token tests and equalities."""
+    lines = ['alphabet "a", "b", "c"', 'A = # "a"', 'B = # "b"']
+
+    def leaf(k: int) -> str:
+        if k % 3:
+            return f"65537 * A >= 65521 * B + {k - n // 2}"
+        return '"c"' if k % 2 else f"A != B + {k % 7}"
+
+    lines.append(f"F0 = {leaf(0)}")
+    lines += [f"F{k} = F{k - 1} {'&&' if k % 2 else '||'} {leaf(k)}" for k in range(1, n)]
+    return "\n".join(lines) + f"\naccept F{n - 1}\n"
+
+
+@pytest.mark.parametrize(
+    ("mode", "max_len", "dtype"),
+    [("heaviside", None, np.float32), ("layernorm", None, np.float32), ("relu", 512, np.float64)],
+)
+def test_deep_alternating_formula_at_its_horizon(mode, max_len, dtype):
+    """A 64-leaf alternating formula, a balanced circuit of ⌊log₂ 63⌋ + 2 gates deep
+    (``apply`` truth tables among them): every variable within its bound and every decision
+    right at the proven horizon (float32's for heaviside and layernorm; relu has none in
+    float32, so float64's, its max_len)."""
+    program = parse_program(deep_alternating(64))
+    depth = Depth(program, mode)
+    assert depth.plan(program["F63"].expr).kind == "balanced"
+    assert any(wire.op == "apply" for wire in depth.wires.values())
+    model = compile_program(program, mode=mode, max_len=max_len)
+    assert len(model.layers) == 1 + 5 + 2
+    horizon = model.guarantee.limit(np.dtype(dtype).name)
+    assert horizon is not None and 32 <= horizon <= 512
+    words = adversarial(program.alphabet, horizon, random.Random(mode), extra=4)
+    assert_within_bounds(program, mode, max_len, words, dtype)
+    assert_decisions_agree(program, model, words, dtype)

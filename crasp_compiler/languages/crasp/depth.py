@@ -24,7 +24,19 @@ which reads its formula plans from here, so the model has exactly
     table over the others whose rows are gated by that comparison, in that MLP;
   - ``table``: any other formula of several levels over at most 9 leaves, one
     truth-table MLP;
-  - ``circuit``: a wider one, a threshold circuit, one MLP per level of gates.
+  - ``circuit``: a wider one, a threshold circuit, one MLP per level of gates;
+  - ``balanced``: the same formula as a balanced circuit (:meth:`Depth.value`) where
+    that is ready earlier. A gate's value is its *heavy path* (down through its largest
+    child) read as maps of one bit: each other child c of an and is ``v ↦ v ∧ c``, of an
+    or ``v ↦ v ∨ c``; every such map is monotone, ``f(v) = lo ∨ (hi ∧ v)`` with
+    ``(lo, hi) = (f(0), f(1))``, and so is a composition,
+    ``f ∘ g = (f(g(0)), f(g(1)))``. Each ``lo ∨ (hi ∧ x)`` is one MLP (an and, an or,
+    or a 3-input truth table), so the n maps of a path, composed as a balanced tree of
+    blocks aligned at the path's end (shared by the gates above), take ⌊log₂ n⌋ + 2
+    MLPs after their children; light children hold at most half the leaves, so a
+    formula of L leaves takes O(log² L) MLPs, and a path whose other children are
+    literals ⌊log₂ n⌋ + 2: an alternating and/or chain of L leaves ⌊log₂(L − 1)⌋ + 2
+    (500 leaves: 10), against L for one MLP per level.
 
 - an output that is a formula used by no other definition is *absorbed* by its readout
   when that is no later: an and of k exact bits is ``Σ b − k + 1 > 1/2``, an or is
@@ -39,8 +51,11 @@ count, a count of a Boolean cannot share its layer, and an and/or of comparisons
 different counts is not one threshold unit of their inputs (so it needs another MLP
 unless the readout decides it). Constant or cancelling sub-expressions that the
 lowering folds (``# "a" − # "a"``) can leave the model with fewer layers than the bound;
-formulas wider than 9 leaves are circuits of threshold gates, one MLP per level, where a
-wider table could take one.
+formulas wider than 9 leaves are circuits of threshold gates, one MLP per level or a
+balanced circuit, whichever is ready first, where a wider table could take one, and a
+balanced circuit's blocks follow its formula's shape, not the times its leaves are
+ready, and nest one path's depth per light child (O(log² L) where weight-balanced blocks
+would give O(log L)), so the bound is not the least depth over all restructurings either.
 """
 
 from __future__ import annotations
@@ -71,6 +86,9 @@ from crasp_compiler.languages.crasp.printer import offset_runs
 # A formula of several levels with more leaves than this is a threshold circuit (a truth
 # table would need more than 2^(LEAVES - 1) = 256 units).
 TABLE_LEAVES = 9
+# Tree sizes (leaves, a shared gate counted at each use) are capped here: they only pick
+# heavy children.
+SIZE_CAP = 2**62
 # Runs of at least this many consecutive offsets are counted as windows.
 WINDOW_RUN = 3
 
@@ -109,16 +127,33 @@ class Gate:
 Formula = Lit | Gate
 
 
+@dataclass(eq=False)
+class Wire:
+    """A gate of a balanced circuit (:meth:`Depth.value`), in the MLP after its inputs:
+    ``and``/``or`` of two signals, or ``apply`` of ``(lo, hi, x)``, ``lo ∨ (hi ∧ x)``."""
+
+    op: str  # "and" | "or" | "apply"
+    inputs: tuple[Signal, ...]
+    slot: int
+
+
+# A bit of a balanced circuit: a constant, a literal or a wire.
+Signal = bool | Lit | Wire
+# A monotone map of one bit v, ``f(v) = lo ∨ (hi ∧ v)``, as ``(lo, hi) = (f(0), f(1))``.
+Map = tuple[Signal, Signal]
+
+
 @dataclass(frozen=True)
 class Plan:
     """How a maximal formula is lowered (module docstring): ``kind`` is ``literal``,
-    ``fused``, ``gate``, ``fused-table``, ``table`` or ``circuit``; ``fresh`` is the
-    fused comparison."""
+    ``fused``, ``gate``, ``fused-table``, ``table``, ``circuit`` or ``balanced``;
+    ``fresh`` is the fused comparison, ``wire`` the balanced circuit's output."""
 
     kind: str
     formula: Formula
     slot: int
     fresh: Lit | None = None
+    wire: Signal | None = None
 
 
 def next_slot(after: int, attention: bool) -> int:
@@ -211,6 +246,11 @@ def _leaves(formula: Formula, limit: int) -> set[Node] | None:
     return found
 
 
+def _same(a: Signal, b: Signal) -> bool:
+    """Whether two signals are one bit (the same wire, constant or literal)."""
+    return a is b or (isinstance(a, Lit) and isinstance(b, Lit) and a == b)
+
+
 class Depth:
     """Slots and formula plans of a program's expressions (module docstring). Each is
     computed once, children and referenced definitions first, with an explicit stack
@@ -224,10 +264,17 @@ class Depth:
         self.forms: dict[Node, tuple[Formula, Formula]] = {}
         self.plans: dict[Node, Plan] = {}
         self.gate_slots: dict[Formula, int] = {}
+        # balanced circuits (:meth:`value`), by ``id`` of their gates (kept alive by forms)
+        self.sizes: dict[int, int] = {}
+        self.splits: dict[int, tuple[Formula, tuple[Formula, ...]]] = {}
+        self.lengths: dict[int, int] = {}
+        self.values: dict[int, Signal] = {}
+        self.blocks: dict[tuple[int, int, int], tuple[Map, tuple[Gate, int]]] = {}
+        self.wires: dict[tuple[object, ...], Wire] = {}
         used = {n.name for d in program.definitions for n in walk(d.expr) if isinstance(n, BoolRef)}
         self.unused = {d.name for d in program.definitions} - used
         for definition in program.definitions:  # in order: references find theirs made
-            self.slot(definition.expr)
+            self.nnf(definition.expr)  # formulas are planned when read (:meth:`slot`)
 
     # ------------------------------------------------------------------ formulas
 
@@ -240,8 +287,14 @@ class Depth:
     def nnf(self, node: Node) -> tuple[Formula, Formula]:
         """The negation normal forms of ``node`` and of its negation."""
         if node not in self.forms:
-            self.slot(node)  # makes the forms of the formulas below it, then its own
+            self.walk(node)  # makes the forms of the formulas below it, then its own
         return self.forms[node]
+
+    def is_formula(self, node: Node) -> bool:
+        """Whether ``node`` is an and/or/not or a reference to one (planned, not a leaf)."""
+        if isinstance(node, BoolRef):
+            node = self.defs[node.name]
+        return isinstance(node, Not | And | Or)
 
     def _forms(self, node: Node) -> tuple[Formula, Formula]:
         """:meth:`nnf` of ``node`` from those of its operands, already made."""
@@ -283,7 +336,13 @@ class Depth:
             else:
                 plan = Plan("table", formula, next_slot(latest, attention=False))
         else:
-            plan = Plan("circuit", formula, self.circuit_slot(formula))
+            circuit = self.circuit_slot(formula)
+            wire = self.value(formula)
+            balanced = self.time(wire)
+            if balanced < circuit:
+                plan = Plan("balanced", formula, balanced, wire=wire)
+            else:
+                plan = Plan("circuit", formula, circuit)
         self.plans[node] = plan
         return plan
 
@@ -308,6 +367,149 @@ class Depth:
             )
             self.gate_slots[gate] = next_slot(latest, attention=False)
         return self.gate_slots[formula]
+
+    # ------------------------------------------------------------------ balanced circuits
+
+    def time(self, item: Map | Signal) -> int:
+        """The slot of a signal, or the latest of a map's two."""
+        if isinstance(item, tuple):
+            return max(self.time(item[0]), self.time(item[1]))
+        if isinstance(item, Lit):
+            return self.slot(item.node)
+        return item.slot if isinstance(item, Wire) else 0
+
+    def size(self, gate: Gate) -> int:
+        """The leaves of ``gate`` as a tree (a shared gate counted at each use), capped at
+        :data:`SIZE_CAP`; gates first met are measured children first."""
+        stack = [gate]
+        while stack:
+            top = stack[-1]
+            todo = [c for c in top.children if isinstance(c, Gate) and id(c) not in self.sizes]
+            if id(top) in self.sizes or todo:
+                stack.extend(todo) if todo else stack.pop()
+                continue
+            stack.pop()
+            parts = (self.sizes[id(c)] if isinstance(c, Gate) else 1 for c in top.children)
+            self.sizes[id(top)] = min(SIZE_CAP, sum(parts))
+        return self.sizes[id(gate)]
+
+    def split(self, gate: Gate) -> tuple[Formula, tuple[Formula, ...]]:
+        """``gate``'s heavy child (its largest gate, else its latest literal), which
+        continues its heavy path, and its other children, each a map on that path."""
+        if id(gate) not in self.splits:
+            gates = [c for c in gate.children if isinstance(c, Gate)]
+            if gates:
+                heavy: Formula = max(gates, key=self.size)
+            else:
+                heavy = max(gate.children, key=self.time)  # type: ignore[arg-type]
+            others = tuple(c for c in gate.children if c is not heavy)
+            self.splits[id(gate)] = (heavy, others)
+        return self.splits[id(gate)]
+
+    def length(self, gate: Gate) -> int:
+        """The maps on ``gate``'s heavy path, from it down (one per other child)."""
+        path: list[Gate] = []
+        below: Formula = gate
+        while isinstance(below, Gate) and id(below) not in self.lengths:
+            path.append(below)
+            below = self.split(below)[0]
+        n = self.lengths[id(below)] if isinstance(below, Gate) else 0
+        for top in reversed(path):
+            n += len(self.split(top)[1])
+            self.lengths[id(top)] = n
+        return self.lengths[id(gate)]
+
+    def below(self, at: tuple[Gate, int]) -> tuple[Gate, int] | None:
+        """The map under map ``j`` of ``gate`` on their heavy path, None at its end."""
+        gate, j = at
+        if j > 0:
+            return gate, j - 1
+        heavy = self.split(gate)[0]
+        return (heavy, len(self.split(heavy)[1]) - 1) if isinstance(heavy, Gate) else None
+
+    def block(self, at: tuple[Gate, int], s: int) -> tuple[Map, tuple[Gate, int]]:
+        """The composition of the 2^s maps from ``at`` down its heavy path, and the last
+        of them. Maps are numbered from the path's end, and the blocks aligned there
+        (the top one is numbered ``2^s·i + 2^s − 1``), so that the gates of one path
+        share them: ``B(at, s) = B(at, s − 1) ∘ B(below, s − 1)``; a map of ``gate``'s
+        child c is ``v ↦ v ∧ c``, ``(0, c)``, for an and, ``v ∨ c``, ``(c, 1)``, for an or."""
+        key = (id(at[0]), at[1], s)
+        if key not in self.blocks:
+            if s == 0:
+                gate, j = at
+                child = self.split(gate)[1][j]
+                bit = child if isinstance(child, Lit) else self.value(child)
+                self.blocks[key] = ((False, bit) if gate.op == "and" else (bit, True)), at
+            else:
+                upper, end = self.block(at, s - 1)
+                under = self.below(end)
+                assert under is not None  # the block is aligned: 2^s maps lie below ``at``
+                lower, last = self.block(under, s - 1)
+                self.blocks[key] = self.compose(upper, lower), last
+        return self.blocks[key]
+
+    def value(self, gate: Gate) -> Signal:
+        """``gate`` as a balanced circuit: its value is its heavy path's maps applied to
+        the literal that ends it, ``f₁ ∘ f₂ ∘ … ∘ f_n (ℓ)``; the n maps are split into
+        aligned blocks (:meth:`block`) by the binary digits of n (at most ⌊log₂ n⌋ + 1,
+        the smallest on top), which :meth:`combine` joins. A block of 2^s maps is ready
+        s MLPs after its maps, a light child's value (a subtree of at most half the
+        leaves) in its own circuit before: ⌊log₂ n⌋ + 2 MLPs for a path of literals,
+        O(log² L) for L leaves."""
+        if id(gate) not in self.values:
+            maps: list[Map] = []
+            at: tuple[Gate, int] | None = (gate, len(self.split(gate)[1]) - 1)
+            n, end = self.length(gate), gate
+            while at is not None:
+                s = (n & -n).bit_length() - 1  # the largest aligned block that ends at ``at``
+                made, (end, j) = self.block(at, s)
+                maps.append(made)
+                n -= 1 << s
+                at = self.below((end, j))
+            last = self.split(end)[0]
+            assert isinstance(last, Lit)
+            self.values[id(gate)] = self.combine(maps, last)
+        return self.values[id(gate)]
+
+    def combine(self, maps: list[Map], bit: Signal) -> Signal:
+        """``f₁ ∘ … ∘ f_k (bit)``, joining the two neighbours ready first (the lower on
+        ties), one MLP each: ``f ∘ g = (f(g(0)), f(g(1)))``."""
+        items: list[Map | Signal] = [*maps, bit]
+        while len(items) > 1:
+            times = [self.time(item) for item in items]
+            k = min(range(len(items) - 1), key=lambda i: (max(times[i], times[i + 1]), -i))
+            f, g = items[k], items[k + 1]
+            assert isinstance(f, tuple)
+            joined = self.compose(f, g) if isinstance(g, tuple) else self.apply(f, g)
+            items[k : k + 2] = [joined]
+        last = items[0]
+        assert not isinstance(last, tuple)
+        return last
+
+    def compose(self, f: Map, g: Map) -> Map:
+        """``f ∘ g``: ``(f(g(0)), f(g(1)))``."""
+        return self.apply(f, g[0]), self.apply(f, g[1])
+
+    def apply(self, f: Map, x: Signal) -> Signal:
+        """``f(x) = lo ∨ (hi ∧ x)``: one wire, an and (``lo = 0``), an or (``hi = 1``) or
+        an ``apply``; none where constants or repeated inputs decide it (``lo ≤ hi``: f
+        is monotone)."""
+        lo, hi = f
+        if lo is True or hi is False or x is False or _same(x, lo) or _same(lo, hi):
+            return lo
+        if x is True or _same(x, hi):
+            return hi  # lo ∨ hi = hi
+        if lo is False:
+            return x if hi is True else self.wire("and", (hi, x))
+        return self.wire("or", (lo, x)) if hi is True else self.wire("apply", (lo, hi, x))
+
+    def wire(self, op: str, inputs: tuple[Signal, ...]) -> Wire:
+        """The wire ``op`` of ``inputs``, made once, in the MLP after them."""
+        key = (op, *(id(x) if isinstance(x, Wire) else x for x in inputs))
+        if key not in self.wires:
+            slot = next_slot(max(self.time(x) for x in inputs), attention=False)
+            self.wires[key] = Wire(op, inputs, slot)
+        return self.wires[key]
 
     def absorbed(self, name: str) -> Plan | None:
         """The plan of output ``name`` when its readout can absorb its formula's root gate
@@ -336,37 +538,46 @@ class Depth:
     # ------------------------------------------------------------------ slots
 
     def slot(self, node: Node) -> int:
-        """The slot of ``node``, with those of its operands and of the definitions it
-        refers to (and the formulas among them: :meth:`nnf`), made first."""
+        """The slot of ``node``: a formula's by its plan, made when first asked for (a
+        formula read only by formulas is inlined in theirs, never planned alone)."""
         if node in self.slots:
             return self.slots[node]
+        self.walk(node)
+        if self.is_formula(node):
+            return self.plan(self.defs[node.name] if isinstance(node, BoolRef) else node).slot
+        return self.slots[node]
+
+    def walk(self, node: Node) -> None:
+        """Make the forms (:meth:`nnf`) of ``node``, of its operands and of the
+        definitions it refers to, and the slots of those that are not formulas, operands
+        first, with an explicit stack."""
         stack: list[tuple[Node, bool]] = [(node, False)]
         while stack:
             top, ready = stack.pop()
-            if top in self.slots:
+            if top in self.forms:
                 continue
             if ready:
-                self.forms.setdefault(top, self._forms(top))
-                self.slots[top] = self._slot(top)
+                self.forms[top] = self._forms(top)
+                if not self.is_formula(top):
+                    self.slots[top] = self._slot(top)
                 continue
             stack.append((top, True))
             below = children(top)
             if isinstance(top, BoolRef | CountRef):
                 below = (self.defs[top.name],)
-            stack.extend((n, False) for n in below if n not in self.slots)
-        return self.slots[node]
+            stack.extend((n, False) for n in below if n not in self.forms)
 
     def _slot(self, node: Node) -> int:
         """:meth:`slot` of ``node`` from those of its operands, already made."""
         match node:
             case BoolRef(name) | CountRef(name):
-                return self.slots[self.defs[name]]
+                return self.slot(self.defs[name])
             case CountConst(value=v):
                 return 1 if v else 0
             case Count(arg, None):
-                return next_slot(self.slots[arg], attention=True)
+                return next_slot(self.slot(arg), attention=True)
             case Count(arg, offsets):
-                lookup = next_slot(self.slots[arg], attention=True)
+                lookup = next_slot(self.slot(arg), attention=True)
                 shifted = next_slot(lookup, attention=False) if self.mode == "relu" else lookup
                 return max(
                     next_slot(shifted, attention=True)
@@ -375,14 +586,12 @@ class Depth:
                     for start, stop in offset_runs(offsets)
                 )
             case Compare(_, a, b):
-                return next_slot(max(self.slots[a], self.slots[b], 1), attention=False)
-            case And() | Or():
-                return self.plan(node).slot
+                return next_slot(max(self.slot(a), self.slot(b), 1), attention=False)
             case Min(a, b) | Max(a, b):
-                return next_slot(max(self.slots[a], self.slots[b]), attention=False)
+                return next_slot(max(self.slot(a), self.slot(b)), attention=False)
             case Cond(c, a, b):
-                return next_slot(max(self.slots[c], self.slots[a], self.slots[b]), attention=False)
-        return max((self.slots[child] for child in children(node)), default=0)
+                return next_slot(max(self.slot(c), self.slot(a), self.slot(b)), attention=False)
+        return max((self.slot(child) for child in children(node)), default=0)
 
     def output_slot(self, name: str) -> int:
         absorbed = self.absorbed(name)

@@ -47,6 +47,8 @@ from crasp_compiler.languages.crasp.depth import (
     Gate,
     Lit,
     Plan,
+    Signal,
+    Wire,
     holds,
     literals,
 )
@@ -103,6 +105,12 @@ def _exclusive(pairs: Sequence[Pair]) -> Pair:
     return (max((p[0] for p in pairs), default=0.0), max((p[1] for p in pairs), default=0.0))
 
 
+def _apply_row(row: tuple[bool, ...]) -> bool:
+    """``lo ∨ (hi ∧ x)`` of a row ``(lo, hi, x)``."""
+    lo, hi, x = row
+    return lo or (hi and x)
+
+
 def _gcd(form: Form) -> int:
     """The gcd of a form's (integer) coefficients, 1 for the empty form."""
     return gcd(*(int(c) for c in form.values())) or 1
@@ -134,6 +142,7 @@ class _Lowerer:
         self.shifted: dict[tuple[frozenset, int], Form] = {}
         self.depth = Depth(program, mode)
         self.bounds: dict[Node, Poly] = {}
+        self.wired: dict[tuple[int, int], Form] = {}  # balanced circuits' wires, by id, side
 
     # -------------------------------------------------------------- helpers
 
@@ -222,6 +231,9 @@ class _Lowerer:
             case "fused-table":
                 assert plan.fresh is not None
                 return self.fused_table(plan.formula, plan.fresh.node, node, label, want)
+            case "balanced":
+                assert plan.wire is not None
+                return self.balanced(plan.wire, node, label, want)
         return self.circuit(plan.formula, node, label, want)  # a gate: a one-level circuit
 
     def literal(self, lit: Lit, want: int | None = None) -> Form:
@@ -251,19 +263,58 @@ class _Lowerer:
             stack.pop()
             side = 0 if gate.op == "and" else 1
             made[id(gate)] = self.gate(
-                gate, inputs, want if want is not None and gate is formula else side, node, label
+                gate.op, inputs, want if want is not None and gate is formula else side, node, label
             )
             if stack:
                 stack[-1][1].append(made[id(gate)])
         return made[id(formula)]
 
-    def gate(self, gate: Gate, inputs: list[Form], side: int, node: Node, label: str) -> Form:
-        """One gate of a circuit over the bits ``inputs``, exact on the side ``side``."""
-        make = ffn.all_of if gate.op == "and" else ffn.any_of
+    def gate(self, op: str, inputs: list[Form], side: int, node: Node, label: str) -> Form:
+        """One gate of a circuit over the bits ``inputs``, exact on the side ``side``: an
+        ``and``/``or`` (:func:`ffn.all_of`, :func:`ffn.any_of`), or ``apply``,
+        ``lo ∨ (hi ∧ x)`` of ``(lo, hi, x)`` by its truth table (:func:`ffn.boolean_function`,
+        the complement form where ``side`` is 1)."""
         out = self.fresh("bool")
-        self.add(make(inputs, out, nonbos=NONBOS, exact_at=side, label=label), {out: 1})
+        if op == "apply":
+            block = ffn.boolean_function(
+                inputs, _apply_row, out, nonbos=NONBOS, complement=side == 1, label=label
+            )
+        else:
+            make = ffn.all_of if op == "and" else ffn.any_of
+            block = make(inputs, out, nonbos=NONBOS, exact_at=side, label=label)
+        self.add(block, {out: 1})
         self.track(lambda a: a.table(out, inputs, node, side))
         return Form({out: 1})
+
+    def balanced(self, root: Signal, node: Node, label: str, want: int | None = None) -> Form:
+        """A balanced circuit (:meth:`.depth.Depth.value`): each wire one :meth:`gate`
+        in the MLP after its inputs, made once for all the formulas that share it, exact
+        on its natural side (an and at 0, an or and an ``apply`` at 1), the root on the
+        side ``want``; wires are made inputs first, with an explicit stack."""
+        stack: list[tuple[Signal, bool]] = [(root, False)]
+        while stack:
+            top, ready = stack.pop()
+            if not isinstance(top, Wire):
+                continue
+            side = (0 if top.op == "and" else 1) if top is not root or want is None else want
+            if (id(top), side) in self.wired:
+                continue
+            if not ready:
+                stack.append((top, True))
+                stack.extend((x, False) for x in top.inputs)
+                continue
+            inputs = [self.signal(x) for x in top.inputs]
+            self.wired[(id(top), side)] = self.gate(top.op, inputs, side, node, label)
+        return self.signal(root, want)
+
+    def signal(self, bit: Signal, want: int | None = None) -> Form:
+        """The form of a balanced circuit's input or made wire."""
+        if isinstance(bit, Wire):
+            side = (0 if bit.op == "and" else 1) if want is None else want
+            return self.wired[(id(bit), side)]
+        if isinstance(bit, Lit):
+            return self.literal(bit, want)
+        return Form({NONBOS: 1}) if bit else Form()
 
     def table(self, formula: Formula, node: Node, label: str, want: int | None = None) -> Form:
         """A formula of several levels over at most 9 leaves: one truth-table MLP, in the
