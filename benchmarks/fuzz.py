@@ -77,6 +77,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import io
 import json
 import math
@@ -217,6 +218,11 @@ def run_child(case: Case, step: str, argv: list, stdin: bytes = b"") -> Any:
         )
     except subprocess.TimeoutExpired:
         case.note("hang", step, f"the child process still ran after {wall_left:.0f} s wall-clock")
+        return None
+    except OSError as err:  # E2BIG: an argument longer than any command line can hold
+        if err.errno != errno.E2BIG:
+            raise
+        case.note("refused", step, "the system refuses a command line this long (not an input)")
         return None
     if proc.returncode in (-signal.SIGXCPU, -signal.SIGKILL):
         case.note("hang", step, f"the child process passed its limit of {cpu_left} CPU-s")

@@ -255,6 +255,19 @@ def test_a_damaged_record_is_an_unfinished_run_named_with_its_field(tmp_path):
     assert unreadable(run) == [expected]
 
 
+@pytest.mark.parametrize("key", ["out", "results"])
+def test_a_directory_name_too_long_for_the_file_system_is_refused_by_its_key(tmp_path, key):
+    """A 5,000-character ``out`` ended ``crasp sweep`` in an OSError traceback (ENAMETOOLONG
+    from a path check); it is refused when the grid is read, naming the key."""
+    grid = tmp_path / "grid.toml"
+    grid.write_text(GRID.replace(f'{key} = "', f'{key} = "{"a" * 5000}', 1))
+    with pytest.raises(CraspError) as caught:
+        load_grid(grid)
+    [diagnostic] = caught.value.diagnostics
+    assert diagnostic.message.startswith(f"{key}: cannot use 'aaaa"), diagnostic.message
+    assert "File name too long" in diagnostic.message and len(diagnostic.message) < 200
+
+
 @pytest.mark.parametrize(
     ("value", "message"),
     [

@@ -454,7 +454,14 @@ def load_grid(path: str | Path) -> tuple[list[Run], dict]:
         records = None if saved is None else (path.parent / saved).resolve()
     except (OSError, RuntimeError) as err:
         raise error(f"results: cannot resolve {saved!r}: {err}", None, "results") from None
-    blocker = None if records is None else _file_in_the_way(records)
+    blockers: dict[str, Path | None] = {}
+    for key, value, target in (("out", out, root), ("results", saved, records)):
+        try:  # a name the file system refuses (too long) is refused now, by its key
+            blockers[key] = None if target is None else _file_in_the_way(target)
+        except OSError as err:
+            shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+            raise error(f"{key}: cannot use {shown}: {err.strerror or err}", None, key) from None
+    blocker = blockers["results"]
     if blocker is not None:  # refused now, not once the first run has trained
         where = "is" if blocker == records else f"is inside {blocker}, which is"
         raise error(f"results: {saved!r} {where} a file, not a directory", None, "results")
@@ -504,7 +511,10 @@ def _file_in_the_way(directory: Path) -> Path | None:
 def _read_results(path: Path, run: Run) -> dict | None:
     """``path`` as the results of ``run``'s configuration; a missing file, one that is not
     a complete results.json (:func:`~.records.read_results`) or a foreign one: None."""
-    if not path.exists():
+    try:
+        if not path.exists():
+            return None
+    except OSError:  # a path the file system refuses (too long): no results there
         return None
     try:
         data = read_results(path)
