@@ -22,6 +22,14 @@ With ``N = B·T`` residual rows (batch × (1 + longest input)), ``s`` bytes a nu
 - ``R``: with ``residuals`` (``crasp run --trace``) every stage kept, ``(2·layers + 1)·N·d·s``;
 - ``N·8·(2 + m)``: the token ids, positions and the ``m`` numeric inputs.
 
+A pass that runs the model's lowered plan (``planned``: every head a prefix-sums head,
+nothing observed; :func:`~crasp_compiler.runtime.forward.run_plan`) holds only one chunk
+of :data:`~crasp_compiler.runtime.forward.PLAN_ROWS` rows of the above at a time, and
+per row the ids, positions and steps and, per output, its raw value, the run's value and
+its decision: ``PLAN_ROWS·s·(3d + L)·8/s + N·(24 + K·(2s + 9))`` for K outputs, or the
+layer-by-layer estimate where that is smaller (Dyck-1 at 10^6 tokens: 53 bytes a token
+estimated, 41 measured for the numpy executor, 36 for the torch module).
+
 Measured against the growth of the peak resident size of a fresh process, the estimate
 is 1.2–1.4 × the numpy executor's on ``cumsum.pcoc`` at n = 500 … 4,000 (width ≈ n, 84 MiB
 … 1.1 GiB estimated) and 1.5–2.4 × on narrow C-RASP models (width 8–45) at 2·10^5 … 10^6
@@ -42,7 +50,13 @@ from typing import Any, cast
 
 from crasp_compiler.budget import require_memory
 from crasp_compiler.model.model import Model, head_kinds
-from crasp_compiler.runtime.forward import SCORE_BUDGET, HeadParams, Path, head_path
+from crasp_compiler.runtime.forward import (
+    PLAN_ROWS,
+    SCORE_BUDGET,
+    HeadParams,
+    Path,
+    head_path,
+)
 
 # A layer as the estimate reads it: its heads (kinds settled), the MLP's hidden width (0:
 # no MLP) and whether the MLP has layer-norm groups.
@@ -74,12 +88,18 @@ def forward_bytes(
     *,
     fused: bool = False,
     residuals: bool = False,
+    planned: int | None = None,
 ) -> int:
     """The bytes a forward pass over ``batch`` sequences of ``size`` positions (BOS
     included) holds at its peak, in a float type of ``itemsize`` bytes (module docstring),
     for a model of residual width ``width`` with ``inputs`` numeric inputs;
-    ``fused``: the backend has fused causal softmax attention (torch)."""
+    ``fused``: the backend has fused causal softmax attention (torch); ``planned``: the
+    pass runs the model's plan, which has that many outputs."""
     rows, d = batch * size, width
+    if planned is not None:  # at most what the pass layer by layer would hold
+        chunk = forward_bytes(width, inputs, layers, 1, min(rows, PLAN_ROWS), 8, fused=fused)
+        whole = forward_bytes(width, inputs, layers, batch, size, itemsize, fused=fused)
+        return min(whole, chunk + rows * (24 + planned * (2 * itemsize + 9)))
     entries = batch * size * min(size, max(1, SCORE_BUDGET // max(1, rows)))
     widest = 0.0  # L of the module docstring, in numbers per row
     scores = 0
@@ -116,13 +136,22 @@ def require_forward_memory(
     *,
     fused: bool = False,
     residuals: bool = False,
+    planned: int | None = None,
     extra: int = 0,
     what: str = "running the model",
 ) -> None:
     """CraspError (:func:`~crasp_compiler.budget.require_memory`) when the pass
     (:func:`forward_bytes`) and ``extra`` bytes held beside it exceed the memory budget."""
     needed = forward_bytes(
-        width, inputs, layers, batch, size, itemsize, fused=fused, residuals=residuals
+        width,
+        inputs,
+        layers,
+        batch,
+        size,
+        itemsize,
+        fused=fused,
+        residuals=residuals,
+        planned=planned,
     )
     held = f"{batch:,} input{'s' * (batch != 1)} of length {size - 1:,}"
     shape = f"width {width:,}, {len(layers)} layers, {itemsize * 8}-bit floats"

@@ -383,8 +383,16 @@ def run(
     beyond_guarantee([p for p in problems if p], on_overlength)
     size = longest + 1
     itemsize, layers = np.dtype(float_type).itemsize, model_layers(model)
+    planned = None if residuals or prepared(model, float_type).plan is None else len(model.outputs)
     require_forward_memory(
-        model.width, len(model.inputs), layers, len(lengths), size, itemsize, residuals=residuals
+        model.width,
+        len(model.inputs),
+        layers,
+        len(lengths),
+        size,
+        itemsize,
+        residuals=residuals,
+        planned=planned,
     )
     labels = _trace_labels(model) if residuals else {}
     trace: list[tuple[str, NDAny]] = []

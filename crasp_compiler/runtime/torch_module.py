@@ -1052,6 +1052,7 @@ class TorchTransformer(nn.Module):
                 ids.shape[1],
                 self.embed.w_e.element_size(),
                 fused=True,
+                planned=None if self._lowered is None else len(self.output_names),
             )
         return self.decide(self(ids, lengths, numeric), lengths)
 
