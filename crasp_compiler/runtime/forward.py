@@ -667,8 +667,10 @@ def run_plan(ops: Backend[A, W], plan: Plan[A, W], ids: A) -> A:
             table = feature_table(plan.features, t, ops)
             positions = ops.matmul_t(ops.cast_for(table, plan.w_p), plan.w_p)
             positions = ops.cast(positions, like=template)
-            for column in range(plan.width):
-                x[column] = _add(x[column], positions[:, column][None])
+            zero = ops.zeros(tuple(template.shape), like=template)
+            for column in range(plan.width):  # every column (B, c), even one only positions write
+                held = x[column]
+                x[column] = (zero if held is None else held) + positions[:, column][None]
         steps = ops.to_float64(ops.arange(width, like=ids) + (start + 1))
         for layer, carry in zip(plan.layers, carries, strict=True):
             means: list[A | None] = []

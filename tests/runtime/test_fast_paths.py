@@ -382,3 +382,38 @@ def test_torch_plans_follow_dtype_and_weight_edits() -> None:
         got = module(ids, lengths)
     want = run(module.to_model(), [list("(()())"), list(")(")]).outputs["D"]
     np.testing.assert_array_equal(got[..., 0].numpy(), want)
+
+
+# found by benchmarks/fuzz.py (crasp:25:1026): a hidden unit of mixed activations that
+# reads a residual column only the positional features write
+POSITIONAL_UNITS = """alphabet "a", "b", "c"
+B0 = !"c"
+B1 = B0
+C2 = min(4 if false || (B1 || i % 3 == 1) else # ("b" && B0), (-5 + -1 if false else max(1, # false)) if false else min(4, # B0) if # B0 == -1 else min(# B1, 0))
+B3 = i % 5 == 4 && B1
+C4 = # (i % 5 == 0 || i % 5 == 2)
+B5 = # false == # "b"
+B6 = (i % 4 == 1 && "b" && ("c" || (i % 4 == 1 || i % 4 == 2))) && !(false || true) || (# "c" if 3 > -4 else # (i % 6 < 2) + 4) != min(# (i % 4 == 1), # false)
+C7 = min(min(-2, 1 * -3), # (B5 && "b")) if false || !"c" || !true else max(# B6 - # B1, # false * -1) * -1
+accept B6
+output B1, C7
+"""
+
+
+def test_a_column_only_positions_write_is_a_column_of_the_batch(tmp_path) -> None:
+    """It was ``(1, c)`` beside the batch's ``(B, c)`` columns, and stacking the hidden
+    units of a batch of several inputs failed; the plan equals the observed pass."""
+    path = tmp_path / "p.cr"
+    path.write_text(POSITIONAL_UNITS)
+    model = compile(load(path))
+    parts = NumpyParts(model, np.float64)
+    assert parts.plan is not None
+    ids, lengths = encode(model.token_ids, [list("abcab" * 5), list("cc"), []])
+    planned = fw.forward(NUMPY, parts, ids, lengths, None)
+    observed = fw.forward(NUMPY, parts, ids, lengths, None, fw.Observer(lambda n, v: None))
+    np.testing.assert_array_equal(planned, observed)
+    module = TorchTransformer(model)
+    assert module.plan() is not None
+    with torch.no_grad():
+        raw = module(torch.from_numpy(ids), torch.from_numpy(lengths))
+    np.testing.assert_array_equal(raw.numpy(), observed)
