@@ -61,7 +61,7 @@ from typing import Any
 
 import numpy as np
 
-from crasp_compiler.errors import CraspError, Diagnostic
+from crasp_compiler.errors import CraspError, Diagnostic, shown_int
 from crasp_compiler.export.directory import CONFIG_FILE, write_export
 from crasp_compiler.files import json_nesting
 from crasp_compiler.model.features import feature_matrix, onehot
@@ -482,9 +482,9 @@ def _crasp_problem(crasp: object) -> str | None:
     return None
 
 
-def _shape_problem(cfg: dict[str, Any], state: dict[str, np.ndarray]) -> str:
+def _size_problem(cfg: dict[str, Any], state: dict[str, np.ndarray]) -> str | None:
     """Which cfg size the weights contradict (``cfg field 'd_model' is 9, but the
-    weights have 8``), else the first weight whose name or shape is not the config's."""
+    weights have 8``), or None."""
     blocks = {name.split(".")[1] for name in state if name.startswith("blocks.")}
     found: dict[str, tuple[str, int, int]] = {
         "n_layers": ("", -1, len(blocks)),
@@ -501,7 +501,12 @@ def _shape_problem(cfg: dict[str, Any], state: dict[str, np.ndarray]) -> str:
             continue
         has = state[name].shape[axis] if name else count
         if cfg[key] != has:
-            return f"cfg field {key!r} is {cfg[key]}, but the weights have {has}"
+            return f"cfg field {key!r} is {shown_int(cfg[key])}, but the weights have {has}"
+    return None
+
+
+def _shape_problem(cfg: dict[str, Any], state: dict[str, np.ndarray]) -> str:
+    """The first weight whose name or shape is not the config's (the sizes agree)."""
     want = _shapes(cfg)
     for name in sorted(set(want) | set(state)):
         if name not in state:
@@ -550,7 +555,13 @@ def read_lens_export(path: str | Path) -> tuple[dict[str, Any], dict[str, np.nda
         raise CraspError(f"cannot read export weights: {err}", filename=str(weights)) from None
     try:
         header, arrays = _model_arrays(config, state)
-    except (KeyError, TypeError, ValueError, IndexError) as err:
+    except KeyError as err:  # cfg, crasp and the weights' names are checked before
+        problem = f"crasp field 'model' is not a model header (it has no {err.args[0]!r})"
+        raise CraspError(f"invalid lens export: {problem}", filename=str(directory)) from None
+    except (TypeError, IndexError) as err:
+        problem = f"crasp field 'model' is not a model header ({err})"
+        raise CraspError(f"invalid lens export: {problem}", filename=str(directory)) from None
+    except ValueError as err:
         raise CraspError(f"invalid lens export: {err}", filename=str(directory)) from None
     model = model_from_parts(header, arrays, filename=str(directory))
     problems, act_fn = _obstacles(model)
@@ -581,9 +592,9 @@ def _model_arrays(
     header = dict(crasp["model"])
     n_ctx, d_head = int(cfg["n_ctx"]), int(cfg["d_head"])
     state = {k: np.asarray(v, dtype=np.float64) for k, v in state.items()}
-    want = _shapes(cfg)
-    if {k: v.shape for k, v in state.items()} != want:
-        raise ValueError(_shape_problem(cfg, state))
+    problem = _size_problem(cfg, state)  # first: n_layers = 10^25 must not be iterated
+    if problem is not None or {k: v.shape for k, v in state.items()} != _shapes(cfg):
+        raise ValueError(problem or _shape_problem(cfg, state))
     zero = [k for k in state if k.rsplit(".", 1)[-1] in ("b_Q", "b_K", "b_V", "b_O", "b_U")]
     if any(state[k].any() for k in zero):
         raise ValueError("attention and unembed biases must be zero")
@@ -608,12 +619,18 @@ def _model_arrays(
             }
     header["guarantee"] = guarantee
     dims = crasp["head_dims"]
-    if len(header["layers"]) != cfg["n_layers"] or len(dims) != cfg["n_layers"]:
-        raise ValueError("the model header and the config disagree on the number of layers")
+    for field, count in (("model", len(header["layers"])), ("head_dims", len(dims))):
+        if count != cfg["n_layers"]:
+            raise ValueError(
+                f"crasp field {field!r} has {count} layers, cfg field 'n_layers' is "
+                f"{cfg['n_layers']}"
+            )
     for l_index, layer in enumerate(header["layers"]):
         prefix = f"blocks.{l_index}"
         if len(dims[l_index]) != len(layer["heads"]):
-            raise ValueError(f"{prefix}: head_dims and the model header disagree")
+            raise ValueError(
+                f"crasp field 'head_dims' has not the model's heads in layer {l_index}"
+            )
         for h_index, head in enumerate(layer["heads"]):
             dk, dv = (int(n) for n in dims[l_index][h_index])
             factor = float(head["scale"]) * np.sqrt(d_head)

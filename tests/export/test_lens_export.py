@@ -671,6 +671,9 @@ DEEP = "@deep@"  # replaced in the file by lists nested 5,000 deep (too deep for
         (_crasp_section(lambda c: c.update(model=0)), "crasp field 'model' is 0"),
         (_crasp_section(lambda c: c.update(model=None)), "crasp field 'model' is null"),
         (lambda c: c.update(crasp="x"), "'crasp' is not a JSON object"),
+        (set_cfg("n_layers", 10**25), "cfg field 'n_layers' is 1"),  # not iterated: no hang
+        (_crasp_section(lambda c: c.update(model={})), "crasp field 'model' is not a model"),
+        (_crasp_section(lambda c: c.update(head_dims=[])), "crasp field 'head_dims' has 0 layers"),
         (set_cfg("attn_only", DEEP), "deeper than 64 levels (in field cfg.attn_only[0]"),
         (_crasp_section(lambda c: c.update(vocab=DEEP)), "(in field crasp.vocab[0]"),
     ],
