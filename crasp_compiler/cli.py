@@ -574,21 +574,21 @@ def show_command(
     model = api.load_model(model_file)
     item = show_trace.read_input(model, input, line)
     length = show_trace.positions(model, item)
-    needed = show_trace.trace_bytes(model, length)
     if suffix in (".html", ".htm"):
-        from crasp_compiler.show.html import page, page_bytes
+        from crasp_compiler.show.html import keeps_patterns, page, page_bytes
 
-        require_memory(
-            needed + page_bytes(model, length), f"the page of {length:,} positions", output
-        )
+        patterns = keeps_patterns(length)
+        needed = show_trace.trace_bytes(model, length, patterns) + page_bytes(model, length)
+        require_memory(needed, f"the page of {length:,} positions", output)
         with warnings_on_stderr():
-            run = show_trace.trace(model, item, on_beyond=beyond_guarantee)
+            run = show_trace.trace(model, item, on_beyond=beyond_guarantee, patterns=patterns)
         write_text(output, page(model, run, f"{Path(model_file).name} on {input or ''}"))
         click.echo(output)
         return
     from crasp_compiler.show import figures as show_figures
 
     sizes = show_figures.figure_sizes(model, length, picture)
+    needed = show_trace.trace_bytes(model, length)
     needed += show_figures.require_drawable(sizes, dpi, output)
     require_memory(needed, f"the pictures of {length:,} positions", output)
     with warnings_on_stderr():

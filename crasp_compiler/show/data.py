@@ -97,17 +97,20 @@ def stage_count(model: Model) -> int:
     return 1 + sum(bool(layer.heads) + (layer.mlp is not None) for layer in model.layers)
 
 
-def trace_bytes(model: Model, positions: int) -> float:
+def trace_bytes(model: Model, positions: int, patterns: bool = True) -> float:
     """The bytes :func:`trace` holds at its peak on an input of ``positions`` positions:
-    the residual after every stage and every head's pattern, with temporaries."""
+    the residual after every stage and (``patterns``) every head's pattern, with
+    temporaries."""
     heads = sum(len(layer.heads) for layer in model.layers)
-    cells = positions * model.width * (stage_count(model) + 2) + positions**2 * (heads + 2)
+    cells = positions * model.width * (stage_count(model) + 2)
+    cells += positions**2 * (heads + 2) if patterns else 0
     return float(TRACE_BYTES * cells)
 
 
-def trace(model: Model, item: Any, *, on_beyond: str = "error") -> Trace:
+def trace(model: Model, item: Any, *, on_beyond: str = "error", patterns: bool = True) -> Trace:
     """Run ``model`` on one input of its language (C-RASP: a token list or string; PCOC:
-    an input-vector array, one row per input slot) and record what the pictures show."""
+    an input-vector array, one row per input slot) and record what the pictures show
+    (the attention patterns only with ``patterns``)."""
     language = api.model_language(model)
     if isinstance(item, str) and language.name == "crasp":
         item = item.split()
@@ -120,7 +123,7 @@ def trace(model: Model, item: Any, *, on_beyond: str = "error") -> Trace:
             f"{stages} residual stages is {size:,} values (at most {MAX_VALUES:,}); "
             "`crasp info` summarises the model"
         )
-    require_memory(trace_bytes(model, len(tokens[0]) + 1), "tracing the input")
+    require_memory(trace_bytes(model, len(tokens[0]) + 1, patterns), "tracing the input")
     result = api.run(model, [item], on_beyond=on_beyond)
     ids = np.zeros((1, len(tokens[0]) + 1), dtype=np.int64)
     ids[0, 1:] = model.token_ids(list(tokens[0]))
@@ -135,9 +138,9 @@ def trace(model: Model, item: Any, *, on_beyond: str = "error") -> Trace:
             seen[name] = value
 
     parts = numpy_exec.NumpyParts(model, np.float64)
-    forward(NUMPY, parts, ids, lengths, numeric, Observer(hook, patterns=True))
+    forward(NUMPY, parts, ids, lengths, numeric, Observer(hook, patterns=patterns))
     points = [("embed", "blocks.0.hook_resid_pre" if model.layers else "hook_resid_final", 0)]
-    patterns = []
+    drawn: list[Pattern] = []
     for index, layer in enumerate(model.layers):
         if layer.heads:
             name = f"blocks.{index}.hook_resid_mid"
@@ -145,9 +148,9 @@ def trace(model: Model, item: Any, *, on_beyond: str = "error") -> Trace:
         if layer.mlp is not None:
             name = f"blocks.{index}.hook_resid_post"
             points.append((f"layer {index + 1} mlp", name, 2 * index + 2))
-        for h, head in enumerate(layer.heads):
+        for h, head in enumerate(layer.heads if patterns else ()):
             weights = seen[f"blocks.{index}.attn.heads.{h}.hook_pattern"][0]
-            patterns.append(Pattern(index, h, head.label or f"head {h + 1}", np.asarray(weights)))
+            drawn.append(Pattern(index, h, head.label or f"head {h + 1}", np.asarray(weights)))
     kept: list[Stage] = []
     previous: np.ndarray | None = None
     for label, name, stage in points:
@@ -159,7 +162,7 @@ def trace(model: Model, item: Any, *, on_beyond: str = "error") -> Trace:
         rows=list(model.residual),
         positions=[str(p) for p in language.position_labels(model, item)],
         stages=kept,
-        patterns=patterns,
+        patterns=drawn,
         output_labels=list(result.labels[0]),
         outputs={name: np.asarray(v[0]) for name, v in result.values.items()},
         text=language.format_input(item),

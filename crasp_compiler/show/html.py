@@ -28,6 +28,10 @@ MAX_ROWS = 400
 # Peak bytes building the page takes per value it carries (the values as Python numbers,
 # their JSON text, the page and its UTF-8 copy), measured with a margin.
 PAGE_BYTES = 100
+# Positions up to which the page carries every head's attention pattern: a pattern is
+# positions² cells, which no browser draws usefully beyond this (and the page's JSON would
+# take seconds to write); beyond it the page says so and keeps the residual and outputs.
+MAX_PATTERN_POSITIONS = 512
 # Characters of the data block ``json.dumps`` writes as ``\uXXXX`` so that no HTML
 # parser state (``</script>``, ``<!--``) can begin inside it.
 _HTML_SAFE = (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"))
@@ -76,7 +80,7 @@ def _views(run: Trace) -> list[dict[str, Any]]:
                 "kind": "residual",
             }
         )
-    for pattern in run.patterns:
+    for pattern in run.patterns if keeps_patterns(len(run.positions)) else ():
         views.append(
             {
                 "title": f"attention L{pattern.layer + 1} head {pattern.head + 1}: {pattern.label}",
@@ -172,11 +176,17 @@ text.changed { fill: #a06000; font-weight: bold; }
 """
 
 
+def keeps_patterns(positions: int) -> bool:
+    """Whether a page of ``positions`` positions carries the attention patterns."""
+    return positions <= MAX_PATTERN_POSITIONS
+
+
 def page_bytes(model: Model, positions: int) -> float:
     """The bytes :func:`page` takes at its peak on an input of ``positions`` positions
     (BOS included), from the values its views carry."""
     heads = sum(len(layer.heads) for layer in model.layers)
-    rows = stage_count(model) * min(model.width, MAX_ROWS) + heads * positions + len(model.outputs)
+    patterns = heads * positions if keeps_patterns(positions) else 0
+    rows = stage_count(model) * min(model.width, MAX_ROWS) + patterns + len(model.outputs)
     return float(PAGE_BYTES * rows * positions)
 
 
@@ -185,7 +195,7 @@ def page(model: Model, item: Any, title: str = "crasp show") -> str:
     before anything is computed when the page would not fit the memory budget."""
     length = len(item.positions) if isinstance(item, Trace) else positions(model, item)
     require_memory(page_bytes(model, length), f"the page of {length:,} positions")
-    run = item if isinstance(item, Trace) else trace(model, item)
+    run = item if isinstance(item, Trace) else trace(model, item, patterns=keeps_patterns(length))
     data = {"views": _views(run)}
     payload = _html_safe(json.dumps(data, allow_nan=False))
     defs = definitions(model)
@@ -203,6 +213,13 @@ def page(model: Model, item: Any, title: str = "crasp show") -> str:
             f"<td>{c}</td></tr>"
             for n, c, a, b in layout_groups(model)[:200]
         )
+    note = ""
+    if any(layer.heads for layer in model.layers) and not keeps_patterns(len(run.positions)):
+        note = (
+            f"<p>Attention patterns are left out beyond {MAX_PATTERN_POSITIONS} positions "
+            f"(this input has {len(run.positions):,}): draw them with <code>crasp show -o "
+            "FILE.png</code>, or show a shorter input.</p>"
+        )
     return (
         '<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>"
@@ -212,6 +229,7 @@ def page(model: Model, item: Any, title: str = "crasp show") -> str:
         f'<table id="definitions">{head}{body}</table>'
         '<label>view: <select id="view"></select></label>'
         "<p>Hover a cell: row, position, value. Rows a sublayer changed are framed.</p>"
+        f"{note}"
         '<div id="plot"></div><div id="tip"></div>'
         f'<script type="application/json" id="data">{payload}</script>'
         f"<script>{_SCRIPT}</script></body></html>\n"

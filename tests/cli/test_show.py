@@ -406,16 +406,32 @@ def test_a_long_page_is_refused_before_it_is_built(files, tmp_path, monkeypatch)
     from crasp_compiler.show import data
 
     monkeypatch.setattr(data, "trace", None)  # refused before any tracing
+    monkeypatch.setenv("CRASP_MAX_MEMORY", "16M")
     result = invoke("show", files / "dyck1.npz", LONG, "-o", tmp_path / "d.html")
     assert result.exit_code == 1
     assert re.fullmatch(
         rf"{re.escape(str(tmp_path / 'd.html'))}: error: the page of 5,001 positions needs "
-        r"about [\d.]+ GiB; the limit is 4 GiB \(set CRASP_MAX_MEMORY, .*\)\n",
+        r"about [\d.]+ MiB; the limit is 16 MiB \(set CRASP_MAX_MEMORY, .*\)\n",
         result.stderr,
     )
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(CraspError, match="the page of 5,001 positions needs about"):
         page(dyck(), LONG)
+
+
+def test_a_long_page_leaves_the_attention_patterns_out_and_says_so(files, tmp_path):
+    """Beyond 512 positions a pattern (positions² cells) is not carried: the 5,001-position
+    page of Dyck-1 has its residual and outputs and a note (it took gigabytes and seconds
+    of JSON; 2,700 positions passed the fuzz harness's 8 CPU-s)."""
+    result = invoke("show", files / "dyck1.npz", LONG, "-o", tmp_path / "d.html")
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "d.html").read_text()
+    assert "Attention patterns are left out beyond 512 positions (this input has 5,001)" in text
+    data = json.loads(re.search(r'id="data">(.*?)</script>', text, re.S).group(1))
+    kinds = {view["kind"] for view in data["views"]}
+    assert kinds == {"residual", "outputs"}
+    short = page(dyck(), "( ( ) )")
+    assert "left out" not in short and '"kind": "attention"' in short
 
 
 def test_the_budget_bounds_pictures(files, tmp_path, monkeypatch):
