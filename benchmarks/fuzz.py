@@ -3551,10 +3551,30 @@ def print_summary(summary: dict) -> None:
 
 
 def _package_file() -> str:
-    """Where the package the workers import lives (this checkout's, see ROOT)."""
+    """Where the package the workers import lives, relative to this checkout (ROOT) so
+    that no record names a machine's folders; ``outside this checkout`` otherwise."""
     import crasp_compiler
 
-    return str(Path(crasp_compiler.__file__).resolve().parent)
+    package = Path(crasp_compiler.__file__).resolve().parent
+    return (
+        str(package.relative_to(ROOT)) if package.is_relative_to(ROOT) else "outside this checkout"
+    )
+
+
+def _provenance() -> dict:
+    """The commit (and whether the tree differs from it) and the machine of the run."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _common import machine, revision
+
+    return {"revision": revision(), "machine": machine()}
+
+
+def _relative(argument: str) -> str:
+    """A command-line argument with this checkout's folder left out (``--out`` paths)."""
+    path = Path(argument)
+    if path.is_absolute() and path.resolve().is_relative_to(ROOT):
+        return str(path.resolve().relative_to(ROOT))
+    return argument if not path.is_absolute() else path.name
 
 
 def case_counts(text: str, families: list[str]) -> dict[str, int]:
@@ -3687,7 +3707,8 @@ def main(argv: list[str] | None = None) -> int:
         },
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "package": _package_file(),
-        "argv": sys.argv[1:] if argv is None else argv,
+        **_provenance(),
+        "argv": [_relative(a) for a in (sys.argv[1:] if argv is None else argv)],
         "reproduce": "python benchmarks/fuzz.py --repro FAMILY:SEED:INDEX",
     }
     summary = summarize(outcomes, families, meta)

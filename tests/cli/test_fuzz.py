@@ -254,4 +254,6 @@ def test_small_fuzz_run_has_no_failures(tmp_path):
     )
     assert failing == [] and summary["failing"] == 0, report
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert summary["meta"]["package"] == str(ROOT / "crasp_compiler")
+    assert summary["meta"]["package"] == "crasp_compiler"  # this checkout's, named relative
+    assert summary["meta"]["revision"]["crasp_compiler_file"] == "crasp_compiler/__init__.py"
+    assert all(not Path(a).is_absolute() for a in summary["meta"]["argv"])
