@@ -3,32 +3,16 @@ exponents, the targets of issue 26 and the tables. None of this runs a measureme
 
 from __future__ import annotations
 
-import functools
-import importlib.util
-import os
-import sys
 from pathlib import Path
+
+from tests.support.scripts import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "standing.py"
 
 
-@functools.cache
 def _load():
-    """The script as a module, imported with ``benchmarks/`` on the path; the thread
-    settings it puts in the environment at import are taken back out."""
-    saved = dict(os.environ)
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        spec = importlib.util.spec_from_file_location("crasp_standing", SCRIPT)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
-        os.environ.clear()
-        os.environ.update(saved)
-    return module
+    return load_benchmark("standing")
 
 
 def test_design_point_is_the_papers_width():

@@ -3,34 +3,18 @@ timing, the ratios and the tables. None of this needs tracr, jax or torch."""
 
 from __future__ import annotations
 
-import functools
-import importlib.util
-import os
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.scripts import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "tracr_side.py"
 
 
-@functools.cache
 def _load():
-    """The script as a module, imported with ``benchmarks/`` on the path; the thread
-    settings it puts in the environment at import are taken back out."""
-    saved = dict(os.environ)
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        spec = importlib.util.spec_from_file_location("crasp_tracr_side", SCRIPT)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
-        os.environ.clear()
-        os.environ.update(saved)
-    return module
+    return load_benchmark("tracr_side")
 
 
 def _nested(word: list[str], pairs: list[str]) -> bool:
