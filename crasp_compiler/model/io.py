@@ -55,6 +55,7 @@ from crasp_compiler.model.model import (
     FLOAT_DTYPES,
     HEAD_KINDS,
     MASKS,
+    MAX_SEND_CAPACITY,
     MLP,
     RULES,
     WEIGHTINGS,
@@ -795,7 +796,7 @@ def _periodic_from_version_1(w_e: NDArray[Any], w_p: Matrix, features: list[str]
 
 def guarantee_header(guarantee: Guarantee) -> dict[str, Any]:
     """The guarantee as the header stores it (``dtypes``/``input_bounds``/``destinations``/
-    ``errors`` only when set: files written before those existed have none)."""
+    ``errors``/``capacities`` only when set: files written before those existed have none)."""
     out: dict[str, Any] = {"max_len": guarantee.max_len, "text": guarantee.text}
     if guarantee.dtypes:
         out["dtypes"] = dict(guarantee.dtypes)
@@ -805,6 +806,8 @@ def guarantee_header(guarantee: Guarantee) -> dict[str, Any]:
         out["destinations"] = list(guarantee.destinations)
     if guarantee.errors:
         out["errors"] = dict(guarantee.errors)
+    if guarantee.capacities:
+        out["capacities"] = dict(guarantee.capacities)
     return out
 
 
@@ -844,6 +847,16 @@ def _guarantee(g: dict[str, Any], inputs: list[str]) -> Guarantee:
         and len(set(destinations)) == len(destinations),
         "malformed guarantee: 'destinations' must list distinct numeric inputs",
     )
+    capacities = g.get("capacities", {})
+    _expect(
+        isinstance(capacities, dict)
+        and all(
+            key in destinations and type(c) is int and 2 <= c <= MAX_SEND_CAPACITY
+            for key, c in capacities.items()
+        ),
+        "malformed guarantee: 'capacities' must map send destinations to integers "
+        f"2..{MAX_SEND_CAPACITY}",
+    )
     errors = g.get("errors", {})
     _expect(
         isinstance(errors, dict)
@@ -864,6 +877,7 @@ def _guarantee(g: dict[str, Any], inputs: list[str]) -> Guarantee:
         {key: float(bound) for key, bound in bounds.items()},
         list(destinations),
         {key: float(bound) for key, bound in errors.items()},
+        {key: int(c) for key, c in capacities.items()},
     )
 
 

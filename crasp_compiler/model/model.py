@@ -364,6 +364,9 @@ def describe_limit(limit: int) -> str:
     return f"for inputs of length <= {limit:,}"
 
 
+MAX_SEND_CAPACITY = 16  # the most senders a PCOC send lets one machine receive from
+
+
 @dataclass
 class Guarantee:
     """When the outputs are exact.
@@ -376,8 +379,10 @@ class Guarantee:
     ``input_bounds``: ``|v| ≤ bound`` for numeric input channels; values outside are not
     covered. ``destinations``: numeric input channels that are the destinations of a
     data-dependent send (PCOC): in a run of T tokens, the values at positions 1..T
-    (machines 0..T−1) are covered only when they are integers and those in 0..T−1 are
-    distinct (a destination outside sends nothing). ``errors``: per float type the model
+    (machines 0..T−1) are covered only when they are integers and no value in 0..T−1
+    occurs more often than its capacity (a destination outside sends nothing).
+    ``capacities``: a destination's capacity where it is more than 1 (the senders one
+    machine may receive from; 1 — distinct destinations — for the others). ``errors``: per float type the model
     is covered in, a bound on how far any raw output may be from the reference
     semantics' output (a compiled PCOC model: from its interpreter's float64 output) on
     every covered input; a type that is absent has no such bound (a C-RASP model's
@@ -390,6 +395,7 @@ class Guarantee:
     input_bounds: dict[str, float] = field(default_factory=dict)
     destinations: list[str] = field(default_factory=list)
     errors: dict[str, float] = field(default_factory=dict)
+    capacities: dict[str, int] = field(default_factory=dict)
 
     def limit(self, dtype: str | None = None) -> int | None:
         """The longest input covered when running in ``dtype`` (None: no limit)."""
@@ -432,9 +438,11 @@ class Guarantee:
         """Why the send destinations of input ``name`` are not covered, or None:
         ``values`` ``(B, T)`` at positions 0..T−1 (BOS at 0, padding past
         ``lengths[b]``); the first run and machine with a destination that is not an
-        integer, or two machines with one destination in 0..lengths[b]−1."""
+        integer, or more machines with one destination in 0..lengths[b]−1 than its
+        capacity."""
         if name not in self.destinations:
             return None
+        capacity = self.capacities.get(name, 1)
         for b, length in enumerate(lengths):
             where = f" of input {b}" if len(lengths) > 1 else ""
             row = values[b, 1 : 1 + int(length)]
@@ -449,14 +457,23 @@ class Guarantee:
             senders = np.flatnonzero((row >= 0) & (row < length))
             order = senders[np.argsort(row[senders], kind="stable")]  # by destination
             targets = row[order]
-            again = np.flatnonzero(targets[1:] == targets[:-1]) + 1
-            if again.size:  # the first machine whose destination an earlier one has
+            # a destination that capacity + 1 machines name: sorted, it repeats c places on
+            again = np.flatnonzero(targets[capacity:] == targets[:-capacity]) + capacity
+            if again.size:  # the first machine that overfills an earlier destination
                 i = int(np.min(order[again]))
-                j = int(order[np.searchsorted(targets, row[i])])
+                first = int(np.searchsorted(targets, row[i]))
+                machines = sorted(int(m) for m in order[first : first + capacity])
+                if capacity == 1:
+                    return (
+                        f"numeric input {name!r} sends machines {machines[0]} and {i}{where} "
+                        f"both to machine {int(row[i])}: the model routes a send exactly only "
+                        "to distinct destinations"
+                    )
                 return (
-                    f"numeric input {name!r} sends machines {j} and {i}{where} both to "
-                    f"machine {int(row[i])}: the model routes a send exactly only to "
-                    "distinct destinations"
+                    f"numeric input {name!r} sends machines "
+                    f"{', '.join(map(str, machines))} and {i}{where} all to machine "
+                    f"{int(row[i])}: the model routes a send exactly only to at most "
+                    f"{capacity} senders per machine"
                 )
         return None
 

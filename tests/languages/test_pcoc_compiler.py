@@ -397,6 +397,7 @@ def test_random_programs_interpreter_numpy_torch_softmax(prog, n, seed):
 # hard-mode layers for n machines (R = rounds): one per round, except where noted
 LAYERS = {
     "alternating_sum": lambda n: 1 + log2up(n) if n > 1 else 0,  # n = 1: no odd machine
+    "bitonic_sort": lambda n: log2up(n) * (log2up(n) + 1) // 2,  # one layer per round
     "broadcast": log2up,
     "clamp_steps": lambda n: 2,  # one round: comparisons, then the nested selection
     "compare_vectors": lambda n: 1 + log2up(n),
@@ -414,6 +415,7 @@ LAYERS = {
 }
 ROUNDS = {
     "alternating_sum": lambda n: 1 + log2up(n),
+    "bitonic_sort": lambda n: log2up(n) * (log2up(n) + 1) // 2,
     "clamp_steps": lambda n: 1,
     "compare_vectors": lambda n: 1 + log2up(n),
     "count_positive": lambda n: 1 + log2up(n),

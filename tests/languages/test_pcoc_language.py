@@ -65,6 +65,7 @@ def ceil_log2(n: int) -> int:
 # The number of rounds each example states in its header, as a function of n.
 ROUNDS = {
     "alternating_sum": lambda n: 1 + ceil_log2(n),
+    "bitonic_sort": lambda n: ceil_log2(n) * (ceil_log2(n) + 1) // 2,
     "broadcast": ceil_log2,
     "clamp_steps": lambda n: 1,
     "compare_vectors": lambda n: 1 + ceil_log2(n),
@@ -175,6 +176,7 @@ REFERENCES = {
     "tree_sum": lambda x: {"x": tree_block_reference(x, sum)},
     "tree_min": lambda x: {"x": tree_block_reference(x, min)},
     "sort": lambda x: {"x": sorted(x)},
+    "bitonic_sort": lambda x: {"x": sorted(x)},
     "broadcast": lambda x: {"x": [x[0]] * len(x)},
     "reverse": lambda x: {"x": x[::-1]},
     "rotate": lambda x: {

@@ -625,6 +625,24 @@ def test_malformed_send_destinations_are_refused(tmp_path, destinations):
     refused(file_of(tmp_path, model, edit), "'destinations' must list distinct numeric inputs")
 
 
+@pytest.mark.parametrize(
+    "capacities",
+    [{"d": 1}, {"d": 17}, {"d": 2.0}, {"d": "2"}, {"x": 2}, {"nope": 2}, [2], {"d": True}],
+    ids=["one", "over-max", "float", "string", "not-a-destination", "unknown", "list", "bool"],
+)
+def test_malformed_send_capacities_are_refused(tmp_path, capacities):
+    """The capacity a PCOC guarantee records for a destination (``capacities``, an
+    integer 2..16 per recorded destination) is validated: a hostile value is one clear
+    error."""
+    model = compile_pcoc(load_pcoc(PCOC.parent / "pcoc_sends" / "pairs.pcoc"), 2)
+    assert model.guarantee.capacities == {"d": 2}
+
+    def edit(header, arrays):
+        header["guarantee"]["capacities"] = capacities
+
+    refused(file_of(tmp_path, model, edit), "'capacities' must map send destinations")
+
+
 def test_consistent_headers_load(tmp_path, relu30):
     assert_same_model(load_model(file_of(tmp_path, relu30)), relu30)
 

@@ -34,12 +34,24 @@ The slots made here are marked ``Slot.made``: a payload gets the interval of the
 sent (``Slot.carries``) and a flag [−1, 1], which the construction proves (each entry is
 bound for one destination, which one machine sends to at most).
 
-**What it needs.** Destinations that are integers, distinct among the machines 0..n−1
-they name (where two machines send to one, their tuples add): the compiled model's
-guarantee states it and the runtimes check it on input destinations
-(:func:`~crasp_compiler.languages.pcoc.compile.compile_pcoc`). One word per sender and
-one sender per receiver: the general MPC round of Lemma B.1 (several words, several
-senders per receiver up to a capacity) is not covered.
+**What it needs.** Destinations that are integers; a machine among 0..n−1 named by at
+most as many machines as the send has targets (its *capacity* c: one for
+``got = send x to d``, distinct destinations; where more send to one machine, their
+tuples add): the compiled model's guarantee states it and the runtimes check it on
+input destinations (:func:`~crasp_compiler.languages.pcoc.compile.compile_pcoc`).
+
+**Capacity c > 1** (``a, b = send x to d``: the general MPC round of Lemma B.1, with
+every ``send`` of a round one word a machine sends): an entry holds a *list* of up to
+``min(c, 2^{b+1})`` tuples ``(v, x, s)`` for its destination, valid ones first, in
+increasing offset (:meth:`_Sender.list_rounds`). Round b puts the machine's own list
+(bit b of the offset 0) before the received one (bit b 1), a selection by the own list's
+valid flags (big-M gates); ``s = u − d`` (u the sender) is read off round 0's exact
+equality tests, and the last round sorts the c tuples by it (odd–even transposition), so
+that the k-th target holds the k-th lowest-numbered sender's value. Measured
+(``examples/pcoc_sends/pairs.pcoc``, two sends of capacity 2): width about 22n, about
+525 nonzero weights per machine, at most ``2⌈log₂ n⌉ + 7`` layers (each routing round an
+attention layer and an MLP layer: a gate needs its 0/1 test as an input), float64 and
+float32 covered; ``tests/languages/test_mpc_sends.py``.
 
 **Size** (hard mode, k = ⌈log₂ n⌉). ``k + 3`` layers for permute.pcoc (round 0 is four
 MLP sublayers: the range tests and clamps; w; the 4n equality tests; the selections,
@@ -235,13 +247,15 @@ class _Sender:
         self.count += 1
         return f"{self.tag}t{self.count}_{stem}"
 
-    def slot(self, b: int, q: int, field: str) -> str:
-        """The slot of field ``v`` (valid flag) or ``x`` (payload) of offset
-        ``q·2^{b+1}`` after round b."""
-        name = f"{self.tag}e{b}_{q}_{field}"
+    def slot(self, b: int, q: int, field: str, t: int | None = None) -> str:
+        """The slot of field ``v`` (valid flag), ``x`` (payload) or ``s`` (sender) of
+        offset ``q·2^{b+1}`` after round b (of its t-th tuple, with a capacity)."""
+        name = f"{self.tag}e{b}_{q}_{'' if t is None else t}{field}"
         if name not in self.slots:
             if field == "x":  # a payload: one of the values sent, or 0
                 slot = Slot(name, self.payload_bound, made=True, carries=self.send.slot)
+            elif field == "s":  # a sort key u − d in −(n−1)..n−1, or 0
+                slot = Slot(name, float(max(self.n - 1, 1)), made=True)
             else:  # a valid flag: 0 or 1
                 slot = Slot(name, 1.0, made=True)
             self.slots[name] = slot
@@ -325,7 +339,9 @@ class _Sender:
 
     def rounds(self) -> list[tuple[list[Receive], list[Stmt]]]:
         """(receives, statements) per routing round; the last round's statements end
-        with the assignment of the send's target."""
+        with the assignment of the send's targets."""
+        if self.send.capacity > 1:
+            return self.list_rounds()
         send, n = self.send, self.n
         receives: list[Receive] = []
         body: list[Stmt] = []
@@ -355,8 +371,160 @@ class _Sender:
         result = x
         if send.default:
             result = Add(x, Scale(float(send.default), Sub(Num(1.0), v)))
-        body.append(Assign(send.target, result))
+        body.append(Assign(send.targets[0], result))
         return out
+
+    # ------------------------------------------------------------ capacity c > 1
+
+    def list_rounds(self) -> list[tuple[list[Receive], list[Stmt]]]:
+        """:meth:`rounds` for a receiver capacity c > 1: an entry is a list of up to
+        ``min(c, 2^{b+1})`` tuples (v, x, s) bound for one destination d, packed (valid
+        ones first), in increasing offset; ``s = u − d`` for the sender u (a sort key,
+        read off round 0's ``w``), 0 where not valid. Round b puts the machine's own list (offsets
+        with bit b 0) before the received one (bit b 1): ``M[t] = A[t]`` where
+        ``A.v[t]``, else ``B[t − k]`` for the k valid tuples of A (packed: the largest k
+        with ``A.v[k−1]``). The last round sorts the c tuples by sender (odd–even
+        transposition on valid neighbours) and assigns ``t_k = x_k + default·(1 − v_k)``."""
+        send, n = self.send, self.n
+        receives: list[Receive] = []
+        body: list[Stmt] = []
+        own, other = self.tuples(receives)
+        entries = self.list_scatter(own, other, body)
+        out = [(receives, body)]
+        for b in range(1, max(self.k, 1)):
+            self.list_store(b - 1, entries, body)
+            receives, body = [], []
+            source = _machine(n - 2**b, n)
+            merged: list[list[dict[str, Expr]]] = []
+            for q in range(_entries(n, b)):
+                mine = [
+                    {f: Read(self.slot(b - 1, 2 * q, f, t)) for f in "vxs"}
+                    for t in range(len(entries[2 * q]))
+                ]
+                got: list[dict[str, Expr]] = []
+                if 2 * q + 1 < _entries(n, b - 1):
+                    for t in range(len(entries[2 * q + 1])):
+                        tuple_: dict[str, Expr] = {}
+                        for f in "vxs":
+                            name = self.temp("r" + f)
+                            receives.append(
+                                Receive(name, self.slot(b - 1, 2 * q + 1, f, t), source, 0.0)
+                            )
+                            tuple_[f] = Read(name)
+                        got.append(tuple_)
+                merged.append(self.merge(mine, got))
+            entries = merged
+            out.append((receives, body))
+        (last,) = entries
+        last = [{f: self.let(f, e, body) for f, e in tuple_.items()} for tuple_ in last]
+        ordered = self.by_sender(last, body)
+        for t, target in enumerate(send.targets):
+            if t >= len(ordered):  # fewer machines than the capacity: never filled
+                body.append(Assign(target, Num(float(send.default))))
+                continue
+            x, v = ordered[t]["x"], ordered[t]["v"]
+            result = x if not send.default else Add(x, Scale(float(send.default), Sub(Num(1.0), v)))
+            body.append(Assign(target, result))
+        return out
+
+    def list_scatter(
+        self, own: _Tuple, other: _Tuple | None, body: list[Stmt]
+    ) -> list[list[dict[str, Expr]]]:
+        """Round 0 with a capacity: entry q lists the machine's own tuple where its offset
+        is 2q, then machine ``i − 1``'s where its offset is 2q + 1. The sort key
+        ``s = u − d`` of a tuple is a sum of its exact 0/1 equality tests, each times the
+        key its target implies: own tuple (u = i), ``w = 2n + 2q`` → ``−2q``,
+        ``w = n + 2q`` → ``n − 2q``; machine i − 1's → one less (``n − 1 − 2q`` for
+        ``w = 2n + 2q`` on machine 0, whose left neighbour is n − 1)."""
+        n = self.n
+        sources = [(self.offset(own[0], body), own[1], 0)]
+        if other is not None:
+            sources.append((self.offset(other[0], body), other[1], 1))
+        entries = []
+        for q in range(_entries(n, 0)):
+            singles = []
+            for w, x, behind in sources[: 2 if 2 * q + 1 < n else 1]:
+                hits, keys = [], []
+                for t in self.targets(q):
+                    hit = self.let("hit", Compare("==", w, Num(t), 0.5), body)
+                    key = (-2.0 * q if t >= 2 * n else n - 2.0 * q) - behind
+                    hits.append(hit)
+                    if behind and t >= 2 * n:  # machine 0 hears machine n − 1
+                        keys.append(
+                            IfExpr(
+                                SBin("==", MACHINE, SNum(0)),
+                                Scale(key + n, hit),
+                                Scale(key, hit),
+                            )
+                        )
+                    else:
+                        keys.append(Scale(key, hit))
+                valid = self.let("valid", _sum(hits), body)
+                singles.append({"v": valid, "x": _gate(valid, x), "s": _sum(keys)})
+            entries.append(self.merge(singles[:1], singles[1:]))
+        return entries
+
+    def merge(
+        self, mine: list[dict[str, Expr]], got: list[dict[str, Expr]]
+    ) -> list[dict[str, Expr]]:
+        """The packed list ``mine`` then the packed list ``got``, cut at the capacity."""
+        size = min(self.send.capacity, len(mine) + len(got))
+        merged = []
+        for t in range(size):
+            entry: dict[str, Expr] = {}
+            for f in "vxs":
+                expr: Expr = got[t][f] if t < len(got) else Num(0.0)
+                for k in range(1, min(t, len(mine)) + 1):  # k valid tuples in mine
+                    taken = got[t - k][f] if t - k < len(got) else Num(0.0)
+                    expr = IfExpr(_valid(mine[k - 1]["v"]), taken, expr)
+                if t < len(mine):
+                    expr = IfExpr(_valid(mine[t]["v"]), mine[t][f], expr)
+                entry[f] = expr
+            merged.append(entry)
+        return merged
+
+    def list_store(self, b: int, entries: list[list[dict[str, Expr]]], body: list[Stmt]) -> None:
+        values = [
+            [{f: self.let("new", e, body) for f, e in tuple_.items()} for tuple_ in entry]
+            for entry in entries
+        ]
+        for q, entry in enumerate(values):
+            for t, tuple_ in enumerate(entry):
+                for f, expr in tuple_.items():
+                    body.append(Assign(self.slot(b, q, f, t), expr))
+
+    def by_sender(self, tuples: list[dict[str, Expr]], body: list[Stmt]) -> list[dict[str, Expr]]:
+        """The packed list sorted by sender: odd–even transposition on the keys
+        ``s = u − d`` (u the sender, d this machine: increasing in u), a pair swapped where
+        both are valid and ``s_a > s_{a+1}`` (``s_a − s_{a+1} − 2n·(1 − v_{a+1}) ≥ 1/2``:
+        distinct integers, and negative where ``a + 1`` is empty)."""
+        n = self.n
+        tuples = list(tuples)
+        for stage in range(len(tuples)):
+            for a in range(stage % 2, len(tuples) - 1, 2):
+                lo, hi = tuples[a], tuples[a + 1]
+                gap = Sub(Sub(lo["s"], hi["s"]), Scale(2.0 * n, Sub(Num(1.0), hi["v"])))
+                swap = self.let("swap", Compare(">=", gap, Num(0.5), 0.5), body)
+                cond = _valid(swap)
+                tuples[a] = {
+                    f: self.let(f, IfExpr(cond, hi[f], lo[f]), body) if f != "v" else lo[f]
+                    for f in "vxs"
+                }
+                tuples[a + 1] = {
+                    f: self.let(f, IfExpr(cond, lo[f], hi[f]), body) if f != "v" else hi[f]
+                    for f in "vxs"
+                }
+        return tuples
+
+
+def _valid(flag: Expr) -> Compare:
+    """``flag ≥ 1/2`` for a 0/1 flag."""
+    return Compare(">=", flag, Num(0.5), 0.5)
+
+
+def _gate(flag: Expr, value: Expr) -> Expr:
+    """``value`` where the 0/1 ``flag`` is 1, else 0."""
+    return IfExpr(_valid(flag), value, Num(0.0))
 
 
 @dataclass(frozen=True)

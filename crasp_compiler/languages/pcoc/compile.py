@@ -284,7 +284,7 @@ def compile_pcoc(
         )
     target = errors.get(dtype, math.inf) if mode == "softmax" else None
     text = _guarantee_text(n, mode, temperature, target, dtype, covered, errors)
-    destinations, condition = _send_condition(original, unrolled, n)
+    destinations, capacities, condition = _send_condition(original, unrolled, n)
     text += condition
     input_bounds = {s.name: s.bound for s in program.slots if s.name in program.inputs}
     softmax: dict[str, object] = {}
@@ -307,6 +307,7 @@ def compile_pcoc(
             {name: float(bound) for name, bound in input_bounds.items() if bound is not None},
             destinations,
             errors,
+            capacities,
         ),
         filename=program.filename,
         options={
@@ -359,33 +360,40 @@ def _assigned(body: Sequence[Stmt]) -> set[str]:
 
 def _send_condition(
     program: Program, rounds: Sequence[tuple[Round, dict[str, int]]], n: int
-) -> tuple[list[str], str]:
+) -> tuple[list[str], dict[str, int], str]:
     """The condition under which the sends of ``program`` route exactly, as the guarantee
     records it: the input slots that are the destinations of a send as they were read
-    (no round before it assigns them), which the runtimes check, and the words for the
+    (no round before it assigns them), which the runtimes check, with their capacities
+    above 1 (the smallest of the sends that read them), and the words for the
     guarantee's text (empty without sends). A send whose destination the program
     computes cannot be checked before the routing: the text names it."""
-    checked: list[str] = []
+    checked: dict[str, int] = {}
     computed: list[str] = []
     assigned: set[str] = set()
     for rnd, _ in rounds:
         for send in rnd.sends:
             if send.dest in program.inputs and send.dest not in assigned:
-                checked.append(send.dest)
+                checked[send.dest] = min(checked.get(send.dest, send.capacity), send.capacity)
             else:
                 line = f" (line {send.span.line})" if send.span is not None else ""
-                computed.append(f"`{send.target} = send {send.slot} to {send.dest}`{line}")
+                computed.append(f"{send.text()}{line}")
         assigned |= _assigned(rnd.body)
     if not checked and not computed:
-        return [], ""
-    checked, computed = list(dict.fromkeys(checked)), list(dict.fromkeys(computed))
+        return [], {}, ""
+    computed = list(dict.fromkeys(computed))
+    capacities = {name: c for name, c in checked.items() if c > 1}
     text = (
         "; data-dependent sends route exactly only when their destinations are integers, "
         f"distinct among the machines whose destination is in 0..{n - 1} (one outside sends "
         "nothing)"
     )
+    if capacities or any(send.capacity > 1 for rnd, _ in rounds for send in rnd.sends):
+        text += " or, for a send into c names, named by at most c machines each"
     if checked:
-        names = ", ".join(repr(name) for name in checked)
+        names = ", ".join(
+            repr(name) + (f" (at most {checked[name]} per machine)" if checked[name] > 1 else "")
+            for name in checked
+        )
         text += f", which the runtimes check on input(s) {names} as they check the bounds"
     if computed:
         text += (
@@ -393,7 +401,7 @@ def _send_condition(
             "cannot be checked before the routing: that they meet this condition is the "
             "caller's to ensure"
         )
-    return checked, text
+    return list(checked), capacities, text
 
 
 def _guarantee_text(
@@ -453,7 +461,7 @@ def _probe_destinations(program: Program, n: int, mode: str, dtype: str) -> None
         return
     send, slot = probe.send, probe.program.slot(probe.send.dest)
     text = (
-        f"`{send.target} = send {send.slot} to {send.dest}`: the compiler routes it by "
+        f"{send.text()}: the compiler routes it by "
         f"comparing the destination {send.dest!r} (values up to {failure.magnitude:g}) with "
         f"the machine numbers (margin 0.5, offset routing), but {dtype} computes their "
         f"difference only to within {failure.rounding(d):.3g} and the routing needs it "

@@ -39,6 +39,7 @@ from crasp_compiler.languages.pcoc.nodes import (
     Read,
     Round,
     Scale,
+    Send,
     Static,
     StaticExpr,
     Stmt,
@@ -401,14 +402,16 @@ class _Machine:
         out[:, ~valid] = default
         return out
 
-    def send(self, values: np.ndarray, dests: np.ndarray, send) -> np.ndarray:
+    def send(self, values: np.ndarray, dests: np.ndarray, send: Send) -> list[np.ndarray]:
         """``send``: machine i's ``values`` go to machine ``dests[i]`` (nothing when it is
-        outside 0..n-1); CraspError for a destination that is not an integer, or two
-        senders to one machine."""
-        n = self.n
-        out = np.full((self.batch, n), send.default, dtype=np.float64)
+        outside 0..n-1); one array per target, the k-th holding on machine j the value of
+        the k-th lowest-numbered sender to j (or the default). CraspError for a
+        destination that is not an integer, or more senders to one machine than the send
+        has targets."""
+        n, capacity = self.n, send.capacity
+        out = [np.full((self.batch, n), send.default, dtype=np.float64) for _ in send.targets]
         for b in range(self.batch):
-            seen: dict[int, int] = {}
+            seen: dict[int, list[int]] = {}
             for i in range(n):
                 d = float(dests[b, i])
                 if d != math.floor(d):
@@ -420,15 +423,21 @@ class _Machine:
                 if not 0 <= d < n:
                     continue
                 j = int(d)
-                if j in seen:
+                senders = seen.setdefault(j, [])
+                if len(senders) == capacity:
                     batch = f", input {b}" if self.batch > 1 else ""
+                    which = " and ".join(str(s) for s in [*senders, i])
                     raise self.fail(
                         f"`send` collision in round r = {self.env.get('r')}: machines "
-                        f"{seen[j]} and {i} both send to machine {j}{batch}",
+                        f"{which} all send to machine {j}{batch}, more than "
+                        f"{send.text()} receives ({capacity})"
+                        if capacity > 1
+                        else f"`send` collision in round r = {self.env.get('r')}: machines "
+                        f"{which} both send to machine {j}{batch}",
                         send.span,
                     )
-                seen[j] = i
-                out[b, j] = values[b, i]
+                out[len(senders)][b, j] = values[b, i]
+                senders.append(i)
         return out
 
     def check_bounds(self, mem: dict, when: str) -> None:
@@ -466,7 +475,8 @@ class _Machine:
                 for receive in round_.receives
             }
             for send in round_.sends:
-                temps[send.target] = self.send(start[send.slot], start[send.dest], send)
+                got = self.send(start[send.slot], start[send.dest], send)
+                temps.update(zip(send.targets, got, strict=True))
             active = np.ones((self.batch, n), dtype=bool) if self.check else None
             mem, _ = self.block(round_.body, dict(mem), temps, active)
             if self.check:

@@ -196,17 +196,30 @@ class Receive:
 
 @dataclass(frozen=True)
 class Send:
-    """``target = send slot to dest default value``: every machine i sends ``slot`` to
-    machine ``dest`` (a slot holding an integer); ``target`` is the value sent to this
-    machine, or ``default`` when none is. A ``dest`` outside ``0..n-1`` sends nothing;
-    two senders to one machine are an error. Reads the memory at the start of the round.
-    Lowered to fixed-pattern rounds by :mod:`crasp_compiler.languages.pcoc.benes`."""
+    """``t₁, …, t_c = send slot to dest default value``: every machine i sends ``slot``
+    to machine ``dest`` (a slot holding an integer); on machine j, ``t_k`` is the value
+    sent by the k-th lowest-numbered machine that sends to j, or ``default`` when fewer
+    than k do. ``c`` (the number of targets) is the receiver's capacity: more than ``c``
+    senders to one machine are an error (the general MPC round of Lemma B.1: every send
+    statement of a round is one word a machine sends, ``c`` the words it may receive of
+    it). A ``dest`` outside ``0..n-1`` sends nothing. Reads the memory at the start of
+    the round. Lowered to fixed-pattern rounds by
+    :mod:`crasp_compiler.languages.pcoc.benes`."""
 
-    target: str
+    targets: tuple[str, ...]
     slot: str
     dest: str
     default: float
     span: Span | None = field(default=None, compare=False)
+
+    @property
+    def capacity(self) -> int:
+        """How many senders one machine may receive from."""
+        return len(self.targets)
+
+    def text(self) -> str:
+        """The statement as written, in backquotes, for messages."""
+        return f"`{', '.join(self.targets)} = send {self.slot} to {self.dest}`"
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,7 @@ from crasp_compiler.languages.pcoc.nodes import (
 from crasp_compiler.languages.pcoc.nodes import spanned as _spanned
 from crasp_compiler.languages.pcoc.static import MAX_EXACT_INT, StaticFailure, static_value
 from crasp_compiler.languages.pcoc.syntax import parse_tree
+from crasp_compiler.model.model import MAX_SEND_CAPACITY
 from crasp_compiler.syntax.engine import MAX_ERRORS
 from crasp_compiler.syntax.lark_tools import span as _span
 
@@ -420,9 +421,10 @@ class _Builder:
             while stack:
                 node = stack.pop()
                 if node.data in ("assign", "receive", "send"):
-                    name = str(node.children[0])
-                    if name not in self.slots:
-                        state.temps.setdefault(name, _span(node.children[0]))
+                    names = node.children[:-3] if node.data == "send" else node.children[:1]
+                    for tok in names:
+                        if str(tok) not in self.slots:
+                            state.temps.setdefault(str(tok), _span(tok))
                 stack.extend(c for c in node.children if isinstance(c, Tree))
         inner = _Scope(scope.loops, state)
         receives: list[Receive] = []
@@ -482,11 +484,23 @@ class _Builder:
         return False
 
     def send(self, item: Tree, scope: _Scope) -> Send | None:
-        target_tok, slot_tok, dest_tok, default_t = item.children
-        target = str(target_tok)
+        *target_toks, slot_tok, dest_tok, default_t = item.children
         state = scope.round
         assert state is not None
-        ok = self._target_ok(target_tok, scope, "send")
+        ok = True
+        for tok in target_toks:
+            if self._target_ok(tok, scope, "send"):
+                state.defined.add(str(tok))
+            else:
+                ok = False
+        if len(target_toks) > MAX_SEND_CAPACITY:
+            self.error(
+                f"a `send` receives into at most {MAX_SEND_CAPACITY} names, not {len(target_toks)}",
+                target_toks[MAX_SEND_CAPACITY],
+                "each name is one sender a machine may receive from (the receiver's "
+                "capacity); the routing grows with its square",
+            )
+            ok = False
         for tok, what in ((slot_tok, "the value of a `send`"), (dest_tok, "the destination")):
             name = str(tok)
             if name not in self.slots:
@@ -510,11 +524,10 @@ class _Builder:
             )
         except _Invalid:
             ok = False
-        if target not in RESERVED and target not in self.slots:
-            state.defined.add(target)
         if not ok:
             return None
-        return Send(target, str(slot_tok), dest, default, _span(item))
+        targets = tuple(str(tok) for tok in target_toks)
+        return Send(targets, str(slot_tok), dest, default, _span(item))
 
     def receive(self, item: Tree, scope: _Scope) -> Receive | None:
         target_tok, slot_tok, source_t, default_t = item.children
