@@ -764,6 +764,34 @@ def positional_keys(model: Model) -> list[list[PositionalKeys | None]]:
     return out
 
 
+def positional_patterns(model: Model) -> list[list[bool]]:
+    """For every head, whether its queries and keys are functions of position alone, so
+    that its attention pattern depends on nothing but the sequence's length: ``W_Q``
+    and ``W_K`` read only residual dimensions that a positional feature writes and that
+    nothing else has written when the head runs (no token, numeric input, or earlier
+    layer: those dimensions hold exactly ``W_P pos(t)``). PCOC's routing heads (a
+    receive from a machine the round's static expression names) are such heads."""
+    positional = nonzero_rows(model.w_p)
+    written = nonzero_columns(model.w_e) | nonzero_rows(model.numeric_weights)
+    out = []
+    for layer in model.layers:
+        fixed = positional & ~written
+        out.append(
+            [
+                bool(
+                    np.all(fixed[nonzero_columns(head.w_q)])
+                    and np.all(fixed[nonzero_columns(head.w_k)])
+                )
+                for head in layer.heads
+            ]
+        )
+        for head in layer.heads:
+            written = written | nonzero_rows(head.w_o)
+        if layer.mlp is not None:
+            written = written | nonzero_rows(layer.mlp.w2) | (layer.mlp.b2 != 0)
+    return out
+
+
 def _column(w: Matrix, k: int) -> FloatArray:
     """Column ``k`` of a dense or CSR matrix, dense."""
     if isinstance(w, np.ndarray):

@@ -901,6 +901,23 @@ def _rows(
     observe: Observer[A] | None,
 ) -> A:
     """The chunked path for the queries at positions ``rows``."""
+    weights = pattern_rows(ops, head, q, keys, rows, cols, lengths, tolerance)
+    weights = see(observe, "hook_pattern", weights)
+    return ops.matmul(weights, v)
+
+
+def pattern_rows(
+    ops: Backend[A, W],
+    head: HeadParams[W],
+    q: A,
+    keys: A,
+    rows: A,
+    cols: A,
+    lengths: A,
+    tolerance: float,
+) -> A:
+    """The attention weights ``α`` of the queries ``q`` at positions ``rows`` over the
+    keys ``keys`` (``(B, dk, T)``) at positions ``cols``: ``(B, rows, T)``."""
     scores = ops.matmul(q, keys) * ops.scalar(head.scale, like=q)
     if head.bias:
         offsets = rows[:, None] - cols[None, :]
@@ -921,9 +938,7 @@ def _rows(
             from_right = ops.flip(ops.cumsum(ops.flip(weights, axis=-1), axis=-1), axis=-1)
             weights = weights * ops.cast(ops.equal(from_right, 1), like=weights)
     total = ops.sum(weights, axis=-1)
-    weights = weights / ops.where(ops.equal(total, 0), 1.0, total)
-    weights = see(observe, "hook_pattern", weights)
-    return ops.matmul(weights, v)
+    return weights / ops.where(ops.equal(total, 0), 1.0, total)
 
 
 def _bos_keyed(ops: Backend[A, W], head: HeadParams[W], q: A, k: A, v: A, tolerance: float) -> A:

@@ -13,7 +13,13 @@ their recorded kinds (heads built without one get it once per run from the weigh
 softmax head whose keys are ``a·s + b·s²`` of the key position
 (:func:`crasp_compiler.model.model.positional_keys`, relu mode's offset lookups) sums
 each query over the band of keys whose weight is not exactly 0 (:func:`_banded`), O(T)
-instead of the general path's O(T²).
+instead of the general path's O(T²). Two more are for wide models (PCOC): a head whose
+queries and keys read only position features
+(:func:`crasp_compiler.model.model.positional_patterns`, the routing heads) runs on its
+pattern, computed once per length and applied as a sparse matrix (:class:`_FixedPattern`);
+and a model at least :data:`SLIM_WIDTH` wide runs each layer on the residual columns it
+reads and writes (:func:`_slim_block`), not on the whole residual. Observed passes run the
+general path.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -45,7 +51,10 @@ from crasp_compiler.model.model import (
     dense,
     head_kinds,
     is_sparse,
+    nonzero_columns,
+    nonzero_rows,
     positional_keys,
+    positional_patterns,
     token_ids,
 )
 from crasp_compiler.runtime import forward as fw
@@ -227,6 +236,105 @@ def _banded(
     return NUMPY.matmul_t(mixed.astype(x.dtype, copy=False), head.w_o)
 
 
+class _FixedPattern:
+    """A head whose queries and keys are functions of position alone
+    (:func:`~crasp_compiler.model.model.positional_patterns`: PCOC's routing heads). Its
+    pattern depends on the length alone: computed once per (T, length) by the general
+    path's weighting (:func:`~crasp_compiler.runtime.forward.pattern_rows`) from the
+    positional embedding, which is what those residual dimensions hold, and applied as a
+    sparse matrix (a hard routing head has one weight per row): O(T·dv) per sequence
+    instead of the general path's O(T²·(dk + dv)). Observed passes, and lengths whose
+    T × T pattern exceeds :data:`SCORE_BUDGET`, take the general path."""
+
+    def __init__(self, head: _Head, positions: Callable[[int], NDAny]) -> None:
+        self.head = head
+        self.positions = positions
+        self.cache: dict[tuple[int, int, Any], Any] = {}
+
+    def __call__(self, x: NDAny, lengths: NDAny, observe: Observer[NDAny] | None) -> NDAny:
+        size = x.shape[1]
+        if observe is not None or size * size > SCORE_BUDGET:
+            return fw.head_forward(NUMPY, self.head, x, lengths, observe)
+        v = NUMPY.matmul_t(x, self.head.w_v)  # (B, T, dv)
+        mixed = np.empty_like(v)
+        for length in np.unique(lengths):
+            rows = np.flatnonzero(lengths == length)
+            weights = self.pattern(size, int(length), x.dtype)
+            part = v[rows].transpose(1, 0, 2).reshape(size, -1)  # (T, rows·dv)
+            mixed[rows] = np.asarray(weights @ part).reshape(size, len(rows), -1).transpose(1, 0, 2)
+        return NUMPY.matmul_t(mixed, self.head.w_o)
+
+    def pattern(self, size: int, length: int, dtype: Any) -> Any:
+        """``α`` ``(T, T)`` for sequences of ``length`` tokens padded to ``size``
+        positions: CSR where at most a quarter of it is nonzero."""
+        key = (size, length, dtype)
+        if key not in self.cache:
+            from scipy import sparse
+
+            x = self.positions(size).astype(dtype, copy=False)[None]  # (1, T, d)
+            q = NUMPY.matmul_t(x, self.head.w_q)
+            keys = NUMPY.swap_last(NUMPY.matmul_t(x, self.head.w_k))
+            cols = np.arange(size)
+            tolerance = HARD_TOLERANCE["float64" if dtype == np.float64 else "float32"]
+            rows = fw.pattern_rows(
+                NUMPY, self.head, q, keys, cols, cols, np.array([length]), tolerance
+            )[0]
+            dense_enough = np.count_nonzero(rows) * 4 > rows.size
+            self.cache[key] = rows if dense_enough else sparse.csr_array(rows)
+        return self.cache[key]
+
+
+# Models at least this wide run each layer on the residual columns it touches
+# (:func:`_slim_block`) when the pass is not observed.
+SLIM_WIDTH = 256
+
+
+@dataclass(frozen=True)
+class _SlimLayer:
+    """A layer as :func:`_slim_block` runs it: per head, the residual columns it reads,
+    the places of the columns it writes among ``written`` (those all heads write), and
+    its step on the columns read; the MLP's columns read, written and its step."""
+
+    heads: list[tuple[NDArray[np.int64], NDArray[np.int64], Step]]
+    written: NDArray[np.int64]
+    mlp: tuple[NDArray[np.int64], NDArray[np.int64], Callable[[NDAny], NDAny]] | None
+
+
+def _slim_block(
+    layer: _SlimLayer, general: Step, x: NDAny, lengths: NDAny, observe: Observer[NDAny] | None
+) -> NDAny:
+    """A block of a wide model on the columns it touches, in place: each head reads the
+    columns its W_Q, W_K, W_V read and adds to those its W_O writes, after every head has
+    read (the update is their sum in head order, as the general pass adds them); then
+    the MLP likewise (W_1's columns; W_2's rows and b_2's nonzeros). The products are
+    those of the general pass without its zero terms (the same terms, summed in another
+    order). An observed pass runs ``general``."""
+    if observe is not None:
+        return general(x, lengths, observe)
+    if layer.heads:
+        update = np.zeros((*x.shape[:2], len(layer.written)), dtype=x.dtype)
+        for reads, place, step in layer.heads:
+            update[..., place] += step(x[..., reads], lengths, None)
+        x[..., layer.written] += update
+    if layer.mlp is not None:
+        reads, writes, mlp = layer.mlp
+        x[..., writes] += mlp(x[..., reads])
+    return x
+
+
+def _take(w: Matrix, rows: NDArray[np.int64] | None, columns: NDArray[np.int64] | None) -> Matrix:
+    """``w[rows][:, columns]`` (None: all), dense or CSR."""
+    if rows is not None:
+        w = w[rows]
+    if columns is not None:
+        w = w[:, columns]
+    return w
+
+
+def _columns_of(table: Callable[[int], NDAny], columns: NDArray[np.int64], size: int) -> NDAny:
+    return table(size)[:, columns]
+
+
 class NumpyParts:
     """:class:`crasp_compiler.runtime.forward.Parts` of a model, weights in ``dtype``
     (the positional and numeric maps stay float64)."""
@@ -242,18 +350,20 @@ class NumpyParts:
         self.blocks: list[Step] = []
         all_heads: list[list[_Head]] = []
         all_mlps: list[_MLP | None] = []
-        rows = zip(model.layers, head_kinds(model), positional_keys(model), strict=True)
-        for layer, kinds, positional in rows:
+        rows = zip(
+            model.layers,
+            head_kinds(model),
+            positional_keys(model),
+            positional_patterns(model),
+            strict=True,
+        )
+        for layer, kinds, positional, fixed in rows:
             attention = None
             prepared = [_head(h, kind, dtype) for h, kind in zip(layer.heads, kinds, strict=True)]
             all_heads.append(prepared)
+            steps = list(zip(prepared, positional, fixed, strict=True))
             if layer.heads:
-                heads: list[Step] = [
-                    partial(_banded, h, keys)
-                    if keys is not None and h.kind is HeadKind.GENERAL and h.mask is Mask.CAUSAL
-                    else partial(fw.head_forward, NUMPY, h)
-                    for h, keys in zip(prepared, positional, strict=True)
-                ]
+                heads = [self.head_step(*step) for step in steps]
                 attention = partial(fw.attention_forward, NUMPY, heads, group=_group(prepared))
             mlp = None
             params = _mlp(layer.mlp, dtype) if layer.mlp is not None else None
@@ -262,18 +372,80 @@ class NumpyParts:
                 mlp = partial(fw.mlp_forward, NUMPY, params)
             columns = fw.column_layer(NUMPY, prepared, params)
             # the blocks run only inside forward(), on a residual it owns
-            self.blocks.append(partial(fw.block_forward, attention, mlp, columns=columns))
+            block: Step = partial(fw.block_forward, attention, mlp, columns=columns)
+            if model.width >= SLIM_WIDTH:
+                block = partial(_slim_block, self.slim(steps, params), block)
+            self.blocks.append(block)
         self.plan: fw.Plan[NDAny, Matrix] | None = None
         if not model.inputs:
             self.plan = fw.lower(
                 NUMPY, self.w_e, model.features, model.w_p, all_heads, all_mlps, self.w_out
             )
 
+    def head_step(
+        self,
+        head: _Head,
+        keys: PositionalKeys | None,
+        fixed: bool,
+        columns: NDArray[np.int64] | None = None,
+    ) -> Step:
+        """How ``head`` runs: :func:`_banded`, :class:`_FixedPattern` or the general
+        pass; ``columns``: the residual columns its input holds (all by default)."""
+        if keys is not None and head.kind is HeadKind.GENERAL and head.mask is Mask.CAUSAL:
+            return partial(_banded, head, keys)
+        if fixed and head.kind is HeadKind.GENERAL:
+            table = self.position_table
+            if columns is not None:
+                table = partial(_columns_of, self.position_table, columns)
+            return _FixedPattern(head, table)
+        return partial(fw.head_forward, NUMPY, head)
+
+    def slim(
+        self, steps: Sequence[tuple[_Head, PositionalKeys | None, bool]], mlp: _MLP | None
+    ) -> _SlimLayer:
+        """The layer on the columns it touches (:func:`_slim_block`)."""
+        heads = []
+        for head, keys, fixed in steps:
+            reads = np.flatnonzero(
+                nonzero_columns(head.w_q) | nonzero_columns(head.w_k) | nonzero_columns(head.w_v)
+            )
+            writes = np.flatnonzero(nonzero_rows(head.w_o))
+            sub = replace(
+                head,
+                w_q=_take(head.w_q, None, reads),
+                w_k=_take(head.w_k, None, reads),
+                w_v=_take(head.w_v, None, reads),
+                w_o=_take(head.w_o, writes, None),
+            )
+            heads.append((reads, writes, self.head_step(sub, keys, fixed, reads)))
+        written = np.unique(np.concatenate([w for _, w, _ in heads] or [np.zeros(0, np.int64)]))
+        at = [np.searchsorted(written, w) for _, w, _ in heads]
+        slim_mlp = None
+        if mlp is not None:
+            reads = np.flatnonzero(nonzero_columns(mlp.w1))
+            writes = np.flatnonzero(nonzero_rows(mlp.w2) | (mlp.b2 != 0))
+            sub_mlp = replace(
+                mlp,
+                w1=_take(mlp.w1, None, reads),
+                w2=_take(mlp.w2, writes, None),
+                b2=mlp.b2[writes],
+            )
+            slim_mlp = (reads, writes, partial(fw.mlp_forward, NUMPY, sub_mlp))
+        return _SlimLayer(
+            [(reads, place, step) for (reads, _, step), place in zip(heads, at, strict=True)],
+            written,
+            slim_mlp,
+        )
+
     def tokens(self, ids: NDAny) -> NDAny:
         return fw.token_embedding(NUMPY, self.w_e, ids)
 
     def positions(self, size: int, like: NDAny) -> NDAny:
         return fw.positional_embedding(NUMPY, self.model.features, self.model.w_p, size, like)
+
+    def position_table(self, size: int) -> NDAny:
+        """``W_P pos(t)`` for t < size, float64 (as :meth:`positions` gives it)."""
+        return self.positions(size, np.zeros(0))
 
     @property
     def positional(self) -> bool:
