@@ -503,6 +503,12 @@ def _train_summary(results: dict, generator: str | None = None) -> str:
         f"wall time: {results['wall_time_s']:.1f} s training, {results['eval_time_s']:.1f} s "
         f"final evaluation on {results['device']}; {results['n_parameters']} parameters",
     ]
+    theory = results.get("theory")
+    if theory:
+        lines.append(
+            f"theory ({theory['source']}): {theory['class']}; predicted length generalisation: "
+            f"APE {theory['ape'] or 'not predicted'}, NoPE {theory['nope'] or 'not predicted'}"
+        )
     if results.get("compiled_error"):
         lines.append(f"compiled program not evaluated: {results['compiled_error']}")
     if config.get("out_dir"):

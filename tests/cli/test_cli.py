@@ -263,7 +263,10 @@ def test_alphabet_override_must_keep_used_tokens(dyck):
 def test_check_summary(dyck):
     assert ok("check", dyck).stdout == (
         f"{dyck}: ok\n"
-        "  class:       C-RASP[∅]\n"
+        "  class:       C-RASP[∅] (an upper bound on the task's: another program may need "
+        "fewer relations)\n"
+        "  prediction:  APE yes, NoPE yes (Huang et al. 2025: APE generalises on "
+        "C-RASP[periodic, local], NoPE on C-RASP[∅])\n"
         "  alphabet:    ( )\n"
         "  definitions: 4 (2 Boolean, 2 count)\n"
         "  accept:      D\n"
@@ -277,7 +280,7 @@ def test_check_summary(dyck):
 
 def test_check_summary_with_outputs(outputs_program):
     summary = ok("check", outputs_program).stdout
-    assert "  class:       C-RASP[periodic]\n" in summary
+    assert "  class:       C-RASP[periodic] (an upper bound" in summary
     assert "  definitions: 3 (2 Boolean, 1 count)\n" in summary
     assert "  accept:      -\n" in summary
     assert "  outputs:     C, B\n" in summary
@@ -299,7 +302,7 @@ def test_check_summary_with_outputs(outputs_program):
 def test_check_relation_class(tmp_path, text, relation_class):
     path = tmp_path / "p.crasp"
     path.write_text(text + "\n", encoding="utf-8")
-    assert f"  class:       {relation_class}\n" in ok("check", path).stdout
+    assert f"  class:       {relation_class} (an upper bound" in ok("check", path).stdout
 
 
 def test_check_every_example():

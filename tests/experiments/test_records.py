@@ -282,3 +282,44 @@ def test_a_results_directory_that_is_a_file_is_refused_with_its_line(tmp_path, v
         load_grid(grid)
     [diagnostic] = caught.value.diagnostics
     assert diagnostic.message.startswith(message) and diagnostic.span.line == 2
+
+
+PROVENANCE = {
+    "commit": "0" * 40,
+    "modified": False,
+    "package_version": "0.1.0",
+    "python": "3.11.7",
+    "numpy": "2.4.6",
+    "torch": "2.13.0+cpu",
+    "cpu": "a CPU",
+    "platform": "Linux",
+    "device": "cpu",
+    "torch_threads": 2,
+    "dtype": "float32",
+}
+THEORY = {"source": "program", "class": "C-RASP[∅]", "ape": "yes", "nope": None, "text": []}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "named"),
+    [
+        ("provenance", {**PROVENANCE, "torch_threads": -1}, "provenance.torch_threads"),
+        ("provenance", {**PROVENANCE, "commit": 7}, "provenance.commit"),
+        ("provenance", {k: v for k, v in PROVENANCE.items() if k != "cpu"}, "provenance.cpu"),
+        ("provenance", [], "provenance"),
+        ("theory", {**THEORY, "ape": "maybe"}, "theory.ape"),
+        ("theory", {**THEORY, "text": [1]}, "theory.text"),
+    ],
+)
+def test_provenance_and_theory_are_checked_where_present(tmp_path, field, value, named):
+    """Records written since provenance and the theory's reading were recorded carry
+    them (optional: older records have neither); a malformed one is named."""
+    record = _record("crasp_prediction")
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({**record, "provenance": PROVENANCE, "theory": THEORY}))
+    assert read_results(path)["provenance"]["commit"] == "0" * 40
+    path.write_text(
+        json.dumps({**record, "provenance": PROVENANCE, "theory": THEORY, field: value})
+    )
+    with pytest.raises(CraspError, match=rf"field {named}\b"):
+        read_results(path)

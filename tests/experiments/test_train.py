@@ -113,7 +113,7 @@ SEQUENCE_KEYS = {
     "task", "family", "kind", "model_class", "config", "model_config", "device",
     "n_parameters", "n_trainable", "steps", "early_stopped", "wall_time_s", "eval_time_s",
     "final_loss", "loss_history", "eval_history", "compiled_error", "bins", "test_size",
-    "max_positions", "accuracy", "compiled_accuracy", "agreement", "resumed_from",
+    "max_positions", "accuracy", "compiled_accuracy", "agreement", "resumed_from", "provenance",
 }  # fmt: skip
 SEQUENCE_ONLY = {"bins", "max_positions", "accuracy", "compiled_accuracy", "agreement"}
 NUMERIC_KEYS = SEQUENCE_KEYS - SEQUENCE_ONLY | {"n", "scales", "metrics", "compiled_metrics"}
@@ -329,6 +329,13 @@ def test_sequence_run_writes_files_and_results(tmp_path):
     assert results["agreement"] == results["accuracy"]
     assert load_config(tmp_path) == TrainConfig.from_dict(config.to_dict())
     assert load_config(tmp_path).task == "toy-majority"
+    # where and how it was made: code, libraries, machine, device, threads, dtype
+    made = on_disk["provenance"]
+    assert made["torch"] == torch.__version__ and made["numpy"] == np.__version__
+    assert made["device"] == "cpu" and made["dtype"] == "float32"
+    assert made["torch_threads"] == torch.get_num_threads() >= 1
+    assert made["commit"] is None or len(made["commit"]) == 40
+    assert "theory" not in on_disk  # a toy task without a C-RASP class
 
 
 def test_loss_falls_and_early_stop():

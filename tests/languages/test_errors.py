@@ -177,7 +177,7 @@ def test_display_line():
             "alphabet",
             (1, 9, 1),
             "unexpected end of input",
-            "expected '{' or a token literal such as \"a\"",
+            "expected '{', 'range' or a token literal such as \"a\"",
         ),
         ("output", (1, 7, 1), "unexpected end of input", "expected a name"),
         ("A(i) := #[j <= i, ] Q_a(j)", (1, 19, 1), "unexpected ']'", "a position variable"),

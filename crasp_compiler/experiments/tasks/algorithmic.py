@@ -171,10 +171,15 @@ def _balanced(function: str, terms: Sequence[str]) -> str:
     return f"{function}({left}, {right})"
 
 
-def _header(title: str, alphabet: Sequence[str]) -> list[str]:
-    shown = ", ".join(f'"{token}"' for token in alphabet)
+def _header(title: str, alphabet: Sequence[str], ranged: int = 0) -> list[str]:
+    """The program's first lines; ``ranged``: the alphabet's first symbols are "0" … the
+    given count − 1, declared ``range`` (they stand in for a growing alphabet)."""
+    assert list(alphabet[:ranged]) == [str(k) for k in range(ranged)]
+    items = [f"range 0..{ranged - 1}"] if ranged else []
+    items += [f'"{token}"' for token in alphabet[ranged:]]
+    shown = ", ".join(items)
     return [
-        f"// {title}",
+        *(f"// {line}" for line in title.split("\n")),
         '// Input: the example without its leading "$" (BOS plays "$"); the outputs at',
         "// position i give the token that follows token i + 1 of the example.",
         f"alphabet {shown}",
@@ -438,7 +443,14 @@ class CopyUnique(_UniqueTokens):
     def program_text(self) -> str:
         numbers = self.labels[:-1]
         lines = [
-            *_header("Copy (unique): $ x SEP x EOS (distinct tokens). C-RASP[∅].", self.vocab[1:]),
+            *_header(
+                "Copy (unique): $ x SEP x EOS (distinct tokens). C-RASP[∅] for its "
+                f"{len(numbers)}-token\nalphabet only: the task's alphabet grows with its "
+                "length (`range`), so this\nprogram shows no class for the task (the paper: "
+                "C-RASP[local], not [∅]).",
+                self.vocab[1:],
+                ranged=len(numbers),
+            ),
             "// After k outputs the next output is the token with k input tokens before it.",
             "// Before_s counts the positions before the first s: the input tokens before s",
             "// when s occurs in the input, i + 1 > k otherwise.",

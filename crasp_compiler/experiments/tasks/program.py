@@ -422,3 +422,32 @@ class ProgramTask(SequenceTask):
 
     def sample(self, rng: np.random.Generator, length: int) -> Example:
         return self.sample_batch(rng, [length])[0]
+
+
+def task_theory(task: object) -> dict[str, Any] | None:
+    """What the theory predicts for a task, as a run's results record it
+    (:mod:`crasp_compiler.languages.crasp.theory`): for a C-RASP ``--program`` task, its
+    program's class and prediction (None where the program shows nothing); for a
+    registered task with a C-RASP class, that class (the smallest with a program, from
+    the papers) and the predictions it implies; None for the others."""
+    from crasp_compiler.languages.crasp.theory import reading
+
+    if isinstance(task, ProgramTask):
+        found = reading(task.crasp)
+        return {
+            "source": "program",
+            "class": found.relation_class,
+            "ape": found.ape,
+            "nope": found.nope,
+            "text": list(found.lines),
+        }
+    klass = getattr(task, "crasp_class", None)
+    if isinstance(klass, str) and klass.startswith("C-RASP"):
+        return {
+            "source": "registry",
+            "class": klass,
+            "ape": "yes",
+            "nope": "yes" if klass == "C-RASP[∅]" else None,
+            "text": [],
+        }
+    return None

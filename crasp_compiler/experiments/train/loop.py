@@ -68,6 +68,7 @@ from tqdm.auto import tqdm
 
 from crasp_compiler.errors import CraspError, Diagnostic
 from crasp_compiler.experiments.tasks.base import SAMPLINGS, NumericTask, SequenceTask, Task
+from crasp_compiler.experiments.tasks.program import task_theory
 from crasp_compiler.experiments.train.data import (
     IGNORE,
     bin_name,
@@ -96,6 +97,7 @@ from crasp_compiler.experiments.train.models import (
     SequenceModel,
     SequenceModelConfig,
 )
+from crasp_compiler.experiments.train.provenance import provenance
 from crasp_compiler.files import writable_dir, write_bytes, write_text
 
 MODEL_CLASSES = {"SequenceModel": SequenceModel, "NumericModel": NumericModel}
@@ -730,6 +732,7 @@ def train(
         model, results = _train_sequence(config, task, device, model, param_filter)
     else:
         model, results = _train_numeric(config, task, device, model, param_filter)
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     results = {
         "task": task.name,
         "family": task.family,
@@ -741,7 +744,11 @@ def train(
         "n_parameters": sum(p.numel() for p in model.parameters()),
         "n_trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
         **results,
+        "provenance": provenance(str(device), dtype),
     }
+    theory = task_theory(task)
+    if theory is not None:
+        results["theory"] = theory
     if config.out_dir is not None:
         save(model, config, results, config.out_dir)
         (Path(config.out_dir) / CHECKPOINT).unlink(missing_ok=True)

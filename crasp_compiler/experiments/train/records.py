@@ -141,6 +141,24 @@ METRICS = _table(
     _fields({name: NUMBER for name in ("mse", "mae", "rel_error", "close_accuracy")}),
     _scale_key,
 )
+PROVENANCE = _fields(
+    {
+        name: _nullable(STRING) if name == "commit" else STRING
+        for name in ("commit", "python", "numpy", "torch", "cpu", "platform", "device", "dtype")
+    },
+    {
+        "modified": _nullable(BOOL),
+        "torch_threads": COUNT,
+        "package_version": STRING,
+        "device_name": STRING,
+    },
+)
+PREDICTION = _nullable(_simple('"yes", "no" or null', lambda v: v in ("yes", "no")))
+THEORY = _fields(
+    {"source": STRING, "class": STRING, "ape": PREDICTION, "nope": PREDICTION},
+    {"text": _list(STRING)},
+)
+OPTIONAL = {"provenance": PROVENANCE, "theory": THEORY}
 KIND = _fields({"kind": _simple('"sequence" or "numeric"', lambda v: v in ("sequence", "numeric"))})
 COMMON = {
     "task": STRING,
@@ -176,6 +194,7 @@ SEQUENCE = _fields(
         "balanced_accuracy": _table(FRACTION),
         "position_accuracy": _table(FRACTION),
         "label_balance": _table(_fields({"positions": SHARES, "last": SHARES})),
+        **OPTIONAL,
     },
 )
 NUMERIC = _fields(
@@ -186,7 +205,7 @@ NUMERIC = _fields(
         "metrics": METRICS,
         "compiled_metrics": _nullable(METRICS),
     },
-    {"agreement": _nullable(_table(NUMBER, _scale_key))},
+    {"agreement": _nullable(_table(NUMBER, _scale_key)), **OPTIONAL},
 )
 
 

@@ -72,6 +72,7 @@ MAX_CONSTANT = 10**9
 MAX_POSITIONAL = 10**9  # integers in positional atoms (offsets are bounded further below)
 MAX_MODULUS = 10_000
 MAX_OFFSET = 10_000
+MAX_RANGE = 100_000  # symbols one `range A..B` of the alphabet may name
 
 _RELATION_CLASSES = (
     "supported positional relations: periodic predicates (Boolean combinations of "
@@ -154,6 +155,8 @@ class _Builder:
 
         definitions: list[Definition] = []
         alphabet: list[str] | None = None
+        stand_in: list[str] = []
+        declared_ok = True
         accept: tuple[str, Token] | None = None
         outputs: list[tuple[str, Token]] = []
         for st in statements:
@@ -167,14 +170,24 @@ class _Builder:
             elif kind == "predicate_stmt":
                 self.predicate(st)
             elif kind == "alphabet_stmt":
-                symbols = [self.symbol(tok) for tok in st.children]
+                before = len(self.diagnostics)
+                items = [
+                    (symbol, tok, isinstance(tok, Tree))
+                    for tok in st.children
+                    for symbol in (
+                        self.symbol_range(tok) if isinstance(tok, Tree) else [self.symbol(tok)]
+                    )
+                ]
                 if alphabet is not None:
                     self.error("the alphabet is declared twice", st)
                     continue  # keep the first declaration: no cascade of token errors
-                for n, (symbol, tok) in enumerate(zip(symbols, st.children, strict=True)):
+                symbols = [symbol for symbol, _, _ in items]
+                for n, (symbol, tok, _) in enumerate(items):
                     if symbol is not None and symbol in symbols[:n]:
                         self.error(f"the alphabet lists {symbol!r} twice", tok)
                 alphabet = [s for s in dict.fromkeys(symbols) if s is not None]
+                stand_in = [symbol for symbol, _, ranged in items if ranged and symbol]
+                declared_ok = len(self.diagnostics) == before
             elif kind == "accept_stmt":
                 if accept is not None:
                     self.error("`accept` is given twice", st)
@@ -182,7 +195,9 @@ class _Builder:
             elif kind == "output_stmt":
                 outputs.extend((str(t), t) for t in st.children)
 
-        if alphabet is not None:
+        if alphabet is not None and not declared_ok:  # no cascade of token errors
+            alphabet = list(dict.fromkeys([*alphabet, *self.literals]))
+        elif alphabet is not None:
             for symbol, span in self.literals.items():
                 if symbol not in alphabet:
                     self.error(
@@ -233,7 +248,25 @@ class _Builder:
             source=self.source,
             filename=self.filename,
             warnings=tuple(self.warnings),
+            stand_in=tuple(stand_in),
         )
+
+    def symbol_range(self, tree: Tree) -> list[str | None]:
+        """The symbols of ``range A..B``: "A" … "B" (at most :data:`MAX_RANGE`)."""
+        low_tok, high_tok = tree.children
+        low, high = int(str(low_tok)), int(str(high_tok))
+        if low > high:
+            self.error(
+                f"the range {low}..{high} is empty", high_tok, f"write `range {high}..{low}`"
+            )
+            return []
+        if high - low + 1 > MAX_RANGE:
+            self.error(
+                f"the range {low}..{high} has {high - low + 1:,} symbols, more than {MAX_RANGE:,}",
+                high_tok,
+            )
+            return []
+        return [str(k) for k in range(low, high + 1)]
 
     def symbol(self, tok: Token) -> str | None:
         symbol = _unquote(str(tok))

@@ -92,10 +92,15 @@ class Crasp(Language):
         return [w.format(program.source, program.filename) for w in program.warnings]
 
     def summary(self, program: Program, **options: Any) -> list[str]:
+        from crasp_compiler.languages.crasp.theory import reading
+
         sorts = [d.sort for d in program.definitions]
         width = max(len(d.name) for d in program.definitions)
+        klass, prediction, *notes = reading(program).lines
         return [
-            f"  class:       {program.relation_class}",
+            f"  class:       {klass}",
+            f"  prediction:  {prediction}",
+            *(f"  {note}" for note in notes),
             f"  alphabet:    {' '.join(program.alphabet)}",
             f"  definitions: {len(sorts)} ({sorts.count(Sort.BOOL)} Boolean, "
             f"{sorts.count(Sort.COUNT)} count)",

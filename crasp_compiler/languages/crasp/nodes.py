@@ -251,6 +251,9 @@ class Program:
     filename: str = field(default="<string>", compare=False, repr=False)
     # things worth a word that are not errors (e.g. a 0-indexed reading of paper notation)
     warnings: tuple[Diagnostic, ...] = field(default=(), compare=False, repr=False)
+    # the alphabet's symbols declared by `range A..B`: standing in for an alphabet that
+    # grows with the input (crasp_compiler.languages.crasp.theory)
+    stand_in: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_name", {d.name: d for d in self.definitions})

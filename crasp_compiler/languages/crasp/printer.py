@@ -230,9 +230,7 @@ def format_program(program: Program) -> str:
     """The whole program as text: alphabet, definitions, acceptance and outputs."""
     lines = []
     if program.alphabet:
-        lines.append(
-            "alphabet " + ", ".join(json.dumps(s, ensure_ascii=False) for s in program.alphabet)
-        )
+        lines.append("alphabet " + ", ".join(_alphabet_items(program)))
     lines.extend(f"{d.name} = {format_expr(d.expr)}" for d in program.definitions)
     if program.accept is not None:
         lines.append(f"accept {program.accept}")
@@ -243,6 +241,30 @@ def format_program(program: Program) -> str:
     if others:
         lines.append("output " + ", ".join(others))
     return "\n".join(lines) + "\n"
+
+
+def _alphabet_items(program: Program) -> list[str]:
+    """The alphabet as declared: quoted symbols, and ``range A..B`` for each run of
+    consecutive numbers declared as a stand-in range."""
+    stand_in = set(program.stand_in)
+    items: list[str] = []
+    run: list[int] = []
+
+    def close() -> None:
+        if run:
+            items.append(f"range {run[0]}..{run[-1]}")
+            run.clear()
+
+    for symbol in program.alphabet:
+        if symbol in stand_in:
+            if run and int(symbol) != run[-1] + 1:
+                close()
+            run.append(int(symbol))
+        else:
+            close()
+            items.append(json.dumps(symbol, ensure_ascii=False))
+    close()
+    return items
 
 
 def _constant(node: Node) -> bool:

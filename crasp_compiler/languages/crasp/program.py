@@ -62,6 +62,7 @@ def with_alphabet(program: Program, alphabet: Iterable[str]) -> Program:
         source=program.source,
         filename=program.filename,
         warnings=program.warnings,
+        stand_in=tuple(s for s in program.stand_in if s in symbols),
     )
 
 
