@@ -340,7 +340,12 @@ def test_ray_runs_are_reported_as_ray_returns_them(tmp_path, monkeypatch):
     def get(ref):
         if ref.config["pe"] == "nope":
             raise RuntimeError("worker died")
-        return None  # the run "succeeded" without training
+        if ref.config["pe"] == "sin":
+            return None, None  # "succeeded" but sent nothing back: a failed run
+        return None, {"returned": ref.config["pe"]}  # the run's results, through Ray
+
+    kept = []
+    monkeypatch.setattr(sweep, "keep_results", lambda run, results: kept.append(results))
 
     fake = types.SimpleNamespace(init=lambda **kw: None, remote=remote, wait=wait, get=get)
     fake.cancel = lambda ref, force: None
@@ -351,9 +356,15 @@ def test_ray_runs_are_reported_as_ray_returns_them(tmp_path, monkeypatch):
     with pytest.raises(CraspError) as caught:
         sweep.run_sweep(path, ray_address="auto", on_finish=lambda r, e: seen.append((r, e)))
     assert [run.config["pe"] for run, _ in seen] == ["sin", "nope", "ape"]
-    assert [error for _, error in seen] == [None, "RuntimeError: worker died", None]
+    assert [error for _, error in seen] == [
+        "the run returned no results",
+        "RuntimeError: worker died",
+        None,
+    ]
+    assert kept == [{"returned": "ape"}]  # what came back is what the driver keeps
     assert "failed: RuntimeError: worker died" in str(caught.value)
-    assert calls == [{"num_cpus": 1, "num_gpus": 0}]
+    assert "failed: the run returned no results" in str(caught.value)
+    assert calls == [{"num_cpus": 1, "num_gpus": 0, "max_retries": 2, "retry_exceptions": False}]
 
 
 def _fake_ray(monkeypatch, init):

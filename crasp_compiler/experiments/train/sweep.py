@@ -49,7 +49,14 @@ raised again for the caller (``crasp sweep`` then lists the finished runs and ex
 status 130).
 
 Given a Ray address, every run is one Ray task (one CPU, or one GPU when the task asks
-for it with ``gpus``), so a large grid spreads over a cluster without code changes.
+for it with ``gpus``), so a large grid spreads over a cluster without code changes. A
+task returns its results to the driver through Ray, which writes them to the run's
+``results.json`` under ``out`` and to its record: nothing is lost where the driver cannot
+read the disk of the node that trained (a run that returns nothing is a failed run). The
+run directories with the checkpoints and model files go to ``storage`` (a path every node
+can write: node-local, or a shared one the cluster provides; default ``out``). A task
+whose worker dies is run again up to ``max_retries`` times (default 2); an error of the
+run itself is not retried.
 
 Progress: :func:`run_sweep` calls ``on_finish(run, error)`` in the calling process as
 each run ends, in the order they end, whether the runs go in this process, in local
@@ -106,11 +113,24 @@ if TYPE_CHECKING:
 
     ProgramTasks = dict[tuple[object, ...], ProgramTask | PcocNumericTask]
 
-KEYS = ("out", "results", "workers", "gpus", "preset", "base", "grid", "task")
+KEYS = (
+    "out",
+    "results",
+    "workers",
+    "gpus",
+    "storage",
+    "max_retries",
+    "preset",
+    "base",
+    "grid",
+    "task",
+)
 FIELDS = [f.name for f in fields(TrainConfig)]
 SET_BY_SWEEP = ("progress",)
 MAX_RUNS = 10_000
 MAX_WORKERS = 256
+MAX_RETRIES = 100
+RETRIES = 2  # Ray's retries of a run whose worker died, unless the grid says
 HASH_DIGITS = 8
 MAX_NAME = 200  # bytes in one directory name of out_dir (file systems allow 255)
 
@@ -419,6 +439,13 @@ def load_grid(path: str | Path) -> tuple[list[Run], dict]:
     gpus = spec.get("gpus", 0)
     if isinstance(gpus, bool) or not isinstance(gpus, int | float) or not 0 <= gpus < math.inf:
         raise error(f"gpus must be a number >= 0, not {gpus!r}", None, "gpus")
+    storage = spec.get("storage")
+    if storage is not None and (not isinstance(storage, str) or not storage or "\0" in storage):
+        raise error(f"storage must be a path (a string), not {storage!r}", None, "storage")
+    retries = spec.get("max_retries", RETRIES)
+    if type(retries) is not int or not 0 <= retries <= MAX_RETRIES:
+        what = f"an integer in [0, {MAX_RETRIES}]"
+        raise error(f"max_retries must be {what}, not {retries!r}", None, "max_retries")
     preset = spec.get("preset", "quick")
     if not isinstance(preset, str) or preset not in PRESETS:
         raise error(f"preset must be one of {', '.join(PRESETS)}, not {preset!r}", None, "preset")
@@ -454,6 +481,10 @@ def load_grid(path: str | Path) -> tuple[list[Run], dict]:
         records = None if saved is None else (path.parent / saved).resolve()
     except (OSError, RuntimeError) as err:
         raise error(f"results: cannot resolve {saved!r}: {err}", None, "results") from None
+    try:  # not checked here: the nodes that run the tasks write there, not this one
+        stored = None if storage is None else (path.parent / storage).resolve()
+    except (OSError, RuntimeError) as err:
+        raise error(f"storage: cannot resolve {storage!r}: {err}", None, "storage") from None
     blockers: dict[str, Path | None] = {}
     for key, value, target in (("out", out, root), ("results", saved, records)):
         try:  # a name the file system refuses (too long) is refused now, by its key
@@ -495,7 +526,14 @@ def load_grid(path: str | Path) -> tuple[list[Run], dict]:
     if unused:
         table = f"task.{unused[0]}"
         raise error(f"[{table}]: no run of the grid has task {unused[0]!r}", table)
-    settings = {"out": root, "results": records, "workers": workers, "gpus": gpus}
+    settings = {
+        "out": root,
+        "results": records,
+        "workers": workers,
+        "gpus": gpus,
+        "storage": stored,
+        "max_retries": retries,
+    }
     return list(runs.values()), settings
 
 
@@ -568,20 +606,38 @@ def _flat(text: str) -> str:
     return " ".join(text.split())
 
 
-def _run_one(config: dict) -> str | None:
-    """Train one run (in a worker: one torch thread); what went wrong if it failed."""
+# What a run's worker sends back: what went wrong (None: nothing) and its results.
+Outcome = tuple["str | None", "dict | None"]
+
+
+def _run_one(config: dict) -> Outcome:
+    """Train one run (in a worker: one torch thread); what went wrong if it failed, and
+    its results (returned, so that a run on another machine loses nothing where the
+    driver cannot read that machine's disk)."""
     import torch
 
     from crasp_compiler.experiments.train.loop import train
 
     torch.set_num_threads(1)
     try:
-        train(TrainConfig.from_dict(config))
+        results = train(TrainConfig.from_dict(config))
     except CraspError as err:
-        return one_line(err)
+        return one_line(err), None
     except Exception as err:  # one failed run must not stop the sweep; reported at the end
-        return _flat(f"{type(err).__name__}: {err}")
-    return None
+        return _flat(f"{type(err).__name__}: {err}"), None
+    return None, results
+
+
+def keep_results(run: Run, results: dict) -> None:
+    """Write the results a run returned to its ``results.json`` under the grid's ``out``
+    (unless that file already holds this configuration's results: the run wrote it
+    there) and to its record. A CraspError when they cannot be written."""
+    path = run.out_dir / "results.json"
+    if _read_results(path, run) is None:
+        writable_dir(run.out_dir)
+        with replacing(path, f"the results of {run.name}") as partial:
+            partial.write_text(json.dumps(results, indent=2) + "\n")
+    save_record(run)
 
 
 OnFinish = Callable[[Run, "str | None"], None]
@@ -612,10 +668,13 @@ def run_sweep(
     count = workers or settings["workers"]
     errors: dict[int, str | None] = {}
 
-    def done(index: int, error: str | None) -> None:
-        if error is None:
+    def done(index: int, outcome: Outcome) -> None:
+        error, results = outcome
+        if error is None and results is None:  # nothing came back: not a finished run
+            error = "the run returned no results"
+        elif error is None:
             try:
-                save_record(todo[index])
+                keep_results(todo[index], results)  # type: ignore[arg-type]
             except CraspError as err:
                 error = one_line(err)
         errors[index] = error
@@ -624,7 +683,12 @@ def run_sweep(
 
     configs = [run.config for run in todo]
     if ray_address is not None:
-        _run_ray(configs, ray_address, settings["gpus"], done)
+        if settings["storage"] is not None:  # where the nodes write the run directories
+            configs = [
+                {**config, "out_dir": str(settings["storage"] / run.out_dir.name)}
+                for config, run in zip(configs, todo, strict=True)
+            ]
+        _run_ray(configs, ray_address, settings["gpus"], settings["max_retries"], done)
     elif count <= 1 or len(configs) <= 1:
         for index, config in enumerate(configs):
             done(index, _run_one(config))
@@ -645,7 +709,7 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _run_pool(configs: list[dict], count: int, done: Callable[[int, str | None], None]) -> None:
+def _run_pool(configs: list[dict], count: int, done: Callable[[int, Outcome], None]) -> None:
     """The runs on ``count`` worker processes, ``done(index, error)`` as each ends. A
     KeyboardInterrupt cancels the pending runs and terminates the workers before it
     propagates; a worker that dies (killed, e.g. out of memory) fails its run and those
@@ -658,10 +722,10 @@ def _run_pool(configs: list[dict], count: int, done: Callable[[int, str | None],
         futures = {pool.submit(_run_one, config): k for k, config in enumerate(configs)}
         for future in as_completed(futures):
             try:
-                error = future.result()
+                outcome = future.result()
             except BrokenProcessPool:
-                error = "a worker process died (killed, out of memory?)"
-            done(futures[future], error)
+                outcome = ("a worker process died (killed, out of memory?)", None)
+            done(futures[future], outcome)
     except BaseException:
         # no public way to stop running workers before Python 3.14's terminate_workers()
         for process in list(getattr(pool, "_processes", {}).values()):
@@ -698,11 +762,19 @@ def _connect_ray(address: str) -> Any:
 
 
 def _run_ray(
-    configs: list[dict], address: str, gpus: float, done: Callable[[int, str | None], None]
+    configs: list[dict],
+    address: str,
+    gpus: float,
+    retries: int,
+    done: Callable[[int, Outcome], None],
 ) -> None:
-    """The runs as Ray tasks, ``done(index, error)`` as each ends (:func:`ray.wait`)."""
+    """The runs as Ray tasks, ``done(index, outcome)`` as each ends (:func:`ray.wait`);
+    a task whose worker dies is run again up to ``retries`` times (an error the run
+    itself raises is its outcome, not retried)."""
     ray = _connect_ray(address)
-    remote = ray.remote(num_cpus=1, num_gpus=gpus)(_run_one)
+    remote = ray.remote(num_cpus=1, num_gpus=gpus, max_retries=retries, retry_exceptions=False)(
+        _run_one
+    )
     refs = [remote.remote(config) for config in configs]
     index = {ref: k for k, ref in enumerate(refs)}
     pending = list(refs)
@@ -711,12 +783,12 @@ def _run_ray(
             ready, pending = ray.wait(pending, num_returns=1)
             for ref in ready:
                 try:
-                    error = ray.get(ref)
+                    outcome = ray.get(ref)
                 except KeyboardInterrupt:
                     raise
                 except Exception as err:  # the task's worker died, or Ray failed it
-                    error = _flat(f"{type(err).__name__}: {err}")
-                done(index[ref], error)
+                    outcome = (_flat(f"{type(err).__name__}: {err}")[:2000], None)
+                done(index[ref], outcome)
     except KeyboardInterrupt:
         for ref in pending:
             ray.cancel(ref, force=True)
