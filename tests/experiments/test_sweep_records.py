@@ -187,8 +187,9 @@ def test_intervals_hold_the_mean_and_are_reproducible():
     assert report.interval([0.5]) == (0.5, 0.5, 0.5)
     assert report.interval([1.0] * 5) == (1.0, 1.0, 1.0)
     mean, low, high = report.interval([0.0, 0.2, 0.9, 1.0, 1.0])
-    assert mean == pytest.approx(0.62) and 0.0 <= low < mean < high <= 1.0
+    assert mean == pytest.approx(0.62) and 0.0 < low < mean < 1.0 < high  # t: unbounded
     assert report.interval([0.0, 0.2, 0.9, 1.0, 1.0]) == (mean, low, high)
+    assert report._fraction([0.0, 0.2, 0.9, 1.0, 1.0]) == "0.62 [0.02, 1.00]"  # clipped
 
 
 def test_a_table_the_script_does_not_make_is_an_error():
