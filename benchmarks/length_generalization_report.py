@@ -11,7 +11,13 @@ chomsky,value_generalization}.toml`` and by ``benchmarks/finetune_compiled.py``)
   randomized-PE paper's Table 4;
 - (c) per numeric task and model: MSE per value scale, next to the positional-attention
   papers' released results;
-- (d) fine-tuning the compiled models: how many seeds stay exact.
+- (d) fine-tuning the compiled models: how many seeds stay exact;
+- the stopping rule on D₂ (``early_stopping.toml``): stop at the first 100 % in
+  distribution against the full budget, paired by seed.
+
+``--verify N`` retrains N records drawn at random on this machine and prints, per score,
+whether the new value equals the record, falls within the range of its cell's recorded
+seeds, or outside it: how far the page's numbers hold on another machine.
 
 A cell of (a) and (b) is the mean over seeds with its 95 % Student-t interval
 (:func:`interval`); a cell of (c), beside the papers' medians, is the median over seeds
@@ -23,6 +29,7 @@ Usage::
     python benchmarks/length_generalization_report.py           # rewrite the page's tables
     python benchmarks/length_generalization_report.py --check   # exit 1 if they differ
     python benchmarks/length_generalization_report.py --figures docs/figures
+    python benchmarks/length_generalization_report.py --verify 5   # retrain 5 records
 """
 
 from __future__ import annotations
@@ -103,15 +110,15 @@ def spread(values: Sequence[float]) -> tuple[float, float, float]:
 def _fraction(values: Sequence[float]) -> str:
     """Mean [t-interval] of fractions, the interval clipped to [0, 1]."""
     mean, low, high = interval(values)
-    low, high = max(low, 0.0), min(high, 1.0)
-    return f"{mean:.2f}" if low == high else f"{mean:.2f} [{low:.2f}, {high:.2f}]"
+    shown = [f"{v:.2f}" for v in (mean, max(low, 0.0), min(high, 1.0))]
+    return shown[0] if len(set(shown)) == 1 else f"{shown[0]} [{shown[1]}, {shown[2]}]"
 
 
 def _percent(values: Sequence[float]) -> str:
     """Mean [t-interval] of fractions, in percent, the interval clipped to [0, 100]."""
     mean, low, high = (100 * v for v in interval(values))
-    low, high = max(low, 0.0), min(high, 100.0)
-    return f"{mean:.1f}" if low == high else f"{mean:.1f} [{low:.1f}, {high:.1f}]"
+    shown = [f"{v:.1f}" for v in (mean, max(low, 0.0), min(high, 100.0))]
+    return shown[0] if len(set(shown)) == 1 else f"{shown[0]} [{shown[1]}, {shown[2]}]"
 
 
 def _scientific(values: Sequence[float]) -> str:
@@ -242,6 +249,49 @@ def ratio_table(results: list[dict]) -> str:
     return _rows(head, rows) if rows else "No finished runs yet."
 
 
+def stopping_table(results: list[dict]) -> str:
+    """The stopping rule on D₂: per encoding and rule (stop at the first 100 % in
+    distribution, or train the full budget), accuracy per bin (mean [95 % t-interval]),
+    the seeds reaching 0.9 on the third bin, and the steps; then, per encoding, the
+    paired difference (full − early) on that bin over the seeds both rules ran: its mean
+    [95 % t-interval] and how many seeds gained or lost."""
+    if not results:
+        return "No finished runs yet."
+    groups = _grouped(results, lambda r: (r["config"]["pe"], r["config"]["early_stop"]))
+    bins = list(results[0]["accuracy"])
+    head = ["PE", "rule", "seeds", *bins, f"seeds ≥ 0.9 on {bins[2]}", "steps"]
+    rows = []
+    for (pe, early), group in sorted(groups.items(), key=lambda kv: (kv[0][0], not kv[0][1])):
+        rule = "stop at 100 % in distribution" if early else "full budget"
+        row = [pe.upper(), rule, str(len(group))]
+        row += [_fraction([g["accuracy"][b] for g in group]) for b in bins]
+        row.append(f"{sum(g['accuracy'][bins[2]] >= 0.9 for g in group)} of {len(group)}")
+        row.append(_steps(group))
+        rows.append(row)
+    lines = [_rows(head, rows), ""]
+    paired = ["PE", f"full − early on {bins[2]} (paired seeds)", "gained", "lost", "same"]
+    pair_rows = []
+    for pe in sorted({pe for pe, _ in groups}):
+        early = {g["config"]["seed"]: g["accuracy"][bins[2]] for g in groups.get((pe, True), [])}
+        full = {g["config"]["seed"]: g["accuracy"][bins[2]] for g in groups.get((pe, False), [])}
+        seeds = sorted(set(early) & set(full))
+        if len(seeds) < 2:
+            continue
+        diff = [full[k] - early[k] for k in seeds]
+        mean, low, high = interval(diff)
+        pair_rows.append(
+            [
+                pe.upper(),
+                f"{mean:+.2f} [{low:+.2f}, {high:+.2f}] over {len(seeds)} seeds",
+                str(sum(d > 0 for d in diff)),
+                str(sum(d < 0 for d in diff)),
+                str(sum(d == 0 for d in diff)),
+            ]
+        )
+    lines.append(_rows(paired, pair_rows) if pair_rows else "No paired seeds yet.")
+    return "\n".join(lines)
+
+
 def _number(value: object) -> float:
     """A record's number: a float, or the strings "nan" / "inf" / "-inf" JSON cannot hold."""
     return float(value)  # type: ignore[arg-type]
@@ -288,6 +338,7 @@ def tables() -> dict[str, str]:
     crasp = collect(GRIDS / "length_generalization.toml", records_only=True)
     chomsky = collect(GRIDS / "chomsky.toml", records_only=True)
     value = collect(GRIDS / "value_generalization.toml", records_only=True)
+    stopping = collect(GRIDS / "early_stopping.toml", records_only=True)
     records = read_finetune_records(FINETUNE) if FINETUNE.exists() else []
     counts = {
         "runs": "\n".join(
@@ -296,6 +347,7 @@ def tables() -> dict[str, str]:
                 ("length_generalization", crasp),
                 ("chomsky", chomsky),
                 ("value_generalization", value),
+                ("early_stopping", stopping),
             ]
         )
         + f"\n- `finetune.json`: {len(records)} fine-tuning runs"
@@ -306,6 +358,7 @@ def tables() -> dict[str, str]:
         "b": chomsky_table(chomsky),
         "c": value_table(value),
         "c-ratio": ratio_table(value),
+        "stopping": stopping_table(stopping),
         "d": finetune_table(records),
     }
 
@@ -326,12 +379,89 @@ def regenerate(page: str, computed: dict[str, str]) -> str:
     return MARK.sub(replace, page)
 
 
+VERIFIED_GRIDS = ("length_generalization", "chomsky", "value_generalization", "early_stopping")
+
+
+def _scores(record: dict) -> dict[str, float]:
+    """What a record's cell shows: accuracy per bin (per token for the Chomsky tasks),
+    or MSE per value scale."""
+    if record["kind"] == "numeric":
+        return {f"c={k}": float(v["mse"]) for k, v in record["metrics"].items()}
+    field = "position_accuracy" if record["family"] == "chomsky" else "accuracy"
+    return {k: float(v) for k, v in record[field].items()}
+
+
+def _cell(record: dict) -> tuple:
+    config = record["config"]
+    return (
+        record["task"],
+        config.get("pe"),
+        config.get("numeric_kind"),
+        config.get("early_stop"),
+    )
+
+
+def verify(count: int, seed: int, train: Callable[[dict], dict] | None = None) -> str:
+    """Retrain ``count`` records drawn at random (``seed``) from the page's grids on this
+    machine, and say for each score where the new value falls: equal to the record,
+    within the range of the recorded seeds of its cell, or outside it. ``train`` (a
+    config dict to results) defaults to the harness's."""
+    import random
+
+    if train is None:
+        from crasp_compiler.experiments.train.loop import TrainConfig
+        from crasp_compiler.experiments.train.loop import train as run
+
+        def train(config: dict) -> dict:
+            return run(TrainConfig.from_dict({**config, "out_dir": None, "progress": False}))
+
+    records = {grid: collect(GRIDS / f"{grid}.toml", records_only=True) for grid in VERIFIED_GRIDS}
+    pool = [(grid, r) for grid, found in records.items() for r in found]
+    picks = random.Random(seed).sample(pool, min(count, len(pool)))
+    head = ["record", "score", "recorded", "retrained", "recorded seeds (range)", "where"]
+    rows = []
+    for grid, record in picks:
+        fresh = _scores(train(record["config"]))
+        peers = [r for r in records[grid] if _cell(r) == _cell(record)]
+        name = (
+            f"{record['task']} {record['config'].get('pe') or record['config'].get('numeric_kind')}"
+        )
+        name += f" seed {record['config']['seed']}"
+        if grid == "early_stopping":
+            name += " early stop" if record["config"]["early_stop"] else " full budget"
+        for key, recorded in _scores(record).items():
+            values = [_scores(p)[key] for p in peers]
+            low, high = min(values), max(values)
+            new = fresh.get(key, math.nan)
+            where = (
+                "equal"
+                if new == recorded
+                else f"within the {len(values)} seeds' range"
+                if low <= new <= high
+                else f"outside the {len(values)} seeds' range"
+            )
+            rows.append(
+                [name, key, f"{recorded:.3g}", f"{new:.3g}", f"{low:.3g}–{high:.3g}", where]
+            )
+    return _rows(head, rows) if rows else "No records to verify."
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if the page is stale")
     parser.add_argument("--figures", type=Path, help="also draw the figures into this folder")
+    parser.add_argument(
+        "--verify",
+        type=int,
+        metavar="N",
+        help="retrain N records drawn at random and say where the new scores fall",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="which records --verify draws")
     args = parser.parse_args()
     try:
+        if args.verify is not None:
+            print(verify(args.verify, args.seed))
+            return
         report(args.check, args.figures)
     except CraspError as err:  # an unreadable finetune.json, a full disk: one line
         sys.exit(err.format())

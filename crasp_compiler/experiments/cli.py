@@ -212,6 +212,14 @@ _PROGRAM_ONLY = ("alphabet", "lengths", "generator")  # C-RASP programs only
 )
 @click.option("--no-early-stop", is_flag=True, help="Train every step even at 100% accuracy.")
 @click.option(
+    "--select",
+    type=click.Choice(["last", "best"]),
+    default="last",
+    show_default=True,
+    help="The model scored at the end: after the last step, or at the evaluation with the "
+    "best in-distribution score (the C-RASP paper's rule).",
+)
+@click.option(
     "--device", default="auto", show_default=True, help="Torch device; auto: CUDA if available."
 )
 @click.option(
@@ -399,6 +407,7 @@ def _train_config(task: Task, options: dict) -> TrainConfig:
         train_max=train_max,
         eval_every=options["eval_every"],
         early_stop=not options["no_early_stop"],
+        select=options["select"],
         device=options["device"],
         out_dir=out,
         numeric_kind=options["numeric_kind"],
@@ -492,6 +501,8 @@ def _train_summary(results: dict, generator: str | None = None) -> str:
                 "and the compiled outputs\n" + measure
             )
     stop = "early stop at 100% in distribution" if results["early_stopped"] else "no early stop"
+    if results.get("selected_step") is not None:
+        stop += f"; scored at the best in-distribution evaluation, step {results['selected_step']}"
     if results.get("resumed_from") is not None:
         stop += f"; resumed from the checkpoint at step {results['resumed_from']}"
     lines = [

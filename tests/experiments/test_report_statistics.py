@@ -56,3 +56,38 @@ def test_fractions_are_clipped_and_spreads_are_percentiles():
     median, low, high = report.spread([1.0, 2.0, 3.0, 4.0, 100.0])
     assert (median, low, high) == pytest.approx((3.0, 1.4, 61.6))
     assert report._scientific([1e-3, 2e-3, 3e-3]) == "2.0e-03 (1.2e-03–2.8e-03)"
+
+
+def test_verify_says_where_each_retrained_score_falls():
+    """``--verify``: records drawn at random, retrained (here: a stand-in that returns the
+    record with its first score kept and every other moved far out), each score placed
+    against the record and its cell's seeds."""
+    import json
+
+    from crasp_compiler.experiments.train.sweep import collect
+
+    records = {}
+    for grid in report.VERIFIED_GRIDS:
+        for record in collect(report.GRIDS / f"{grid}.toml", records_only=True):
+            records[json.dumps(record["config"], sort_keys=True)] = record
+
+    def train(config):
+        fresh = json.loads(json.dumps(records[json.dumps(config, sort_keys=True)]))
+        field = (
+            "metrics"
+            if fresh["kind"] == "numeric"
+            else ("position_accuracy" if fresh["family"] == "chomsky" else "accuracy")
+        )
+        for k, key in enumerate(fresh[field]):
+            if k and field == "metrics":
+                fresh[field][key]["mse"] = 1e30
+            elif k:
+                fresh[field][key] = 5.0
+        return fresh
+
+    text = report.verify(3, seed=7, train=train)
+    lines = [line for line in text.splitlines()[2:]]
+    assert len({line.split(" | ")[0] for line in lines}) == 3  # three records
+    firsts = [line for line in lines if line.split(" | ")[-1].strip(" |") == "equal"]
+    assert len(firsts) == 3  # each record's first score unchanged
+    assert all("outside the" in line for line in lines if line not in firsts)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import errno
 import json
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -557,3 +557,33 @@ def test_randomized_positions_see_one_length_per_batch(monkeypatch):
     seen.clear()
     train(quick("d2", pe="ape", steps=6, eval_every=6, test_size=30, compare_compiled=False))
     assert any(len(lengths) > 1 for lengths in seen)  # other encodings mix lengths
+
+
+@pytest.mark.parametrize("kind", ["sequence", "numeric"])
+def test_select_best_scores_the_best_in_distribution_evaluation(kind):
+    """``select = "best"`` (the C-RASP paper's rule): the model scored at the end is the
+    one of the evaluation with the best in-distribution score (highest accuracy; lowest
+    MSE), the first of equal ones, and the results say which step that was."""
+    if kind == "sequence":
+        config = quick(majority(), steps=60, eval_every=10, bins=[(1, 8)], early_stop=False)
+    else:
+        config = quick(cumsum(), steps=40, eval_every=10, scales=(1.0,), numeric_n=4)
+    last = train(config)
+    best = train(replace(config, select="best"))
+    assert "selected_step" not in last
+    history = best["eval_history"]
+    assert history == last["eval_history"]  # the same training
+    values = [value for _, value in history]
+    pick = (max if kind == "sequence" else min)(values)
+    assert best["selected_step"] == history[values.index(pick)][0]
+    if kind == "sequence":
+        assert best["accuracy"]["1-8"] == pytest.approx(pick)  # the same test set
+    else:
+        assert best["metrics"]["1.0"]["mse"] == pytest.approx(pick, rel=1e-5)
+
+
+def test_a_field_added_later_keeps_earlier_run_keys():
+    config = quick(majority())
+    key = loop.train_key(config)
+    assert "select" not in key  # at its default: the key runs had before it existed
+    assert loop.train_key(replace(config, select="best"))["select"] == "best"

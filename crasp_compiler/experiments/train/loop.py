@@ -59,6 +59,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -206,6 +207,7 @@ FIELD_RULES: dict[str, tuple[str, Callable[[object], bool]]] = {
     "compare_compiled": _BOOL,
     "compiled_backend": _one_of(("compiled", "interpreter")),
     "compiled_mode": _one_of(("hard", "softmax")),
+    "select": _one_of(("last", "best")),
     "device": ("a torch device name (a string)", lambda v: isinstance(v, str)),
     "out_dir": ("a path (a string)", lambda v: isinstance(v, str) and "\0" not in v),
     "progress": _BOOL,
@@ -247,7 +249,10 @@ class TrainConfig:
     ``numeric_sampling``: ``interval`` (the papers') or ``uniform``
     (:meth:`~crasp_compiler.experiments.tasks.base.NumericTask.sample`). ``compare_compiled``: also
     evaluate the task's compiled program (``compiled_backend``, ``compiled_mode``).
-    ``device``: ``"auto"`` is CUDA when available; ``out_dir``: ``None`` writes nothing.
+    ``device``: ``"auto"`` is CUDA when available; ``select``: the model scored at
+    the end, ``"last"`` (after the last step) or ``"best"`` (the evaluation with the best
+    in-distribution score, as the C-RASP paper selects; the first of equal ones);
+    ``out_dir``: ``None`` writes nothing.
     Every field is checked (:data:`FIELD_RULES`) when the config is made and when it is
     trained: a bad value is a :class:`CraspError` naming the field.
     Sizes: ``steps``, ``test_size`` and ``eval_every`` default to :data:`PRESETS`
@@ -288,6 +293,7 @@ class TrainConfig:
     compiled_backend: str = "compiled"
     compiled_mode: str = "hard"
     device: str = "auto"
+    select: str = "last"
     out_dir: str | None = None
     progress: bool = True
 
@@ -330,12 +336,20 @@ class TrainConfig:
         return cls(**data)
 
 
+# Fields added after runs were recorded, with their defaults: in a run's key only away
+# from the default, so the keys (run directories, records) of earlier runs stay theirs.
+LATER_FIELDS: dict[str, object] = {"select": "last"}
+
+
 def train_key(config: TrainConfig | dict) -> dict:
     """What determines a run's results: the config as a dict without ``out_dir`` and
-    ``progress``. A checkpoint (or, in a sweep, a finished run) is reused only when its
-    key equals the new run's."""
+    ``progress`` (and the :data:`LATER_FIELDS` at their defaults). A checkpoint (or, in a
+    sweep, a finished run) is reused only when its key equals the new run's."""
     data = (config if isinstance(config, TrainConfig) else TrainConfig.from_dict(config)).to_dict()
     del data["out_dir"], data["progress"]
+    for name, default in LATER_FIELDS.items():
+        if data[name] == default:
+            del data[name]
     return data
 
 
@@ -496,19 +510,24 @@ def _fit(
     check: Callable[[], tuple[float, bool]],
     name: str,
     randomness: _Randomness,
+    higher_is_better: bool = True,
 ) -> dict:
     """The optimisation loop shared by both kinds of task: ``batch_loss`` draws a batch and
     returns its loss; ``check`` evaluates and says whether to stop. With an ``out_dir``,
-    resumes from its checkpoint and writes one at every evaluation."""
+    resumes from its checkpoint and writes one at every evaluation. With
+    ``select = "best"`` the model ends with the weights of its best evaluation
+    (``higher_is_better``: accuracy; else an error), reported as ``selected_step``."""
     optimizer, schedule = _optimizer(config, model, param_filter)
     trainable = [p for p in model.parameters() if p.requires_grad]
     parts = {"model": model, "optimizer": optimizer, "schedule": schedule}
     path = None if config.out_dir is None else Path(config.out_dir) / CHECKPOINT
     resumed = _resume(path, config, {**parts, "randomness": randomness})
     loss_history, eval_history, step, stopped = [], [], 0, False
+    best: dict[str, Any] | None = None  # {"step", "value", "model"} of the best evaluation
     if resumed is not None:
         step, stopped = resumed["step"], resumed["stopped"]
         loss_history, eval_history = resumed["loss_history"], resumed["eval_history"]
+        best = resumed.get("best")
     model.train()
     window, window_steps = 0.0, 0
     start = time.perf_counter()
@@ -539,16 +558,29 @@ def _fit(
             value, stopped = check()
             model.train()
             eval_history.append([step, value])
+            if config.select == "best" and (
+                best is None
+                or (value > best["value"] if higher_is_better else value < best["value"])
+            ):
+                weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                best = {"step": step, "value": value, "model": weights}
             bar.set_postfix(loss=f"{mean_loss:.4g}", eval=f"{value:.4g}")
             if path is not None:
                 state = {k: part.state_dict() for k, part in parts.items()}
                 state |= {"config": train_key(config), "step": step, "stopped": stopped}
                 state |= {"loss_history": loss_history, "eval_history": eval_history}
+                if best is not None:
+                    state["best"] = best
                 buffer = io.BytesIO()
                 torch.save({**state, "randomness": randomness.state()}, buffer)
                 write_bytes(path, buffer.getvalue())
     bar.close()
+    selected = {}
+    if config.select == "best" and best is not None:
+        model.load_state_dict(best["model"])
+        selected = {"selected_step": best["step"]}
     return {
+        **selected,
         "resumed_from": None if resumed is None else resumed["step"],
         "steps": step,
         "early_stopped": stopped and step < config.steps,
@@ -684,7 +716,16 @@ def _train_numeric(
         )
         return result["metrics"][first_scale]["mse"], False
 
-    results = _fit(config, model, param_filter, batch_loss, check, task.name, _Randomness(rng))
+    results = _fit(
+        config,
+        model,
+        param_filter,
+        batch_loss,
+        check,
+        task.name,
+        _Randomness(rng),
+        higher_is_better=False,  # an MSE
+    )
     start = time.perf_counter()
     results.update(
         evaluate_numeric(

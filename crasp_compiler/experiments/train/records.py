@@ -158,7 +158,7 @@ THEORY = _fields(
     {"source": STRING, "class": STRING, "ape": PREDICTION, "nope": PREDICTION},
     {"text": _list(STRING)},
 )
-OPTIONAL = {"provenance": PROVENANCE, "theory": THEORY}
+OPTIONAL = {"provenance": PROVENANCE, "theory": THEORY, "selected_step": COUNT}
 KIND = _fields({"kind": _simple('"sequence" or "numeric"', lambda v: v in ("sequence", "numeric"))})
 COMMON = {
     "task": STRING,
