@@ -401,18 +401,22 @@ def _cell(record: dict) -> tuple:
     )
 
 
-def verify(count: int, seed: int, train: Callable[[dict], dict] | None = None) -> str:
+def verify(count: int, seed: int, train: Callable[[dict, int], dict] | None = None) -> str:
     """Retrain ``count`` records drawn at random (``seed``) from the page's grids on this
-    machine, and say for each score where the new value falls: equal to the record,
+    machine, with the record's torch thread count (one, a sweep's, where the record does
+    not say), and say for each score where the new value falls: equal to the record,
     within the range of the recorded seeds of its cell, or outside it. ``train`` (a
-    config dict to results) defaults to the harness's."""
+    config dict and a thread count to results) defaults to the harness's."""
     import random
 
     if train is None:
+        import torch
+
         from crasp_compiler.experiments.train.loop import TrainConfig
         from crasp_compiler.experiments.train.loop import train as run
 
-        def train(config: dict) -> dict:
+        def train(config: dict, threads: int = 1) -> dict:
+            torch.set_num_threads(threads)  # the record's: the last bits depend on it
             return run(TrainConfig.from_dict({**config, "out_dir": None, "progress": False}))
 
     records = {grid: collect(GRIDS / f"{grid}.toml", records_only=True) for grid in VERIFIED_GRIDS}
@@ -421,12 +425,13 @@ def verify(count: int, seed: int, train: Callable[[dict], dict] | None = None) -
     head = ["record", "score", "recorded", "retrained", "recorded seeds (range)", "where"]
     rows = []
     for grid, record in picks:
-        fresh = _scores(train(record["config"]))
+        # a sweep trains with one torch thread; a record with provenance says its count
+        threads = record.get("provenance", {}).get("torch_threads", 1)
+        fresh = _scores(train(record["config"], threads))
         peers = [r for r in records[grid] if _cell(r) == _cell(record)]
-        name = (
-            f"{record['task']} {record['config'].get('pe') or record['config'].get('numeric_kind')}"
-        )
-        name += f" seed {record['config']['seed']}"
+        config = record["config"]
+        variant = config.get("numeric_kind") if record["kind"] == "numeric" else config.get("pe")
+        name = f"{record['task']} {variant} seed {config['seed']}"
         if grid == "early_stopping":
             name += " early stop" if record["config"]["early_stop"] else " full budget"
         for key, recorded in _scores(record).items():

@@ -71,7 +71,8 @@ def test_verify_says_where_each_retrained_score_falls():
         for record in collect(report.GRIDS / f"{grid}.toml", records_only=True):
             records[json.dumps(record["config"], sort_keys=True)] = record
 
-    def train(config):
+    def train(config, threads):
+        assert threads == 1  # a sweep's records: one thread
         fresh = json.loads(json.dumps(records[json.dumps(config, sort_keys=True)]))
         field = (
             "metrics"
