@@ -13,7 +13,9 @@ chomsky,value_generalization}.toml`` and by ``benchmarks/finetune_compiled.py``)
   papers' released results;
 - (d) fine-tuning the compiled models: how many seeds stay exact;
 - the stopping rule on D₂ (``early_stopping.toml``): stop at the first 100 % in
-  distribution against the full budget, paired by seed.
+  distribution against the full budget, paired by seed;
+- Tomita 4, (aa)* and (abab)* with 10 seeds on one machine (``ten_seeds.toml``), in
+  the form of (a).
 
 ``--verify N`` retrains N records drawn at random on this machine and prints, per score,
 whether the new value equals the record, falls within the range of its cell's recorded
@@ -339,6 +341,7 @@ def tables() -> dict[str, str]:
     chomsky = collect(GRIDS / "chomsky.toml", records_only=True)
     value = collect(GRIDS / "value_generalization.toml", records_only=True)
     stopping = collect(GRIDS / "early_stopping.toml", records_only=True)
+    ten = collect(GRIDS / "ten_seeds.toml", records_only=True)
     records = read_finetune_records(FINETUNE) if FINETUNE.exists() else []
     counts = {
         "runs": "\n".join(
@@ -348,6 +351,7 @@ def tables() -> dict[str, str]:
                 ("chomsky", chomsky),
                 ("value_generalization", value),
                 ("early_stopping", stopping),
+                ("ten_seeds", ten),
             ]
         )
         + f"\n- `finetune.json`: {len(records)} fine-tuning runs"
@@ -359,6 +363,7 @@ def tables() -> dict[str, str]:
         "c": value_table(value),
         "c-ratio": ratio_table(value),
         "stopping": stopping_table(stopping),
+        "ten": crasp_table(ten),
         "d": finetune_table(records),
     }
 
@@ -379,7 +384,13 @@ def regenerate(page: str, computed: dict[str, str]) -> str:
     return MARK.sub(replace, page)
 
 
-VERIFIED_GRIDS = ("length_generalization", "chomsky", "value_generalization", "early_stopping")
+VERIFIED_GRIDS = (
+    "length_generalization",
+    "chomsky",
+    "value_generalization",
+    "early_stopping",
+    "ten_seeds",
+)
 
 
 def _scores(record: dict) -> dict[str, float]:
