@@ -7,10 +7,8 @@ from pathlib import Path
 
 from crasp_compiler.errors import CraspError, Diagnostic
 from crasp_compiler.files import read_program_text
-from crasp_compiler.languages.crasp.build import build_program
 from crasp_compiler.languages.crasp.declaration import DECLARATION
 from crasp_compiler.languages.crasp.nodes import Program, TokenIs, walk
-from crasp_compiler.languages.crasp.syntax import parse_tree
 from crasp_compiler.model.model import BOS
 
 PROGRAM_SUFFIXES = DECLARATION.suffixes
@@ -20,6 +18,11 @@ def parse_program(
     text: str, filename: str = "<string>", alphabet: Iterable[str] | None = None
 ) -> Program:
     """Parse and check a C-RASP program. ``alphabet`` overrides the declared or inferred one."""
+    # the parser (lark) is imported here, not with the module: running a compiled model
+    # reads its inputs with this module and needs no parser
+    from crasp_compiler.languages.crasp.build import build_program
+    from crasp_compiler.languages.crasp.syntax import parse_tree
+
     program = build_program(parse_tree(text, filename), text, filename)
     if alphabet is not None:
         program = with_alphabet(program, alphabet)
