@@ -2747,9 +2747,9 @@ def _fake_training():
     from crasp_compiler.experiments.train import sweep
     from crasp_compiler.experiments.train.loop import TrainConfig
 
-    def fake(config: dict) -> str | None:
+    def fake(config: dict) -> tuple[str | None, dict | None]:
         TrainConfig.from_dict(config)
-        return None
+        return None, {"config": config, "fuzz": "training skipped"}  # what a run returns
 
     real = sweep._run_one
     sweep._run_one = fake
