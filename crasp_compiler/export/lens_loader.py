@@ -14,7 +14,9 @@ On TransformerLens 3.x it builds a ``HookedTransformer`` (float64) instead and l
 export's tensors under their own names (the causal-mask buffers are the only keys it
 does not take), without ``load_and_process_state_dict``'s processing.
 TransformerLens has one head count for every layer, so a layer with fewer heads shows
-all-zero padding heads: :attr:`LensModel.head_labels` marks them ``None``.
+all-zero padding heads: :attr:`LensModel.head_labels` marks them ``None``. The model
+comes with a tokenizer of its vocabulary (:func:`hf_tokenizer`), so ``to_tokens``,
+``to_str_tokens`` and ``model("( ( ) )")`` work as on any TransformerLens model.
 """
 
 from __future__ import annotations
@@ -62,6 +64,36 @@ class WordTokenizer:
         if bad:
             raise CraspError(f"token id(s) {bad} are not words of this vocabulary")
         return [self.vocab[i] for i in ids]
+
+
+def hf_tokenizer(vocab: Sequence[str]) -> Any:
+    """A Hugging Face fast tokenizer of a model's vocabulary, for TransformerLens's
+    ``to_tokens`` / ``to_str_tokens`` / ``model("( ( ) )")``: word-level over
+    whitespace-separated words, ids as the model numbers them, BOS (id 0) prepended by
+    the tokenizer itself, BOS as padding (right-padded batches: a causal model's earlier
+    positions do not see it). A word outside the vocabulary is refused by the tokenizer
+    (``WordLevel error: Missing [UNK] token``: there is no unknown token)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    bos = vocab[0]
+    word_level = Tokenizer(models.WordLevel({w: i for i, w in enumerate(vocab)}, unk_token=None))
+    word_level.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    word_level.post_processor = processors.TemplateProcessing(
+        single=f"{bos} $A", special_tokens=[(bos, 0)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=word_level, bos_token=bos, pad_token=bos, padding_side="right"
+    )
+
+
+def _attach_tokenizer(model: Any, vocab: Sequence[str], major: int) -> None:
+    """``model``'s tokenizer (:func:`hf_tokenizer`), set the way each TransformerLens
+    major version takes one."""
+    model.tokenizer = hf_tokenizer(vocab)
+    if major < 4:  # (3.x's set_tokenizer reloads a tokenizer by its hub name: set it here)
+        model.cfg.tokenizer_prepends_bos = True
+        model.cfg.default_padding_side = "right"
 
 
 @dataclass
@@ -162,6 +194,7 @@ def to_transformer_lens(
     model = (_bridge if major >= 4 else _hooked)(config["cfg"], tensors, device)
     model.eval()
     crasp = config["crasp"]
+    _attach_tokenizer(model, crasp["vocab"], major)
     n_heads = config["cfg"]["n_heads"]
     head_labels: list[list[str | None]] = []
     for layer in crasp["model"]["layers"]:

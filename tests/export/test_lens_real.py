@@ -1,7 +1,8 @@
 """Lens exports in the real TransformerLens (4.x, and 3.x where installed apart in
 ``.lens3``): every C-RASP example gives the numpy executor's decisions (0 disagreements)
 and raw outputs (within 1e-9, float64), exhaustively on short strings and on sampled
-long ones up to the model's max_len."""
+long ones up to the model's max_len; the model's own tokenizer (``to_tokens``,
+``to_str_tokens``, ``model(text)``, padded batches) in both versions."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from tests.support.lens_compare import (  # noqa: E402
     TOL,
     compare,
     inputs_for,
+    through_tokenizer,
 )
 from tests.support.lens_compare import compiled as compile_example  # noqa: E402
 
@@ -112,6 +114,20 @@ def test_tokenizer():
         tok.encode(["<bos>"])  # BOS is not a word
 
 
+@pytest.mark.parametrize("path", EXAMPLES[:3], ids=lambda p: p.name)
+def test_the_lens_model_has_its_tokenizer(path):
+    """``to_tokens``, ``to_str_tokens`` and ``model(text)`` on the TransformerLens model
+    itself (a Hugging Face tokenizer of the vocabulary), and a padded batch, against the
+    ids :class:`WordTokenizer` gives."""
+    model = compiled(path)
+    lens = to_transformer_lens(model)
+    rng = np.random.default_rng(3)
+    inputs = [[], *([str(t) for t in rng.choice(model.vocab[1:], size=n)] for n in (1, 5, 9))]
+    assert through_tokenizer(lens, model, inputs) == 4
+    with pytest.raises(Exception, match="Missing \\[UNK\\]"):
+        lens.model.to_tokens("NOT-A-TOKEN")  # refused by the tokenizer itself
+
+
 def test_refusals():
     with pytest.raises(CraspError, match="relative position bias"):
         local = EXAMPLES[0].parent / "tomita7_local.cr"
@@ -139,3 +155,4 @@ def test_examples_exact_in_transformer_lens_3():
     assert report["class"] == "HookedTransformer"
     assert sorted(report["examples"]) == sorted(p.name for p in EXAMPLES)
     assert all(count >= 12 + 5 for count in report["examples"].values())  # see inputs_for
+    assert report["tokenizer"] >= 5  # to_tokens / to_str_tokens / model(text) on 3.x too

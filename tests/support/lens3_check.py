@@ -11,7 +11,13 @@ import json
 import numpy as np
 
 from crasp_compiler.export.lens_loader import to_transformer_lens
-from tests.support.lens_compare import EXAMPLES, compare, compiled, inputs_for
+from tests.support.lens_compare import (
+    EXAMPLES,
+    compare,
+    compiled,
+    inputs_for,
+    through_tokenizer,
+)
 
 
 def main() -> None:
@@ -22,6 +28,9 @@ def main() -> None:
         report["version"], report["class"] = lens.version, type(lens.model).__name__
         rng = np.random.default_rng(len(path.name))
         report["examples"][path.name] = compare(lens, model, inputs_for(model, rng, 12))  # type: ignore[index]
+    model = compiled(EXAMPLES[0])  # its own tokenizer: to_tokens, to_str_tokens, model(text)
+    inputs = inputs_for(model, np.random.default_rng(0), 3)
+    report["tokenizer"] = through_tokenizer(to_transformer_lens(model), model, inputs)
     print(json.dumps(report))
 
 

@@ -61,3 +61,30 @@ def compare(lens, model: Model, inputs: list[list[str]]) -> int:
             values = result.values[spec["name"]][rows, : size + 1]
             assert (decided != values).sum() == 0, (spec["name"], size)
     return len(inputs)
+
+
+def through_tokenizer(lens, model: Model, inputs: list[list[str]]) -> int:
+    """The TransformerLens model's own tokenizer: ``to_tokens`` of each input's text is
+    BOS and the input's ids, ``to_str_tokens`` gives back BOS and its words, and
+    ``model(text)`` gives the logits of the tokens (a padded batch: its real positions).
+    Returns the inputs checked."""
+    texts = [" ".join(words) for words in inputs]
+    bos = model.vocab[0]
+    for words, text in zip(inputs, texts, strict=True):
+        ids = lens.tokenizer.encode(words)
+        assert lens.model.to_tokens(text).tolist() == [ids]
+        assert lens.model.to_str_tokens(text) == [bos, *words]
+        with torch.no_grad():
+            by_text = lens.model(text)[0].numpy()
+            by_ids = lens.model(torch.tensor([ids]))[0].numpy()
+        np.testing.assert_array_equal(by_text, by_ids)
+    batch = lens.model.to_tokens(texts)
+    longest = max(len(words) for words in inputs) + 1
+    assert tuple(batch.shape) == (len(inputs), longest)
+    with torch.no_grad():
+        logits = lens.model(batch).numpy()
+    for row, words in enumerate(inputs):
+        with torch.no_grad():
+            alone = lens.model(torch.tensor([lens.tokenizer.encode(words)]))[0].numpy()
+        np.testing.assert_allclose(logits[row, : len(words) + 1], alone, rtol=0, atol=TOL)
+    return len(inputs)
