@@ -322,19 +322,6 @@ def _slim_block(
     return x
 
 
-def _take(w: Matrix, rows: NDArray[np.int64] | None, columns: NDArray[np.int64] | None) -> Matrix:
-    """``w[rows][:, columns]`` (None: all), dense or CSR."""
-    if rows is not None:
-        w = w[rows]
-    if columns is not None:
-        w = w[:, columns]
-    return w
-
-
-def _columns_of(table: Callable[[int], NDAny], columns: NDArray[np.int64], size: int) -> NDAny:
-    return table(size)[:, columns]
-
-
 class NumpyParts:
     """:class:`crasp_compiler.runtime.forward.Parts` of a model, weights in ``dtype``
     (the positional and numeric maps stay float64)."""
@@ -394,10 +381,7 @@ class NumpyParts:
         if keys is not None and head.kind is HeadKind.GENERAL and head.mask is Mask.CAUSAL:
             return partial(_banded, head, keys)
         if fixed and head.kind is HeadKind.GENERAL:
-            table = self.position_table
-            if columns is not None:
-                table = partial(_columns_of, self.position_table, columns)
-            return _FixedPattern(head, table)
+            return _FixedPattern(head, partial(self.position_table, columns=columns))
         return partial(fw.head_forward, NUMPY, head)
 
     def slim(
@@ -412,10 +396,10 @@ class NumpyParts:
             writes = np.flatnonzero(nonzero_rows(head.w_o))
             sub = replace(
                 head,
-                w_q=_take(head.w_q, None, reads),
-                w_k=_take(head.w_k, None, reads),
-                w_v=_take(head.w_v, None, reads),
-                w_o=_take(head.w_o, writes, None),
+                w_q=head.w_q[:, reads],
+                w_k=head.w_k[:, reads],
+                w_v=head.w_v[:, reads],
+                w_o=head.w_o[writes],
             )
             heads.append((reads, writes, self.head_step(sub, keys, fixed, reads)))
         written = np.unique(np.concatenate([w for _, w, _ in heads] or [np.zeros(0, np.int64)]))
@@ -426,8 +410,8 @@ class NumpyParts:
             writes = np.flatnonzero(nonzero_rows(mlp.w2) | (mlp.b2 != 0))
             sub_mlp = replace(
                 mlp,
-                w1=_take(mlp.w1, None, reads),
-                w2=_take(mlp.w2, writes, None),
+                w1=mlp.w1[:, reads],
+                w2=mlp.w2[writes],
                 b2=mlp.b2[writes],
             )
             slim_mlp = (reads, writes, partial(fw.mlp_forward, NUMPY, sub_mlp))
@@ -443,9 +427,16 @@ class NumpyParts:
     def positions(self, size: int, like: NDAny) -> NDAny:
         return fw.positional_embedding(NUMPY, self.model.features, self.model.w_p, size, like)
 
-    def position_table(self, size: int) -> NDAny:
-        """``W_P pos(t)`` for t < size, float64 (as :meth:`positions` gives it)."""
-        return self.positions(size, np.zeros(0))
+    def position_table(self, size: int, columns: NDArray[np.int64] | None = None) -> NDAny:
+        """``W_P pos(t)`` for t < size, float64 (as :meth:`positions` gives it); with
+        ``columns``, only those residual columns, from the features their rows of ``W_P``
+        read (O(T) for a routing head's few one-hot features, not the T × n table)."""
+        if columns is None:
+            return self.positions(size, np.zeros(0))
+        w_p = self.model.w_p[columns]
+        used = np.flatnonzero(nonzero_columns(w_p))
+        features = [self.model.features[f] for f in used]
+        return fw.positional_embedding(NUMPY, features, w_p[:, used], size, np.zeros(0))
 
     @property
     def positional(self) -> bool:

@@ -607,7 +607,7 @@ def _flat(text: str) -> str:
 
 
 # What a run's worker sends back: what went wrong (None: nothing) and its results.
-Outcome = tuple["str | None", "dict | None"]
+Outcome = tuple[str | None, dict | None]
 
 
 def _run_one(config: dict) -> Outcome:

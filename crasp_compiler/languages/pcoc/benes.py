@@ -330,10 +330,8 @@ class _Sender:
         return entries
 
     def store(self, b: int, entries: list[dict[str, Expr]], body: list[Stmt]) -> None:
-        values = [{f: self.let("new", e, body) for f, e in entry.items()} for entry in entries]
-        for q, entry in enumerate(values):
-            for field, expr in entry.items():
-                body.append(Assign(self.slot(b, q, field), expr))
+        """The entries after round b into their slots (one tuple per entry)."""
+        self.list_store(b, [[entry] for entry in entries], body, listed=False)
 
     # ------------------------------------------------------------ the rounds
 
@@ -368,10 +366,7 @@ class _Sender:
         # offset 0 after the last round: the tuple sent to the machine, or none (v = 0)
         (last,) = entries
         x, v = self.let("x", last["x"], body), self.let("v", last["v"], body)
-        result = x
-        if send.default:
-            result = Add(x, Scale(float(send.default), Sub(Num(1.0), v)))
-        body.append(Assign(send.targets[0], result))
+        body.append(Assign(send.targets[0], _or_default(x, v, send.default)))
         return out
 
     # ------------------------------------------------------------ capacity c > 1
@@ -380,8 +375,8 @@ class _Sender:
         """:meth:`rounds` for a receiver capacity c > 1: an entry is a list of up to
         ``min(c, 2^{b+1})`` tuples (v, x, s) bound for one destination d, packed (valid
         ones first), in increasing offset; ``s = u − d`` for the sender u (a sort key,
-        read off round 0's ``w``), 0 where not valid. Round b puts the machine's own list (offsets
-        with bit b 0) before the received one (bit b 1): ``M[t] = A[t]`` where
+        read off round 0's equality tests), 0 where not valid. Round b puts the machine's
+        own list (offsets with bit b 0) before the received one (bit b 1): ``M[t] = A[t]`` where
         ``A.v[t]``, else ``B[t − k]`` for the k valid tuples of A (packed: the largest k
         with ``A.v[k−1]``). The last round sorts the c tuples by sender (odd–even
         transposition on valid neighbours) and assigns ``t_k = x_k + default·(1 − v_k)``."""
@@ -422,9 +417,7 @@ class _Sender:
             if t >= len(ordered):  # fewer machines than the capacity: never filled
                 body.append(Assign(target, Num(float(send.default))))
                 continue
-            x, v = ordered[t]["x"], ordered[t]["v"]
-            result = x if not send.default else Add(x, Scale(float(send.default), Sub(Num(1.0), v)))
-            body.append(Assign(target, result))
+            body.append(Assign(target, _or_default(ordered[t]["x"], ordered[t]["v"], send.default)))
         return out
 
     def list_scatter(
@@ -483,7 +476,15 @@ class _Sender:
             merged.append(entry)
         return merged
 
-    def list_store(self, b: int, entries: list[list[dict[str, Expr]]], body: list[Stmt]) -> None:
+    def list_store(
+        self,
+        b: int,
+        entries: list[list[dict[str, Expr]]],
+        body: list[Stmt],
+        listed: bool = True,
+    ) -> None:
+        """The lists of tuples after round b into their slots (all computed first, then
+        stored: the slots are read while the new values are computed)."""
         values = [
             [{f: self.let("new", e, body) for f, e in tuple_.items()} for tuple_ in entry]
             for entry in entries
@@ -491,7 +492,7 @@ class _Sender:
         for q, entry in enumerate(values):
             for t, tuple_ in enumerate(entry):
                 for f, expr in tuple_.items():
-                    body.append(Assign(self.slot(b, q, f, t), expr))
+                    body.append(Assign(self.slot(b, q, f, t if listed else None), expr))
 
     def by_sender(self, tuples: list[dict[str, Expr]], body: list[Stmt]) -> list[dict[str, Expr]]:
         """The packed list sorted by sender: odd–even transposition on the keys
@@ -515,6 +516,12 @@ class _Sender:
                     for f in "vxs"
                 }
         return tuples
+
+
+def _or_default(x: Expr, v: Expr, default: float) -> Expr:
+    """``x + default·(1 − v)``: the payload, or the default where no tuple arrived (x = 0
+    and v = 0 there; exact, v being 0 or 1)."""
+    return x if not default else Add(x, Scale(float(default), Sub(Num(1.0), v)))
 
 
 def _valid(flag: Expr) -> Compare:
