@@ -214,7 +214,20 @@ def test_a_ray_client_address_runs_the_sweep_through_the_client(cluster, tmp_pat
     through the head's Ray Client server, and the results still come back."""
     grid = _grid(tmp_path, retries=1, seeds=[0])
     (tmp_path / "crashed-once").touch()  # no crash here
-    done = _sweep(grid, f"ray://127.0.0.1:{CLIENT_PORT['port']}")
+    address = f"ray://127.0.0.1:{CLIENT_PORT['port']}"
+    # the head starts a server process per client: wait (up to 3 minutes on a busy
+    # machine) until a client connects, so that the sweep does not race that start
+    probe = "import ray, sys; ray.init(sys.argv[1]); ray.shutdown()"
+    deadline = time.monotonic() + 180
+    while True:
+        ready = subprocess.run(
+            [sys.executable, "-c", probe, address], capture_output=True, env=ENV, timeout=180
+        )
+        if ready.returncode == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    assert ready.returncode == 0, ready.stderr.decode()[-2000:]
+    done = _sweep(grid, address)
     assert done.returncode == 0, done.stderr
     [record] = (tmp_path / "records").glob("*.json")
     assert json.loads(record.read_text())["steps"] == 4
