@@ -1,5 +1,5 @@
 """The experiment commands of ``crasp`` (registered into it by :mod:`crasp_compiler.cli`):
-``tasks``, ``train``, ``sweep``, ``finetune``, ``plot``. torch, tqdm and matplotlib are
+``tasks``, ``train``, ``sweep``, ``finetune``, ``plot``, ``compare``. torch, tqdm and matplotlib are
 imported only when a command runs."""
 
 from __future__ import annotations
@@ -743,4 +743,95 @@ def plot_command(sources: tuple[str, ...], output: str) -> None:
         click.echo(str(path))
 
 
-COMMANDS = [tasks_command, train_command, sweep_command, finetune_command, plot_command]
+@click.command("compare")
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option(
+    "-o", "--output", required=True, type=click.Path(file_okay=False), help="Output directory."
+)
+@click.option(
+    "--program",
+    type=click.Path(dir_okay=False),
+    help="The program of a --program run that does not hold it (runs written before runs "
+    "kept their program); checked against the run's digest.",
+)
+@click.option(
+    "--alphabet", callback=_parse_alphabet, help="With --program: the alphabet it was trained on."
+)
+@click.option(
+    "--fit",
+    type=click.IntRange(min=8),
+    default=256,
+    show_default=True,
+    help="Examples of the training lengths the probes are fitted on.",
+)
+@click.option(
+    "--test",
+    type=click.IntRange(min=1),
+    default=128,
+    show_default=True,
+    help="Held-out examples per length bin.",
+)
+@click.option(
+    "--pairs",
+    type=click.IntRange(min=1),
+    default=64,
+    show_default=True,
+    help="Input pairs per interchange intervention.",
+)
+@click.option(
+    "--longer",
+    type=click.IntRange(min=0),
+    default=2,
+    show_default=True,
+    help="How many of the run's longer length bins to probe.",
+)
+@click.option(
+    "--max-length",
+    type=click.IntRange(min=1),
+    default=150,
+    show_default=True,
+    help="The longest LEN probed.",
+)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--no-figure", is_flag=True, help="Write the JSON record only.")
+def compare_command(
+    run_dir: str,
+    output: str,
+    program: str | None,
+    alphabet: tuple[str, ...] | None,
+    fit: int,
+    test: int,
+    pairs: int,
+    longer: int,
+    max_length: int,
+    seed: int,
+    no_figure: bool,
+) -> None:
+    """Read the trained model of RUN_DIR (a `crasp train` run of a task with a C-RASP
+    program, or of --program) against its compiled program: where each program
+    variable lives (linear probes per residual stage, against a random-init model and
+    shuffled targets), which heads match the compiled heads, and interchange
+    interventions along each variable's direction. Writes compare.json and compare.png
+    to --output."""
+    need_torch()
+    from crasp_compiler.experiments.compare import Settings, compare, summary, write
+
+    settings = Settings(
+        fit=fit, test=test, pairs=pairs, longer=longer, max_length=max_length, seed=seed
+    )
+    with warnings_on_stderr():
+        record = compare(run_dir, settings, program, alphabet)
+    paths = write(record, output, figure=not no_figure)
+    click.echo(summary(record))
+    for path in paths:
+        click.echo(str(path))
+
+
+COMMANDS = [
+    tasks_command,
+    train_command,
+    sweep_command,
+    finetune_command,
+    plot_command,
+    compare_command,
+]

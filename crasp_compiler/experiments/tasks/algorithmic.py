@@ -29,7 +29,7 @@ position t.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -142,17 +142,23 @@ class AlgorithmicTask(SequenceTask):
                 result = run(model, [inputs[k] for k in group])
                 for row, k in enumerate(group):
                     holds[k] = {name: result.values[name][row] for name in names}
-        labels = []
-        for example, outputs in zip(examples, holds, strict=True):
-            row: list[str | None] = []
-            for t, target in enumerate(example.targets):
-                if target is None:
-                    row.append(None)
-                    continue
-                true = [label for name, label in names.items() if outputs[name][t]]
-                row.append(true[0] if len(true) == 1 else UNDECIDED)
-            labels.append(row)
-        return labels
+        return [
+            self.labels_from_values(example, outputs)
+            for example, outputs in zip(examples, holds, strict=True)
+        ]
+
+    def labels_from_values(
+        self, example: Example, values: Mapping[str, np.ndarray]
+    ) -> list[str | None]:
+        """The one label whose ``NEXT_<label>`` output holds (:data:`UNDECIDED` where not
+        exactly one does) at every scored position."""
+        row: list[str | None] = []
+        for t, target in enumerate(example.targets):
+            true = [
+                label for label in self.labels if target is not None and values[f"NEXT_{label}"][t]
+            ]
+            row.append(None if target is None else true[0] if len(true) == 1 else UNDECIDED)
+        return row
 
 
 def program_text(task: SequenceTask) -> str:

@@ -8,10 +8,15 @@ A :class:`SequenceTask` maps token sequences to a label at every scored position
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from crasp_compiler.languages.crasp import Program
 
 PROGRAMS = Path(__file__).parent / "programs"
 
@@ -90,6 +95,19 @@ class SequenceTask(Task):
         ``"compiled"`` (the compiled model on the numpy executor, compiled once and
         cached). Tasks with a program override this."""
         raise NotImplementedError(f"task {self.name!r} has no program")
+
+    def crasp_program(self) -> Program:
+        """The task's C-RASP program (tasks with one override this)."""
+        raise NotImplementedError(f"task {self.name!r} has no C-RASP program")
+
+    def labels_from_values(
+        self, example: Example, values: Mapping[str, np.ndarray]
+    ) -> list[str | None]:
+        """The labels the program's ``values`` (name → value at every position of
+        ``example``, entry 0 the empty prefix, as the interpreter gives them) mean at the
+        example's scored positions (``None`` elsewhere). Tasks with a program override
+        this; :func:`~crasp_compiler.experiments.compare` reads interventions with it."""
+        raise NotImplementedError(f"task {self.name!r} has no C-RASP program")
 
 
 SAMPLINGS = ("interval", "uniform")

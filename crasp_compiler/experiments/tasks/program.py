@@ -43,7 +43,7 @@ import hashlib
 import importlib
 import importlib.util
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import product
 from pathlib import Path
@@ -306,6 +306,17 @@ class ProgramTask(SequenceTask):
 
     def lengths(self, lo: int, hi: int) -> list[int]:
         return list(range(max(lo, 0), hi + 1))
+
+    def crasp_program(self) -> Program:
+        return self.crasp
+
+    def labels_from_values(
+        self, example: Example, values: Mapping[str, np.ndarray]
+    ) -> list[str | None]:
+        row = self._labels(
+            {k: np.asarray(v)[None] for k, v in values.items()}, 0, len(example.tokens)
+        )
+        return [None if t is None else label for label, t in zip(row, example.targets, strict=True)]
 
     def compiled_model(self) -> Model:
         """The program compiled in heaviside mode (compiled once and cached)."""

@@ -247,6 +247,17 @@ class RegularTask(SequenceTask):
             for example, out in zip(examples, outputs, strict=True)
         ]
 
+    def crasp_program(self) -> Program:
+        return self.loaded_program()
+
+    def labels_from_values(
+        self, example: Example, values: Mapping[str, np.ndarray]
+    ) -> list[str | None]:
+        labels = self.program_labels(example.tokens, values)
+        return [
+            None if t is None else label for label, t in zip(labels, example.targets, strict=True)
+        ]
+
     def loaded_program(self) -> Program:
         """The task's next-symbol program (parsed once)."""
         if self.program is None:

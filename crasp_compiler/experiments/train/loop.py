@@ -69,7 +69,7 @@ from tqdm.auto import tqdm
 
 from crasp_compiler.errors import CraspError, Diagnostic
 from crasp_compiler.experiments.tasks.base import SAMPLINGS, NumericTask, SequenceTask, Task
-from crasp_compiler.experiments.tasks.program import task_theory
+from crasp_compiler.experiments.tasks.program import ProgramTask, task_theory
 from crasp_compiler.experiments.train.data import (
     IGNORE,
     bin_name,
@@ -106,6 +106,7 @@ CONFIG_CLASSES = {"SequenceModel": SequenceModelConfig, "NumericModel": NumericM
 RANDOM_PE_POSITIONS = 2048  # default max_positions for randomized PE (the paper's L)
 MAX_LEN = 100_000  # the longest LEN a bin or train_max may ask for
 CHECKPOINT = "checkpoint.pt"
+PROGRAM_DIR = "program"  # a program task's source, in its run directory
 # Presets: TrainConfig values a run starts from. ``quick`` (the defaults) finishes in
 # minutes on a 2-core CPU; ``paper`` is the scale of the C-RASP paper (30k steps, 2,000
 # test samples per bin): hours on a CPU. ``randomized-pe`` is the setting of Ruoss et al.
@@ -798,7 +799,9 @@ def train(
 
 def save(model: nn.Module, config: TrainConfig, results: dict, out_dir: str | Path) -> None:
     """Write ``model.safetensors``, ``config.json`` and, last, ``results.json`` to
-    ``out_dir``, each replaced whole (:func:`~crasp_compiler.files.write_bytes`)."""
+    ``out_dir``, each replaced whole (:func:`~crasp_compiler.files.write_bytes`); for a
+    program task also the program's source under ``program/`` (``config.json`` then
+    says where, with its alphabet and training lengths)."""
     from safetensors import torch as safetensors_torch
 
     out = writable_dir(out_dir)
@@ -809,6 +812,14 @@ def save(model: nn.Module, config: TrainConfig, results: dict, out_dir: str | Pa
         "model_class": type(model).__name__,
         "model": asdict(model.config),
     }
+    if isinstance(config.task, ProgramTask):  # the program itself, for `crasp compare`
+        task = config.task
+        write_text(writable_dir(out / PROGRAM_DIR) / Path(task.path).name, task.crasp.source or "")
+        meta["program"] = {
+            "file": f"{PROGRAM_DIR}/{Path(task.path).name}",
+            "alphabet": list(task.alphabet),
+            "lengths": [task.min_length, task.train_max],
+        }
     write_text(out / "config.json", json.dumps(meta, indent=2) + "\n")
     write_text(out / "results.json", json.dumps(results, indent=2) + "\n")
 

@@ -21,7 +21,9 @@ encoding is added (as in the randomized-PE code), so neither term swamps the oth
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +35,16 @@ PES = ("ape", "nope", "sin", "random")
 RANDOM_BASES = ("sin", "learned")
 NUMERIC_KINDS = ("positional", "standard")
 NUMERIC_PES = ("onehot", "learned")
+Visit = Callable[[Tensor], Tensor]
+
+
+def stage_names(n_layers: int) -> list[str]:
+    """The residual stages :meth:`SequenceModel.forward` visits: ``embed``, then
+    ``L1 attn``, ``L1 mlp``, … (layers from 1)."""
+    names = ["embed"]
+    for layer in range(1, n_layers + 1):
+        names += [f"L{layer} attn", f"L{layer} mlp"]
+    return names
 
 
 def _check(condition: bool, message: str, hint: str | None = None) -> None:
@@ -104,12 +116,30 @@ class SelfAttention(nn.Module):
         self.out = nn.Linear(d_model, d_model)
         self.dropout = dropout
 
-    def forward(self, x: Tensor, causal: bool, key_mask: Tensor | None) -> Tensor:
-        batch, width, d_model = x.shape
-        q, k, v = (
+    def _split(self, x: Tensor) -> tuple[Tensor, ...]:
+        """Queries, keys and values ``(batch, heads, T, d_head)``."""
+        batch, width, _ = x.shape
+        return tuple(
             t.view(batch, width, self.n_heads, -1).transpose(1, 2)
             for t in self.qkv(x).chunk(3, dim=-1)
         )
+
+    def weights(self, x: Tensor, causal: bool, key_mask: Tensor | None) -> Tensor:
+        """The attention weights ``(batch, heads, T, T)`` that :meth:`forward` applies
+        (``softmax(q kᵀ / √d_head)`` under the same mask), for reading the model."""
+        q, k, _ = self._split(x)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+        width = x.shape[1]
+        if causal:
+            future = torch.ones(width, width, dtype=torch.bool, device=x.device).triu(1)
+            scores = scores.masked_fill(future, -math.inf)
+        elif key_mask is not None:
+            scores = scores.masked_fill(~key_mask[:, None, None, :], -math.inf)
+        return torch.softmax(scores, dim=-1)
+
+    def forward(self, x: Tensor, causal: bool, key_mask: Tensor | None) -> Tensor:
+        batch, width, d_model = x.shape
+        q, k, v = self._split(x)
         mask = None if causal or key_mask is None else key_mask[:, None, None, :]
         y = F.scaled_dot_product_attention(
             q,
@@ -138,8 +168,13 @@ class Block(nn.Module):
         )
         self.drop = nn.Dropout(config.dropout)
 
-    def forward(self, x: Tensor, causal: bool, key_mask: Tensor | None) -> Tensor:
+    def forward(
+        self, x: Tensor, causal: bool, key_mask: Tensor | None, visit: Visit | None = None
+    ) -> Tensor:
+        """``visit(x)``, when given, sees (and may replace) the residual after attention."""
         x = x + self.drop(self.attn(self.ln1(x), causal, key_mask))
+        if visit is not None:
+            x = visit(x)
         return x + self.drop(self.mlp(self.ln2(x)))
 
 
@@ -223,7 +258,16 @@ class SequenceModel(nn.Module):
             return self.pos_table(positions)
         return sinusoid(positions, self.config.d_model)
 
-    def forward(self, tokens: Tensor, positions: Tensor | None = None) -> Tensor:
+    def forward(
+        self,
+        tokens: Tensor,
+        positions: Tensor | None = None,
+        visit: Callable[[int, Tensor], Tensor] | None = None,
+    ) -> Tensor:
+        """Label logits. ``visit(stage, h)``, when given, sees every residual stage and
+        returns the residual the model goes on with (to read or patch it): stage 0 after
+        the embedding, ``2i + 1`` after block i's attention, ``2i + 2`` after its MLP
+        (:func:`stage_names`)."""
         key_mask = tokens != self.pad_id
         h = self.embed(tokens) * self.scale
         if self.config.pe != "nope":
@@ -231,8 +275,14 @@ class SequenceModel(nn.Module):
                 positions = self.sample_positions(key_mask.sum(1), tokens.shape[1])
             h = h + self.position_features(positions.to(tokens.device))
         h = self.drop(h)
-        for block in self.blocks:
-            h = block(h, self.config.causal, key_mask)
+        if visit is None:
+            for block in self.blocks:
+                h = block(h, self.config.causal, key_mask)
+            return self.head(self.ln_f(h))
+        h = visit(0, h)
+        for i, block in enumerate(self.blocks):
+            h = block(h, self.config.causal, key_mask, partial(visit, 2 * i + 1))
+            h = visit(2 * i + 2, h)
         return self.head(self.ln_f(h))
 
 

@@ -14,7 +14,7 @@ with Python integers (object arrays), so no intermediate value ever wraps around
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -227,12 +227,22 @@ def interpreter_bytes(program: Program, batch: int, length: int, exact_ints: boo
     return batch * (length + 1) * per_position * (5 if exact_ints else 1)
 
 
-def interpret_batch(program: Program, batch: Sequence[Sequence[str]]) -> dict[str, np.ndarray]:
+def interpret_batch(
+    program: Program,
+    batch: Sequence[Sequence[str]],
+    overrides: Mapping[str, np.ndarray] | None = None,
+) -> dict[str, np.ndarray]:
     """Evaluate every definition on a batch of inputs of one length n.
 
     Returns, per definition, an array of shape (len(batch), n + 1) indexed like
-    :attr:`Trace.values`.
+    :attr:`Trace.values`. ``overrides`` (name → such an array) replaces those
+    definitions' values, and every later definition reads the replacement: the
+    program's answer to an intervention on a variable (interchange interventions).
     """
+    overrides = overrides or {}
+    unknown = sorted(set(overrides) - {d.name for d in program.definitions})
+    if unknown:
+        raise ValueError(f"no definition named {', '.join(unknown)}")
     lengths = {len(tokens) for tokens in batch}
     if len(lengths) > 1:
         raise ValueError("interpret_batch needs inputs of one length")
@@ -248,7 +258,15 @@ def interpret_batch(program: Program, batch: Sequence[Sequence[str]]) -> dict[st
     )
     evaluator = _Evaluator(program, batch, length, exact_ints)
     for definition in program.definitions:
-        value = evaluator.eval(definition.expr)
+        if definition.name in overrides:
+            value = overrides[definition.name]
+            if np.shape(value) != (len(batch), length + 1):
+                raise ValueError(
+                    f"override of {definition.name} has shape {np.shape(value)}, "
+                    f"not {(len(batch), length + 1)}"
+                )
+        else:
+            value = evaluator.eval(definition.expr)
         dtype = bool if definition.sort == Sort.BOOL else evaluator.int_type
         evaluator.values[definition.name] = np.array(value, dtype=dtype)
     return evaluator.values
