@@ -388,14 +388,22 @@ def probe_scores(
 # ---------------------------------------------------------------- heads
 
 
+def compiled_stages(model: Any) -> list[str]:
+    """The compiled model's residual stages: ``embed``, then ``L1 attn``, ``L1 mlp``, …
+    for the sublayers each layer has."""
+    names = ["embed"]
+    for i, layer in enumerate(model.layers):
+        names += [f"L{i + 1} attn"] if layer.heads else []
+        names += [f"L{i + 1} mlp"] if layer.mlp is not None else []
+    return names
+
+
 def compiled_pass(
     model: Any, examples: Sequence[Example], patterns: bool = False
 ) -> tuple[list[list[np.ndarray]], list[np.ndarray], list[str]]:
     """The compiled model on ``examples`` (numpy executor, float64): per example the
-    residual at every stage (the embedding, then after each layer's attention and MLP,
-    as :func:`~crasp_compiler.experiments.train.models.stage_names` names them), with
-    ``patterns`` every head's attention ``(heads, T, T)``, and the heads' names
-    (``L1 head 1: label``)."""
+    residual at every stage (:func:`compiled_stages`), with ``patterns`` every head's
+    attention ``(heads, T, T)``, and the heads' names (``L1 head 1: label``)."""
     from crasp_compiler.runtime.backend import NUMPY
     from crasp_compiler.runtime.forward import Observer, forward
     from crasp_compiler.runtime.numpy_exec import NumpyParts
@@ -403,11 +411,9 @@ def compiled_pass(
     heads = [(i, h) for i, layer in enumerate(model.layers) for h in range(len(layer.heads))]
     names = [f"L{i + 1} head {h + 1}: {model.layers[i].heads[h].label or '?'}" for i, h in heads]
     points = ["blocks.0.hook_resid_pre" if model.layers else "hook_resid_final"]
-    points += [
-        f"blocks.{i}.hook_resid_{where}"
-        for i in range(len(model.layers))
-        for where in ("mid", "post")
-    ]
+    for i, layer in enumerate(model.layers):
+        points += [f"blocks.{i}.hook_resid_mid"] if layer.heads else []
+        points += [f"blocks.{i}.hook_resid_post"] if layer.mlp is not None else []
     keys = [f"blocks.{i}.attn.heads.{h}.hook_pattern" for i, h in heads]
     stages: list[list[np.ndarray]] = [[] for _ in examples]
     out: list[np.ndarray] = [np.empty(0)] * len(examples)
@@ -705,7 +711,7 @@ def compare(
         "settings": asdict(settings),
         "bins": {bin_name(b): list(b) for b in bins if bin_name(b) in sets},
         "stages": names,
-        "compiled_stages": stage_names(len(compiled_model.layers)),
+        "compiled_stages": compiled_stages(compiled_model),
         "variables": variables,
         "heads": heads_record,
         "interventions": interventions,
@@ -724,14 +730,6 @@ def write(record: Mapping[str, Any], out_dir: str | Path, figure: bool = True) -
 
         paths.append(draw(record, out / FIGURE))
     return paths
-
-
-def normalised(kind: str, value: float | None) -> float:
-    """A score on one scale: 0 at chance, 1 perfect (R² as it is; balanced accuracy
-    ``2(b − ½)``); NaN for None."""
-    if value is None:
-        return math.nan
-    return 2 * (value - 0.5) if kind == "bool" else value
 
 
 def summary(record: Mapping[str, Any]) -> str:

@@ -4,15 +4,22 @@ control and the longest bin probed, and the trained × compiled head distances."
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from crasp_compiler.experiments.compare import normalised
-
 MAX_ROWS = 60  # variables drawn at most (the record has them all)
+
+
+def normalised(kind: str, value: float | None) -> float:
+    """A score on one scale: 0 at chance, 1 perfect (R² as it is; balanced accuracy
+    ``2(b − ½)``); NaN for None."""
+    if value is None:
+        return math.nan
+    return 2 * (value - 0.5) if kind == "bool" else value
 
 
 def _grid(record: Mapping[str, Any], key: str, bin_: str) -> np.ndarray:

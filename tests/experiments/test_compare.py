@@ -102,6 +102,18 @@ def test_scores_are_chance_on_shuffled_targets(dyck) -> None:
     assert max(shuffled["C_open / (t+1)"]["t"]) < 0.2
 
 
+def test_compiled_stages_are_the_sublayers_a_layer_has() -> None:
+    """c_near_a's second layer has an MLP only: no ``L2 attn`` stage."""
+    task = ProgramTask.from_file(EXAMPLES / "c_near_a.cr", lengths=(1, 10))
+    model = task.compiled_model()
+    names = C.compiled_stages(model)
+    assert names == ["embed", "L1 attn", "L1 mlp", "L2 mlp", "L3 attn", "L3 mlp"]
+    examples = sample_examples(task, np.random.default_rng(0), [3, 5], 4)
+    stages, patterns, heads = C.compiled_pass(model, examples, patterns=True)
+    assert all(len(s) == len(names) for s in stages)
+    assert patterns[0].shape[0] == len(heads) == sum(len(layer.heads) for layer in model.layers)
+
+
 def test_score_edge_cases() -> None:
     assert C.score("bool", np.array([1, 1, 1]), np.array([0.9, 0.1, 0.7])) is None
     assert C.score("bool", np.array([1, 0, 1, 0]), np.array([0.9, 0.1, 0.7, 0.6])) == 0.75
