@@ -1,5 +1,6 @@
 """Pictures of a compiled model on one input (``crasp show``): the residual stream after
-every sublayer, every head's attention pattern, each output's decision per position, as
+every sublayer, every head's attention pattern, each output's decision per position (and
+beside it with a head, MLP or variable ablated or patched: :func:`intervene`), as
 matplotlib figures (:mod:`.figures`, matplotlib imported lazily) or one self-contained
 HTML page (:mod:`.html`); and where each definition lives (:mod:`.data`, also used by
 ``crasp info``).
@@ -14,8 +15,10 @@ HTML page (:mod:`.html`); and where each definition lives (:mod:`.data`, also us
 """
 
 from crasp_compiler.show.data import (
+    Intervention,
     Trace,
     definitions,
+    intervene,
     program_graph,
     read_input,
     sites,
@@ -31,10 +34,12 @@ from crasp_compiler.show.figures import (
 from crasp_compiler.show.html import page
 
 __all__ = [
+    "Intervention",
     "Trace",
     "all_figures",
     "attention_figure",
     "definitions",
+    "intervene",
     "outputs_figure",
     "page",
     "program_figure",

@@ -1,6 +1,10 @@
 """What the pictures show, computed without matplotlib: one input's pass through a model
-(:func:`trace`) and where each definition of the program lives (:func:`sites`,
-:func:`definitions`)."""
+(:func:`trace`), the outputs with and without an intervention (:func:`intervene`), what
+each residual row holds (:func:`count_labels`, :func:`row_names`) and where each
+definition of the program lives (:func:`sites`, :func:`definitions`).
+
+One numbering everywhere, as ``crasp info`` and ``crasp run --trace``: layers and heads
+from 1 (``L1 head 1``), positions as in the traces (BOS at −1, the first token at 0)."""
 
 from __future__ import annotations
 
@@ -13,13 +17,16 @@ import numpy as np
 from crasp_compiler import api
 from crasp_compiler.budget import require_memory
 from crasp_compiler.errors import CraspError
-from crasp_compiler.model.model import Model
+from crasp_compiler.model.model import Mask, Model, Weighting
 from crasp_compiler.runtime import numpy_exec
 from crasp_compiler.runtime.backend import NUMPY
 from crasp_compiler.runtime.forward import Observer, forward
 
 # A kind of residual label: a leading name up to ``:`` or ``#`` (token:a, onehot:3, recv:x#1).
 _KIND = re.compile(r"[A-Za-z_][\w^]*[:#]")
+# An IR id (``cmp#4``, ``min-in-branch#21``) and a label's prefix (``onehot:``).
+_ID = re.compile(r"(.+)#\d+")
+_PREFIX = re.compile(r"[A-Za-z_][\w^-]*:")
 # A residual entry counts as changed by a sublayer when it moves by more than this.
 CHANGED = 1e-9
 
@@ -33,6 +40,17 @@ TRACE_BYTES = 24
 # The observation points a trace keeps.
 KEPT = ("hook_pattern", "hook_resid_pre", "hook_resid_mid", "hook_resid_post")
 
+# The position of the first column of a trace: BOS, at −1 as in ``crasp run --trace``.
+FIRST = -1
+
+# A PCOC slot made by the routing of a send (:mod:`crasp_compiler.languages.pcoc.benes`):
+# round, send, then an entry field (step, entry, tuple, field) or a temporary's stem.
+_ROUTED = re.compile(r"_bn(\d+)_(\d+)_(?:probe_)?(?:e(\d+)_(\d+)_(\d*)([vxs])|t\d+_(\w+))")
+_FIELDS = {"v": "valid flag", "x": "payload", "s": "sender"}
+# A head or site named on the command line: ``L2 head 1`` (or ``L2 h1``), ``L1 mlp``.
+_HEAD = re.compile(r"L(\d+) (?:head |h)(\d+)")
+_MLP = re.compile(r"L(\d+) mlp")
+
 
 @dataclass(frozen=True)
 class Stage:
@@ -44,6 +62,15 @@ class Stage:
     values: np.ndarray
     changed: np.ndarray  # (d,) bool
     rows: list[str]
+    names: list[str]  # what the pictures call each row (PCOC: program text, else ``rows``)
+    counts: np.ndarray  # (d,) bool: the row holds a count c stored as c/(t+1)
+
+    def count_values(self, row: int) -> np.ndarray:
+        """The counts ``value · (t + 1)`` of ``row`` at every position (BOS: t = 0),
+        rounded where they are within rounding of an integer."""
+        counts = self.values[:, row] * np.arange(1, len(self.values) + 1)
+        rounded = np.rint(counts)
+        return np.where(np.abs(counts - rounded) <= 1e-6 * np.maximum(1, rounded), rounded, counts)
 
 
 @dataclass(frozen=True)
@@ -51,16 +78,28 @@ class Pattern:
     """One head's attention pattern (queries × keys) on the input."""
 
     layer: int  # from 0
-    head: int
+    head: int  # from 0
     label: str
     weights: np.ndarray  # (T, T)
+
+    @property
+    def site(self) -> str:
+        """``L1 head 1``: the head as :func:`sites` and ``crasp info`` name it."""
+        return f"L{self.layer + 1} head {self.head + 1}"
+
+    @property
+    def title(self) -> str:
+        """The site and the head's label, in full."""
+        return f"{self.site}: {self.label}" if self.label else self.site
 
 
 @dataclass(frozen=True)
 class Trace:
     """One input's pass: residual labels (rows), position labels (columns, BOS first),
     the residual after the embedding and every sublayer, every head's pattern, and the
-    decided outputs at the language's positions (``output_labels``)."""
+    decided outputs at the language's positions (``output_labels``). Column k of a
+    residual or pattern is position ``k + FIRST``; output column k is position
+    ``k + output_first``."""
 
     rows: list[str]
     positions: list[str]
@@ -69,6 +108,12 @@ class Trace:
     output_labels: list[str]
     outputs: dict[str, np.ndarray]
     text: str = ""  # the input as the language writes it
+
+    @property
+    def output_first(self) -> int:
+        """The position of the first output column: BOS's when the language's outputs
+        include the empty prefix (C-RASP), else the first token's (PCOC)."""
+        return FIRST + len(self.positions) - len(self.output_labels)
 
 
 def read_input(model: Model, argument: str | None, line: int = 1) -> Any:
@@ -107,30 +152,36 @@ def trace_bytes(model: Model, positions: int, patterns: bool = True) -> float:
     return float(TRACE_BYTES * cells)
 
 
+def _encoded(model: Model, item: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray | None]:
+    """``item`` as the language reads it (a C-RASP string split into tokens), and the
+    forward pass's token ids (BOS first), lengths and numeric inputs for it."""
+    language = api.model_language(model)
+    if isinstance(item, str) and language.name == "crasp":
+        item = item.split()
+    tokens, values = language.model_inputs(model, [item])
+    ids, lengths = numpy_exec.encode_vocab(model.vocab, tokens)  # CraspError: a bad token
+    numeric = None
+    if model.inputs or values is not None:
+        numeric = numpy_exec.numeric_matrix(model.inputs, lengths, values)
+    return item, ids, lengths, numeric
+
+
 def trace(model: Model, item: Any, *, on_beyond: str = "error", patterns: bool = True) -> Trace:
     """Run ``model`` on one input of its language (C-RASP: a token list or string; PCOC:
     an input-vector array, one row per input slot) and record what the pictures show
     (the attention patterns only with ``patterns``)."""
     language = api.model_language(model)
-    if isinstance(item, str) and language.name == "crasp":
-        item = item.split()
-    tokens, values = language.model_inputs(model, [item])
+    item, ids, lengths, numeric = _encoded(model, item)
     stages = stage_count(model)
-    size = (len(tokens[0]) + 1) * model.width * stages
+    size = ids.shape[1] * model.width * stages
     if size > MAX_VALUES:
         raise CraspError(
-            f"too large to picture: {len(tokens[0]) + 1} positions × width {model.width:,} × "
+            f"too large to picture: {ids.shape[1]} positions × width {model.width:,} × "
             f"{stages} residual stages is {size:,} values (at most {MAX_VALUES:,}); "
             "`crasp info` summarises the model"
         )
-    require_memory(trace_bytes(model, len(tokens[0]) + 1, patterns), "tracing the input")
+    require_memory(trace_bytes(model, ids.shape[1], patterns), "tracing the input")
     result = api.run(model, [item], on_beyond=on_beyond)
-    ids = np.zeros((1, len(tokens[0]) + 1), dtype=np.int64)
-    ids[0, 1:] = model.token_ids(list(tokens[0]))
-    lengths = np.array([len(tokens[0])], dtype=np.int64)
-    numeric = None
-    if model.inputs or values is not None:
-        numeric = numpy_exec.numeric_matrix(model.inputs, lengths, values)
     seen: dict[str, np.ndarray] = {}
 
     def hook(name: str, value: np.ndarray) -> None:
@@ -139,24 +190,31 @@ def trace(model: Model, item: Any, *, on_beyond: str = "error", patterns: bool =
 
     parts = numpy_exec.NumpyParts(model, np.float64)
     forward(NUMPY, parts, ids, lengths, numeric, Observer(hook, patterns=patterns))
-    points = [("embed", "blocks.0.hook_resid_pre" if model.layers else "hook_resid_final", 0)]
     drawn: list[Pattern] = []
     for index, layer in enumerate(model.layers):
-        if layer.heads:
-            name = f"blocks.{index}.hook_resid_mid"
-            points.append((f"layer {index + 1} attention", name, 2 * index + 1))
-        if layer.mlp is not None:
-            name = f"blocks.{index}.hook_resid_post"
-            points.append((f"layer {index + 1} mlp", name, 2 * index + 2))
         for h, head in enumerate(layer.heads if patterns else ()):
             weights = seen[f"blocks.{index}.attn.heads.{h}.hook_pattern"][0]
-            drawn.append(Pattern(index, h, head.label or f"head {h + 1}", np.asarray(weights)))
+            label = head_label(model, head.label)
+            drawn.append(Pattern(index, h, label, np.asarray(weights)))
+    named, counted = row_names(model), count_labels(model)
     kept: list[Stage] = []
     previous: np.ndarray | None = None
-    for label, name, stage in points:
+    for stage, (label, name) in enumerate(_stage_points(model)):
+        if name is None:
+            continue
         now = np.asarray(seen[name][0], dtype=np.float64)
         moved = np.abs(now) if previous is None else np.abs(now - previous)
-        kept.append(Stage(label, now, np.any(moved > CHANGED, axis=0), model.labels_at(stage)))
+        rows = model.labels_at(stage)
+        kept.append(
+            Stage(
+                label,
+                now,
+                np.any(moved > CHANGED, axis=0),
+                rows,
+                [named.get(row, row) for row in rows],
+                np.array([row in counted for row in rows], dtype=bool),
+            )
+        )
         previous = now
     return Trace(
         rows=list(model.residual),
@@ -169,12 +227,331 @@ def trace(model: Model, item: Any, *, on_beyond: str = "error", patterns: bool =
     )
 
 
+def _stage_points(model: Model) -> list[tuple[str, str | None]]:
+    """For every stage ``0 … model.stages``: its label and the observation point holding
+    the residual after it (None for a layer without heads or without an MLP)."""
+    points: list[tuple[str, str | None]] = [
+        ("embed", "blocks.0.hook_resid_pre" if model.layers else "hook_resid_final")
+    ]
+    for index, layer in enumerate(model.layers):
+        attention = f"blocks.{index}.hook_resid_mid" if layer.heads else None
+        mlp = f"blocks.{index}.hook_resid_post" if layer.mlp is not None else None
+        points += [(f"layer {index + 1} attention", attention), (f"layer {index + 1} mlp", mlp)]
+    return points
+
+
+# ---------------------------------------------------------------- interventions
+
+
+@dataclass(frozen=True)
+class Intervention:
+    """The decided outputs on one input as compiled (``before``) and with ``what`` done
+    to the pass (``after``), at the language's positions (``labels``)."""
+
+    what: str
+    labels: list[str]
+    before: dict[str, np.ndarray]
+    after: dict[str, np.ndarray]
+
+
+def intervene(
+    model: Model, item: Any, target: str, source: Any = None, *, on_beyond: str = "error"
+) -> Intervention:
+    """Run ``model`` on ``item`` with ``target`` ablated (its value set to 0) or, given a
+    ``source`` input of the same length, patched (its value taken from the pass on
+    ``source``). ``target`` is a head (``L1 head 1``), a layer's MLP (``L2 mlp``), a
+    residual label or a definition (its residual dimensions, from the sublayer that
+    writes them on)."""
+    points = _points(model, target)
+    language = api.model_language(model)
+    item, ids, lengths, numeric = _encoded(model, item)
+    require_memory(trace_bytes(model, ids.shape[1], False), "intervening on the input")
+    clean = api.run(model, [item], on_beyond=on_beyond)
+    parts = numpy_exec.NumpyParts(model, np.float64)
+    taken: dict[str, np.ndarray] = {}
+    if source is not None:
+        source, source_ids, source_lengths, source_numeric = _encoded(model, source)
+        if source_ids.shape != ids.shape:
+            raise CraspError(
+                f"patching needs a source input of the same length: {ids.shape[1] - 1} "
+                f"tokens, not {source_ids.shape[1] - 1}"
+            )
+        api.run(model, [source], on_beyond=on_beyond)  # the guarantee's checks
+
+        def record(name: str, value: np.ndarray) -> None:
+            if name in points:
+                taken[name] = np.array(value)
+
+        forward(NUMPY, parts, source_ids, source_lengths, source_numeric, Observer(record))
+
+    def swap(name: str, value: np.ndarray) -> np.ndarray | None:
+        if name not in points:
+            return None
+        out = np.array(value)
+        columns = points[name]
+        new = taken[name] if name in taken else np.zeros_like(out)
+        if columns is None:
+            return new
+        out[..., columns] = new[..., columns]
+        return out
+
+    raw = np.asarray(forward(NUMPY, parts, ids, lengths, numeric, Observer(swap)))
+    steps = np.arange(1, raw.shape[1] + 1, dtype=np.float64)[None]
+    after = {
+        output.name: language.model_outputs(
+            model, [item], numpy_exec.decide(output.rule, raw[..., k], steps)
+        )[0]
+        for k, output in enumerate(model.outputs)
+    }
+    how = "ablated" if source is None else f"patched from {language.format_input(source)}"
+    return Intervention(
+        f"{target} {how}",
+        list(clean.labels[0]),
+        {name: np.asarray(v[0]) for name, v in clean.values.items()},
+        {name: np.asarray(after[name]) for name in clean.values},
+    )
+
+
+def _points(model: Model, target: str) -> dict[str, list[int] | None]:
+    """The observation points an intervention on ``target`` replaces: each with the
+    residual columns it changes there (None: the whole value)."""
+    target = " ".join(target.split())
+    if match := _HEAD.fullmatch(target):
+        layer, head = int(match[1]) - 1, int(match[2]) - 1
+        if 0 <= layer < len(model.layers) and 0 <= head < len(model.layers[layer].heads):
+            return {f"blocks.{layer}.attn.heads.{head}.hook_result": None}
+    if match := _MLP.fullmatch(target):
+        layer = int(match[1]) - 1
+        if 0 <= layer < len(model.layers) and model.layers[layer].mlp is not None:
+            return {f"blocks.{layer}.hook_mlp_out": None}
+    # a definition: the dimensions of its form that a sublayer writes (not BOS, nonbos)
+    form = set((model.info.get("definitions") or {}).get(target) or ())
+    names = row_names(model)
+    points: dict[str, list[int] | None] = {}
+    stage_points = _stage_points(model)
+    for k, held in enumerate(writes(model)):
+        for stage, label in held:
+            name = stage_points[stage][1]
+            chosen = target in (label, names.get(label)) or (label in form and stage > 0)
+            if name is not None and chosen:
+                columns = points.setdefault(name, [])
+                assert columns is not None
+                columns.append(k)
+    if not points:
+        raise CraspError(
+            f"nothing to intervene on named {target!r}: give a head (L1 head 1), a layer's "
+            "MLP (L1 mlp), a definition or a residual label (`crasp info --layout` lists "
+            "them)"
+        )
+    return points
+
+
+# ---------------------------------------------------------------- what rows hold
+
+
+def count_labels(model: Model) -> set[str]:
+    """The residual labels of a C-RASP model whose values are counts ``c`` stored as
+    ``c/(t+1)`` (BOS included in ``t + 1``): the dimensions of count definitions, count
+    sub-expressions of the program (a dimension is labelled with its source expression),
+    the gated offsets of a local count (``ONE·P(i-1) in …``) and what a causal uniform
+    head writes (a prefix average of a Boolean, ``ONE``)."""
+    if model.info.get("language") != "C-RASP":
+        return set()
+    from crasp_compiler.languages.crasp.nodes import Sort, walk
+    from crasp_compiler.languages.crasp.printer import format_expr
+
+    program = api.model_language(model).model_program(model)
+    counts: set[str] = set()
+    count_definitions = set()
+    for definition in getattr(program, "definitions", ()):
+        if definition.sort == Sort.COUNT:
+            count_definitions.add(definition.name)
+        counts |= {format_expr(n) for n in walk(definition.expr) if n.sort == Sort.COUNT}
+    for name, form in (model.info.get("definitions") or {}).items():
+        if name in count_definitions:
+            counts |= set(form)
+    averaging = {}
+    for index, layer in enumerate(model.layers):
+        for h, head in enumerate(layer.heads):
+            averaging[f"L{index + 1} head {h + 1}"] = (
+                head.mask == Mask.CAUSAL
+                and head.weighting in (Weighting.SOFTMAX, Weighting.HARD)
+                and head.is_uniform
+            )
+    out = set()
+    for held in occupant_sites(model):
+        for label, site in held:
+            source = re.sub(r" \[\d+\]$", "", label)  # "# V [2]": the second of that name
+            if source in counts or label.startswith("ONE·") or averaging.get(site, False):
+                out.add(label)
+    return out
+
+
+def row_group(label: str, count: bool) -> str:
+    """The colour group of a residual row: counts together, an IR id by its stem
+    (``cmp#4``: ``cmp``), a kind by its prefix (``onehot:``), any other label alone."""
+    if count:
+        return "count"
+    if match := _ID.fullmatch(label):
+        return match[1]
+    if match := _PREFIX.match(label):
+        return match[0]
+    return label
+
+
+def row_scales(run: Trace, rows: list[int]) -> dict[str, float]:
+    """Each row group's colour scale over ``rows``: the largest magnitude of its rows at
+    any stage (at least 1 for counts, stored as fractions of the prefix)."""
+    scales: dict[str, float] = {"count": 1.0}
+    for stage in run.stages:
+        for row in rows:
+            key = row_group(stage.rows[row], bool(stage.counts[row]))
+            top = float(np.max(np.abs(stage.values[:, row]), initial=0.0))
+            scales[key] = max(scales.get(key, 0.0), top)
+    return {key: scale or 1.0 for key, scale in scales.items()}
+
+
+def label_kind(label: str) -> str | None:
+    """The kind of a residual label (:func:`layout_groups`): ``onehot:`` for
+    ``onehot:3``; None for a label of its own kind."""
+    match = _KIND.match(label)
+    return match.group(0) if match else None
+
+
+def row_names(model: Model) -> dict[str, str]:
+    """What the pictures call a residual label where it is not what the program says:
+    in a PCOC model, a value an MLP computes by the program text of its block (``min in a
+    branch in `x = min(x, right)```, a routing step by its send: ``clamp (routing send x
+    to d)``), a received value by its slot and round, a routed entry by its send; other
+    labels are their own names."""
+    if model.info.get("language") != "PCOC":
+        return {}
+    sends = _sends(model)
+    names: dict[str, str] = {}
+    for index, layer in enumerate(model.layers):
+        if layer.heads:
+            labels = model.labels_at(2 * index + 1)
+            for head in layer.heads:
+                when = head.label.split(":")[0] if head.label.startswith("round ") else ""
+                for k in np.flatnonzero(_nonzero_rows(head.w_o)):
+                    names.setdefault(labels[k], _received(labels[k], when, sends))
+        if layer.mlp is not None:
+            labels = model.labels_at(2 * index + 2)
+            units = layer.mlp.labels
+            rows, columns = _entries(layer.mlp.w2)
+            for row, u in zip(rows, columns, strict=True):
+                what = units[u] if u < len(units) else ""
+                if what and not what.startswith("cancel ") and labels[row] not in names:
+                    routing = "" if "`" in what or not sends else f" ({_routing(sends)})"
+                    names[labels[row]] = what + routing
+    return {label: name for label, name in names.items() if name != label}
+
+
+def _sends(model: Model) -> dict[tuple[int, int], str]:
+    """``(round, send) -> send x to d`` for every send statement of a PCOC model's
+    program (rounds unrolled, as the routing's slot names number them)."""
+    from crasp_compiler.languages.pcoc.static import unroll
+
+    program = api.model_language(model).model_program(model)
+    if program is None:
+        return {}
+    return {
+        (number, q): f"send {send.slot} to {send.dest}"
+        for number, (rnd, _) in enumerate(unroll(program, int(model.info.get("n", 1))))
+        for q, send in enumerate(rnd.sends)
+    }
+
+
+def _routing(sends: dict[tuple[int, int], str]) -> str:
+    texts = sorted(set(sends.values()))
+    return f"routing {texts[0]}" if len(texts) == 1 else "send routing"
+
+
+def _received(label: str, when: str, sends: dict[tuple[int, int], str]) -> str:
+    """``recv:x#3`` as ``x received (round 0)``; a routed slot by its send and entry."""
+    if not label.startswith("recv:"):
+        return label
+    slot = label.removeprefix("recv:").rsplit("#", 1)[0]
+    routed = _ROUTED.fullmatch(slot)
+    if routed is None:
+        return f"{slot} received" + (f" ({when})" if when else "")
+    send = sends.get((int(routed[1]), int(routed[2])), "a send")
+    if routed[7]:
+        return f"{send}: {routed[7]}"
+    step, entry, number, field = routed[3], routed[4], routed[5], _FIELDS[routed[6]]
+    tuple_ = f" tuple {number}" if number else ""
+    return f"{send}: {field}, step {step} entry {entry}{tuple_}"
+
+
+def head_label(model: Model, label: str) -> str:
+    """A head's label as the pictures show it: in a PCOC model, the routing slots a head
+    receives counted per send (``round 1: recv 16 routing field(s) of send x to d``)
+    rather than listed by their made-up names."""
+    if model.info.get("language") != "PCOC" or ": recv " not in label:
+        return label
+    when, names = label.split(": recv ", 1)
+    sends = _sends(model)
+    kept: list[str] = []
+    routed: dict[str, int] = {}
+    for name in names.split(", "):
+        match = _ROUTED.fullmatch(name)
+        if match is None:
+            kept.append(name)
+        else:
+            send = sends.get((int(match[1]), int(match[2])), "a send")
+            routed[send] = routed.get(send, 0) + 1
+    kept += [f"{count} routing field(s) of {send}" for send, count in routed.items()]
+    return f"{when}: recv {', '.join(kept)}"
+
+
+def short(text: str, limit: int) -> str:
+    """``text`` in at most ``limit`` characters: a list (``a, b, c``) keeps its first
+    items and says how many more; other text keeps its start and its end (where heads and
+    rows differ)."""
+    if len(text) <= limit:
+        return text
+    head, _, items = text.rpartition(": ")
+    names = _items(items)
+    lead = f"{head}: " if head else ""
+    kept, length = 0, len(lead)
+    while kept < len(names) - 1:  # the most names that fit with ", … (+N more)"
+        length += len(names[kept]) + 2 * (kept > 0)
+        if length + len(f", … (+{len(names) - kept - 1} more)") > limit:
+            break
+        kept += 1
+    if kept:
+        return f"{lead}{', '.join(names[:kept])}, … (+{len(names) - kept} more)"
+    half = (limit - 1) // 2
+    return f"{text[:half]}…{text[len(text) - (limit - 1 - half) :]}"
+
+
+def _items(text: str) -> list[str]:
+    """``text`` split at the ``, `` outside brackets (``#[j <= i, j == i - 1] "a"`` is
+    one item)."""
+    items, depth, start = [], 0, 0
+    for k, char in enumerate(text):
+        depth += (char in "([{") - (char in ")]}")
+        if depth == 0 and text.startswith(", ", k):
+            items.append(text[start:k])
+            start = k + 2
+    return [*items, text[start:]]
+
+
+def _entries(matrix: Any) -> tuple[list[int], list[int]]:
+    """The (row, column) of every nonzero entry of a dense or sparse matrix."""
+    if hasattr(matrix, "tocoo"):
+        coo = matrix.tocoo()
+        return [int(r) for r in coo.row], [int(c) for c in coo.col]
+    rows, columns = np.nonzero(np.asarray(matrix))
+    return [int(r) for r in rows], [int(c) for c in columns]
+
+
 # ---------------------------------------------------------------- where things live
 
 
 def sites(model: Model) -> list[str]:
-    """For every residual dimension, the sublayer that writes it: ``embed``, ``L1 head 0``
-    (from 1 for layers, from 0 for heads), ``L2 mlp``; the first writer when several do."""
+    """For every residual dimension, the sublayer that writes it: ``embed``, ``L1 head 1``
+    (layers and heads from 1), ``L2 mlp``; the first writer when several do."""
     out = ["embed"] * model.width
     written = np.zeros(model.width, dtype=bool)
     for index, layer in enumerate(model.layers):
@@ -216,6 +593,20 @@ def occupant_sites(model: Model) -> list[list[tuple[str, str]]]:
                 here.append((label, "embed" if stage == 0 else site))
         out.append(here)
     return out
+
+
+def writes(model: Model) -> list[list[tuple[int, str]]]:
+    """For every residual dimension, ``(stage, label)`` of each value it holds in turn,
+    from the stage that writes it (0: the embedding; the model's stage numbering)."""
+    if model.occupants is not None:
+        return [[(stage, label) for stage, label in held if label] for held in model.occupants]
+    stage_of = {"embed": 0}
+    for index, layer in enumerate(model.layers):
+        stage_of |= {f"L{index + 1} head {h + 1}": 2 * index + 1 for h in range(len(layer.heads))}
+        stage_of[f"L{index + 1} mlp"] = 2 * index + 2
+    return [
+        [(stage_of[site], label)] for label, site in zip(model.residual, sites(model), strict=True)
+    ]
 
 
 def _nonzero_rows(matrix: Any) -> np.ndarray:
@@ -264,8 +655,7 @@ def layout_groups(model: Model) -> list[tuple[str, int, int, int]]:
     expressions) are their own kind."""
     groups: dict[str, list[int]] = {}
     for k, label in enumerate(model.residual):
-        match = _KIND.match(label)
-        key = match.group(0) if match else label
+        key = label_kind(label) or label
         entry = groups.setdefault(key, [0, k, k])
         entry[0] += 1
         entry[2] = k
