@@ -15,7 +15,8 @@
 
 ``load`` takes a path or program text (``language=`` names the language of text);
 options (``alphabet``, ``mode``, ``max_len``, ``n``, ``tolerance``, ``dtype``) are the
-registered languages' (:data:`crasp_compiler.languages.registry.Language.options`).
+registered languages' (:data:`crasp_compiler.languages.registry.Language.options`);
+``compile(program, reuse=False)`` gives every variable its own residual dimension.
 """
 
 from __future__ import annotations
@@ -67,17 +68,22 @@ def interpret(program: Any, input: Any, **options: Any) -> Any:
 
 
 def compile(program: Any, **options: Any) -> Model:
-    """Exact transformer weights for ``program`` (options: the language's)."""
+    """Exact transformer weights for ``program`` (options: the language's, ``mode``, and
+    ``reuse``: ``False`` gives every variable its own residual dimension, one label per
+    dimension at every stage; ``True`` reuses dead dimensions; the default, None, takes
+    whichever makes the smaller model)."""
     lang = language_of_program(program)
-    return lang.compile(program, **_options(lang, "compile", options, extra=("mode",)))
+    return lang.compile(program, **_options(lang, "compile", options, extra=("mode", "reuse")))
 
 
-def load_model(path: str | Path) -> Model:
+def load_model(path: str | Path, *, check_source: bool = True) -> Model:
     """A compiled model from a ``.npz`` file or an export directory (``crasp export``;
-    torch export directories need torch, TransformerLens ones safetensors)."""
+    torch export directories need torch, TransformerLens ones safetensors).
+    ``check_source=False``: an ``.npz`` file's recorded source is not parsed (running a
+    model reads only its weights; :func:`~crasp_compiler.model.io.load_model`)."""
     path = Path(path)
     if not (path.is_dir() or path.name == "config.json"):
-        return load_model_file(path)
+        return load_model_file(path, check_source=check_source)
     from crasp_compiler.export.lens import load_lens_export, read_lens_config
 
     if read_lens_config(path) is not None:  # a TransformerLens export: safetensors, no torch

@@ -364,8 +364,17 @@ def _check_model(
     "softmax/ReLU model, exact up to --max-len. PCOC (default hard): hard: average-hard "
     "routing, exact; softmax: softmax routing within --tolerance of it.",
 )
+@click.option(
+    "--no-reuse",
+    is_flag=True,
+    help="Give every variable its own residual dimension (one label per dimension at every "
+    "stage, for interpretability work; by default a dead variable's dimension is reused "
+    "when that makes the model smaller).",
+)
 @_language_options("compile")
-def compile_command(program: str, output: str, mode: str | None, **options: Any) -> None:
+def compile_command(
+    program: str, output: str, mode: str | None, no_reuse: bool, **options: Any
+) -> None:
     """Compile PROGRAM into transformer weights written to OUTPUT.
 
     A PCOC program (.pcoc) compiles for exactly --n machines: one layer per round (plus
@@ -381,7 +390,7 @@ def compile_command(program: str, output: str, mode: str | None, **options: Any)
     if problem:
         raise click.UsageError(problem)
     prog = language.load(program, **options)
-    model = language.compile(prog, mode=mode, **options)
+    model = language.compile(prog, mode=mode, reuse=False if no_reuse else None, **options)
     save_model(model, output)
     click.echo(
         f"{output}: {language.headline(model)}, width {model.width:,}, "
@@ -416,7 +425,7 @@ def run_command(
     A model compiled from PCOC reads INPUT as a file of input vectors (default: stdin),
     one per line with exactly n numbers per input slot, and prints each output vector on
     one line (`slot: ` first when there are several output slots)."""
-    model = api.load_model(model_file)
+    model = api.load_model(model_file, check_source=False)  # runs weights: no parser
     language = api.model_language(model)
     if not (trace or outputs) and not language.has_verdict(model):
         raise CraspError(
@@ -532,8 +541,9 @@ def _clip(text: str, limit: int) -> str:
     type=click.Choice(["all", "residual", "attention", "outputs", "program"]),
     default="all",
     show_default=True,
-    help="PNG/SVG: which picture (program: each definition in the sublayer computing it, "
-    "C-RASP); all writes OUTPUT (residual) and, beside it, OUTPUT's name with .attention, "
+    help="PNG/SVG: which picture (program: the definitions by dependency depth, each with "
+    "the sublayer computing it, C-RASP); all writes OUTPUT (residual) and, beside it, "
+    "OUTPUT's name with .attention, "
     ".outputs and .program before the suffix (those the model has).",
 )
 @click.option(
@@ -544,6 +554,18 @@ def _clip(text: str, limit: int) -> str:
     help="PCOC: which input line of the vector file to show.",
 )
 @click.option("--dpi", type=click.IntRange(min=10), default=100, show_default=True)
+@click.option(
+    "--ablate",
+    metavar="TARGET",
+    help="Also draw the outputs with TARGET set to 0 beside the compiled ones: a head "
+    "('L1 head 1'), a layer's MLP ('L2 mlp'), a definition or a residual label.",
+)
+@click.option(
+    "--patch-from",
+    metavar="INPUT",
+    help="With --ablate: take TARGET's value from the pass on INPUT (same length; PCOC: "
+    "a vector file, the same --line) instead of 0.",
+)
 @_beyond_option("What to do with an input the model's guarantee does not cover.")
 def show_command(
     model_file: str,
@@ -552,15 +574,20 @@ def show_command(
     picture: str,
     line: int,
     dpi: int,
+    ablate: str | None,
+    patch_from: str | None,
     beyond_guarantee: str,
 ) -> None:
     """Picture a compiled MODEL on one INPUT (as `crasp run` reads it: a token string
     for C-RASP, a vector file for PCOC): the residual stream after every sublayer (rows
     a sublayer changed framed), every head's attention pattern, each output's decision
-    per position, and (C-RASP) the program graph: each definition in the sublayer that
-    computes it. .html writes one self-contained page (no network access) where
-    you pick a view and hover a cell for its row, position and value. PNG and SVG need
-    matplotlib (pip install 'crasp-compiler[train]')."""
+    per position, and (C-RASP) the program graph: the definitions by dependency depth,
+    each with the sublayer that computes it. Layers and heads count from 1 (L1 head 1), positions from BOS at -1, as
+    in `crasp info` and `crasp run --trace`. .html writes one self-contained page (no
+    network access) where you pick a view and hover a cell for its row, position and
+    value, or a token for what each head of a layer attends to from it. A picture too
+    large for one file is written in parts (OUTPUT's name with .part2, ... before the
+    suffix). PNG and SVG need matplotlib (pip install 'crasp-compiler[train]')."""
     from crasp_compiler.budget import require_memory
     from crasp_compiler.files import write_text
     from crasp_compiler.show import data as show_trace
@@ -571,9 +598,23 @@ def show_command(
     folder = Path(output).parent
     if not folder.is_dir():  # as `crasp compile -o`: no folder is created
         raise CraspError("cannot write pictures: no such folder", filename=str(folder))
+    if patch_from is not None and ablate is None:
+        raise click.UsageError("--patch-from needs --ablate TARGET: what to patch")
+    if ablate is not None and picture not in ("all", "outputs") and suffix not in (".html", ".htm"):
+        raise click.UsageError(
+            f"--ablate draws the outputs beside the compiled ones: use --picture outputs "
+            f"or all, not {picture}"
+        )
     model = api.load_model(model_file)
     item = show_trace.read_input(model, input, line)
     length = show_trace.positions(model, item)
+    source = None if patch_from is None else show_trace.read_input(model, patch_from, line)
+
+    def intervention() -> show_trace.Intervention | None:
+        if ablate is None:
+            return None
+        return show_trace.intervene(model, item, ablate, source, on_beyond=beyond_guarantee)
+
     if suffix in (".html", ".htm"):
         from crasp_compiler.show.html import keeps_patterns, page, page_bytes
 
@@ -582,33 +623,23 @@ def show_command(
         require_memory(needed, f"the page of {length:,} positions", output)
         with warnings_on_stderr():
             run = show_trace.trace(model, item, on_beyond=beyond_guarantee, patterns=patterns)
-        write_text(output, page(model, run, f"{Path(model_file).name} on {input or ''}"))
+            changed = intervention()
+        title = f"{Path(model_file).name} on {input or ''}"
+        write_text(output, page(model, run, title, changed))
         click.echo(output)
         return
     from crasp_compiler.show import figures as show_figures
 
-    sizes = show_figures.figure_sizes(model, length, picture)
+    shown = show_figures.pictures(model, length, picture, ablate is not None)
     needed = show_trace.trace_bytes(model, length)
-    needed += show_figures.require_drawable(sizes, dpi, output)
+    needed += show_figures.require_drawable(shown, dpi, output)
     require_memory(needed, f"the pictures of {length:,} positions", output)
     with warnings_on_stderr():
         run = show_trace.trace(model, item, on_beyond=beyond_guarantee)
-    stem = Path(output)
-    paths = {
-        "residual": output,
-        "attention": str(stem.with_suffix(f".attention{suffix}")),
-        "outputs": str(stem.with_suffix(f".outputs{suffix}")),
-        "program": str(stem.with_suffix(f".program{suffix}")),
-    }
-    drawers = {
-        "residual": show_figures.residual_figure,
-        "attention": show_figures.attention_figure,
-        "outputs": show_figures.outputs_figure,
-        "program": lambda model, _: show_figures.program_figure(model),
-    }
-    for name in sizes:
-        path = output if picture != "all" else paths[name]
-        show_figures.save(drawers[name](model, run), path, dpi)
+        changed = intervention()
+    for one in shown:
+        path = one.path(output, beside=picture == "all")
+        show_figures.save(show_figures.draw(model, run, one, changed), path, dpi)
         click.echo(path)
 
 

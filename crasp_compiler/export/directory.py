@@ -21,7 +21,7 @@ from crasp_compiler.errors import CraspError
 from crasp_compiler.files import set_new_file_modes
 
 CONFIG_FILE = "config.json"
-EXPORT_FILES = (CONFIG_FILE, "model.safetensors", "model.pt")
+EXPORT_FILES = (CONFIG_FILE, "model.safetensors", "model.pt", "tokenizer.json")
 EXPORT_FORMATS = ("crasp-torch-export", "crasp-lens-export")
 
 

@@ -51,11 +51,18 @@ file, without the arrays) and each head's ``(dk, dv)`` (``head_dims``):
 :func:`load_lens_export` rebuilds a crasp :class:`Model` from the directory (the
 positional table becomes ``onehot:t`` features, ``t < n_ctx``, and the guarantee is capped
 at ``n_ctx − 1`` tokens), so ``crasp check`` and ``crasp run`` read lens exports.
+
+The directory also holds ``tokenizer.json`` (:func:`tokenizer_json`): the Hugging Face
+``tokenizers`` file of the vocabulary, which ``tokenizers.Tokenizer.from_file`` and
+``PreTrainedTokenizerFast(tokenizer_file=...)`` read and the loader attaches to the
+TransformerLens model. A reader refuses one that is not the vocabulary's; an export
+written without one is read as before.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +86,7 @@ from crasp_compiler.model.model import BOS, TORCH_DENSE_LIMIT, Model, densified,
 FORMAT = "crasp-lens-export"
 VERSION = 2
 WEIGHTS_FILE = "model.safetensors"
+TOKENIZER_FILE = "tokenizer.json"
 MAX_N_CTX = 1 << 20
 
 _WEIGHTING_NAMES = {
@@ -349,10 +357,59 @@ def _outputs_section(model: Model) -> list[dict[str, Any]]:
     ]
 
 
+def tokenizer_json(vocab: Sequence[str]) -> dict[str, Any]:
+    """The ``tokenizer.json`` (Hugging Face ``tokenizers`` format) of a model's
+    vocabulary: word-level over whitespace-separated words, ids as the model numbers
+    them, BOS (id 0, a special token) prepended by the post-processor. A word outside
+    the vocabulary is refused (``WordLevel error: Missing [UNK] token``): the unknown
+    token the format requires is a name that is not in the vocabulary."""
+    bos = vocab[0]
+    unknown = "<unk>"
+    while unknown in vocab:
+        unknown = f"<{unknown}>"
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [
+            {
+                "id": 0,
+                "content": bos,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
+        ],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "WhitespaceSplit"},
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [
+                {"SpecialToken": {"id": bos, "type_id": 0}},
+                {"Sequence": {"id": "A", "type_id": 0}},
+            ],
+            "pair": [
+                {"Sequence": {"id": "A", "type_id": 0}},
+                {"Sequence": {"id": "B", "type_id": 1}},
+            ],
+            "special_tokens": {bos: {"id": bos, "ids": [0], "tokens": [bos]}},
+        },
+        "decoder": None,
+        "model": {
+            "type": "WordLevel",
+            "vocab": {word: i for i, word in enumerate(vocab)},
+            "unk_token": unknown,
+        },
+    }
+
+
 def export_lens(
     model: Model, out_dir: str | Path, n_ctx: int | None = None, model_name: str = "crasp"
 ) -> Path:
-    """Write ``out_dir/model.safetensors`` (float64) and ``out_dir/config.json``.
+    """Write ``out_dir/model.safetensors`` (float64), ``out_dir/config.json`` and
+    ``out_dir/tokenizer.json`` (:func:`tokenizer_json`).
 
     The config holds ``cfg`` (``HookedTransformerConfig`` keyword arguments) and ``crasp``
     (vocabulary, outputs and decision rules, guarantee, residual labels, source).
@@ -369,6 +426,8 @@ def export_lens(
     def write(directory: Path) -> None:
         save_file(state, str(directory / WEIGHTS_FILE), metadata={"format": FORMAT})
         (directory / CONFIG_FILE).write_text(json.dumps(config, indent=1), encoding="utf-8")
+        tokenizer = json.dumps(tokenizer_json(model.vocab), indent=1, ensure_ascii=False)
+        (directory / TOKENIZER_FILE).write_text(tokenizer, encoding="utf-8")
 
     return write_export(out_dir, write)
 
@@ -580,8 +639,29 @@ def read_lens_export(path: str | Path) -> tuple[dict[str, Any], dict[str, np.nda
     elif crasp.get("outputs") != _outputs_section(model) or crasp.get("residual") != model.residual:
         problem = "the crasp section's 'outputs' or 'residual' are not the model's"
     else:
+        _check_tokenizer(directory / TOKENIZER_FILE, model.vocab)
         return config, state, model
     raise CraspError(f"invalid lens export: {problem}", filename=str(directory / CONFIG_FILE))
+
+
+def _check_tokenizer(path: Path, vocab: Sequence[str]) -> None:
+    """Refuse a ``tokenizer.json`` that is not :func:`tokenizer_json` of ``vocab`` (it
+    would give the model other ids); an export without one is fine."""
+    if not path.exists():
+        return
+    try:
+        size = path.stat().st_size
+        if size > MAX_HEADER_CHARS:
+            raise ValueError(f"{size:,} bytes (at most {MAX_HEADER_CHARS:,})")
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as err:
+        raise CraspError(f"cannot read {path.name}: {err}", filename=str(path)) from None
+    if found != tokenizer_json(vocab):
+        raise CraspError(
+            f"invalid lens export: {path.name} is not the tokenizer of the model's "
+            "vocabulary (export the model again)",
+            filename=str(path),
+        )
 
 
 def _model_arrays(

@@ -195,11 +195,13 @@ class Language(ABC):
         """The interpreter options that reproduce what a compiled model computes."""
         return {}
 
-    def check_header(self, model: Model) -> None:
+    def check_header(self, model: Model, source: bool = True) -> None:
         """HeaderProblem unless a loaded model's options and info are what this
         language's compiler writes; by default, that its source parses in this language
-        with the model's outputs (registered as the file format's header check)."""
-        if not model.source:
+        with the model's outputs (registered as the file format's header check).
+        ``source=False`` leaves the source unparsed (a runtime that reads only the
+        weights, ``crasp run``, need not import the parser)."""
+        if not (model.source and source):
             return
         try:
             program = self.model_program(model)
@@ -292,8 +294,8 @@ def register(language: Language | Declaration) -> None:
     if isinstance(language, Language):
         _LOADED[declared.name] = language
 
-    def check_header(model: Model) -> None:
-        _implementation(declared).check_header(model)
+    def check_header(model: Model, source: bool) -> None:
+        _implementation(declared).check_header(model, source)
 
     HEADER_CHECKS[declared.title] = check_header
 
@@ -354,7 +356,10 @@ def language_of_program(program: object) -> Language:
     """The language of a loaded program object (asking the languages already imported
     first: a program's language is one of them unless its objects were made directly)."""
     imported = [_LOADED[name] for name in _DECLARED if name in _LOADED]
-    for language in [*imported, *languages()]:
+    for language in imported:
+        if language.owns(program):
+            return language
+    for language in languages():  # imports the others only when none of those owns it
         if language.owns(program):
             return language
     raise TypeError(f"not a program of a registered language: {type(program).__name__}")

@@ -27,7 +27,8 @@ and ``info.definitions`` (what ``crasp info`` and ``crasp show`` read) maps each
 to a residual form, labels to finite numbers. The header must agree with itself: a
 ``relu`` C-RASP model's guarantee is at most its ``options.max_len``, a PCOC model's is
 its ``info.n`` machines, and the source parses as the language ``info.language`` names,
-with the model's inputs and outputs.
+with the model's inputs and outputs (unless ``load_model(path, check_source=False)``:
+``crasp run`` reads the weights and not the source, and so imports no parser).
 """
 
 from __future__ import annotations
@@ -453,7 +454,7 @@ def _header(header: Any) -> dict[str, Any]:
     return out
 
 
-def _parse(raw_header: Any, data: _Source) -> Model:
+def _parse(raw_header: Any, data: _Source, source: bool = True) -> Model:
     header = _header(raw_header)
     vocab = _strings(header, "vocab")
     _expect(len(vocab) >= 1 and vocab[0] == BOS, "the vocabulary must start with BOS")
@@ -626,7 +627,7 @@ def _parse(raw_header: Any, data: _Source) -> Model:
         w_x=w_x,
     )
     _check_kinds(model)
-    _check_origin(model)
+    _check_origin(model, source)
     return model
 
 
@@ -713,14 +714,16 @@ class HeaderProblem(ValueError):
 
 
 # Each source language's header check, by the title it records in info 'language': it
-# raises HeaderProblem. The languages register theirs (:mod:`crasp_compiler.languages`),
-# so the file format depends on none of them.
-HEADER_CHECKS: dict[str, Callable[[Model], None]] = {}
+# raises HeaderProblem; its second argument says whether to parse the source too. The
+# languages register theirs (:mod:`crasp_compiler.languages`), so the file format depends
+# on none of them.
+HEADER_CHECKS: dict[str, Callable[[Model, bool], None]] = {}
 
 
-def _check_origin(model: Model) -> None:
+def _check_origin(model: Model, source: bool) -> None:
     """Options, info and source agree with each other and with the model: a known
-    language, then that language's own checks (mode, guarantee, source)."""
+    language, then that language's own checks (mode, guarantee, and with ``source`` that
+    the source parses)."""
     language = model.info.get("language")
     known = ", ".join(HEADER_CHECKS)
     _expect(
@@ -733,7 +736,7 @@ def _check_origin(model: Model) -> None:
     )
     if language is not None:
         try:
-            HEADER_CHECKS[language](model)
+            HEADER_CHECKS[language](model, source)
         except HeaderProblem as err:
             raise _Invalid(str(err)) from None
 
@@ -891,9 +894,13 @@ def _rows(data: _Source, name: str) -> int:
     return int(array.shape[0])
 
 
-def load_model(path: str | Path, max_bytes: int | None = None) -> Model:
+def load_model(
+    path: str | Path, max_bytes: int | None = None, *, check_source: bool = True
+) -> Model:
     """Read and validate a model file; any problem raises :class:`CraspError`.
-    ``max_bytes``: the most the archive may hold uncompressed (see :func:`byte_budget`)."""
+    ``max_bytes``: the most the archive may hold uncompressed (see :func:`byte_budget`);
+    ``check_source=False``: every check but parsing the source the header records (a
+    runtime reads only the weights, and parsing imports the language's parser)."""
     budget = byte_budget(max_bytes, str(path))
     try:
         with open(path, "rb") as handle:
@@ -902,7 +909,7 @@ def load_model(path: str | Path, max_bytes: int | None = None) -> Model:
             raise _Invalid("not an .npz archive (wrong file type?)")
         with zipfile.ZipFile(path) as archive:
             data = _Archive(archive, budget)
-            return _parse(_read_header(data), data)
+            return _parse(_read_header(data), data, check_source)
     except _Invalid as err:
         raise CraspError(f"invalid model file: {err}", filename=str(path)) from None
     except (

@@ -32,7 +32,10 @@ layers (:func:`run_plan`): the residual is column-major, one array per live colu
 chunk of positions at a time (:data:`PLAN_ROWS`, so that it stays in the cache), every
 product a few operations on the columns its weights touch, and each running sum carried
 into the next chunk as the first term of its sum, so that the float64 prefix sums are
-those of one running sum over the sequence.
+those of one running sum over the sequence. A running sum of integers of known bound
+(a counting head's values: token tests, Heaviside units, integer combinations of them)
+runs in int64: its sums are those float64 sums exactly while they stay within 2^53,
+which the pass checks from the bound and the length.
 
 The fast paths drop the gradients of what they do not compute: the caller says whether
 they may be taken (``uniform_ok``, ``keyed_ok``: the torch module refuses them while
@@ -489,11 +492,16 @@ def uniform_members(
 
 # ---------------------------------------------------------------- the lowered plan
 
-# Positions (batch rows × chunk) a plan runs at once: the residual of a chunk stays in
-# the cache, and the pass holds little beyond its inputs and outputs.
+# Positions (batch rows × chunk) a plan runs at most at once, in chunks of equal size: the
+# residual of a chunk stays in the cache, and the pass holds little beyond its inputs and
+# outputs. (Larger chunks had glibc trim the free top of the heap after every call in some
+# processes, and fault its pages in again on the next, at twice the cost.)
 PLAN_ROWS = 1 << 13
 # The most nonzero weights a plan runs as column operations (one array operation each).
 PLAN_TERMS = 4096
+# Significand bits of the float types whose plans sum integers in int64: every integer of
+# magnitude up to 2^p is exact (the bounds of :data:`Bound` stay far within their range).
+PRECISION = {"float64": 53, "float32": 24}
 
 # A row of a weight matrix as the plan reads it: its nonzero entries ``(column, weight)``
 # (weight None where it is 1: no product) and its bias (None: 0).
@@ -502,20 +510,23 @@ Row = tuple[list[tuple[int, float | None]], float | None]
 
 class PlanLayer:
     """One layer of a :class:`Plan`. ``values``: the rows of the prefix-sum heads' ``W_V``
-    stacked; ``writes``: per residual column its heads write, the row of their ``W_O``
-    side by side (over ``values``). ``hidden``: the rows of ``W_1`` with ``b_1``;
+    stacked; ``exact``: per value row, a bound on its value's magnitude where the value is
+    an integer at every position (None: not known to be), for :func:`run_plan`'s integer
+    running sums; ``writes``: per residual column its heads write, the row of their
+    ``W_O`` side by side (over ``values``). ``hidden``: the rows of ``W_1`` with ``b_1``;
     ``mlp``: the MLP's parameters (activations, layer-norm groups); ``outputs``: per
     residual column the MLP writes, its row of ``W_2`` with ``b_2``."""
 
     def __init__(
         self,
         values: list[Row],
+        exact: list[int | None],
         writes: list[tuple[int, Row]],
         hidden: list[Row],
         mlp: MLPParams[Any, Any] | None,
         outputs: list[tuple[int, Row]],
     ) -> None:
-        self.values, self.writes = values, writes
+        self.values, self.exact, self.writes = values, exact, writes
         self.hidden, self.mlp, self.outputs = hidden, mlp, outputs
 
 
@@ -561,7 +572,14 @@ def lower(
     for any other). Its numbers are the general path's where those are fixed (the
     float64 prefix sums, carried from chunk to chunk as one running sum, their division
     and cast; products with one nonzero weight); a row with several nonzero weights sums
-    them in the order of its columns, one of the orders a BLAS may pick."""
+    them in the order of its columns, one of the orders a BLAS may pick.
+
+    A bound on every column's magnitude, and whether it holds integers, is followed
+    through the layers (:data:`Bound`): token embeddings (of columns no positional
+    feature writes), running means, Heaviside units (0 or 1), ReLU and GELU units outside
+    layer-norm groups, their weighted sums, and a column two ReLU units cancel
+    (:func:`_cancels`: exactly 0); a value row over integer columns with integer weights
+    gets its bound (:class:`PlanLayer` ``exact``)."""
     if not all(_prefix_sums(h) for row in heads for h in row):
         return None
     table = ops.dense(w_e)
@@ -590,6 +608,13 @@ def lower(
             return None
         return [(r, (found.get(r, []), biases.get(r))) for r in sorted(set(found) | set(biases))]
 
+    positional = w_p if w_p.shape[1] else None  # type: ignore[attr-defined]
+    bounds: list[Bound] = [ZERO] * table.shape[1]  # per residual column
+    for at in entries:
+        value = float(ops.entry(table, at))  # type: ignore[arg-type]
+        bounds[at[1]] = _larger(bounds[at[1]], _term(value, ONE))
+    for at in ops.nonzero(w_p) if positional is not None else ():
+        bounds[at[0]] = None  # a position writes it
     layers = []
     for row, mlp in zip(heads, mlps, strict=True):
         values: list[Row] = []
@@ -602,6 +627,12 @@ def lower(
             values += [entry for _, entry in read]
             for target, (terms, _) in written:
                 writes.append((target, ([(index[j], w) for j, w in terms if j in index], None)))
+        held = [_row_bound(entry, bounds) for entry in values]
+        exact = [None if bound is None or not bound[1] else int(bound[0]) for bound in held]
+        merged = _merged(writes)
+        means = [None if bound is None else (bound[0], False) for bound in held]
+        for target, entry in merged:
+            bounds[target] = _plus(bounds[target], _row_bound(entry, means))
         hidden: list[Row] = []
         outputs: list[tuple[int, Row]] = []
         if mlp is not None:
@@ -611,14 +642,99 @@ def lower(
             found = dict(units)
             hidden = [found.get(j, ([], None)) for j in range(mlp.w1.shape[0])]  # type: ignore[attr-defined]
             outputs = written
-        layers.append(PlanLayer(values, _merged(writes), hidden, mlp, outputs))
+            held = _unit_bounds(mlp, [_row_bound(entry, bounds) for entry in hidden])
+            for target, entry in outputs:
+                if bounds[target] is not None and _cancels(entry, target, hidden, mlp):
+                    bounds[target] = ZERO
+                else:
+                    bounds[target] = _plus(bounds[target], _row_bound(entry, held))
+        layers.append(PlanLayer(values, exact, merged, hidden, mlp, outputs))
     readout = rows(w_out)
     if readout is None:
         return None
     found = dict(readout)
     outs = [found.get(k, ([], None)) for k in range(w_out.shape[0])]  # type: ignore[attr-defined]
-    positional = w_p if w_p.shape[1] else None  # type: ignore[attr-defined]
     return Plan(embed, features, positional, layers, outs, table.shape[1])
+
+
+# What the plan knows of a column's values: ``(M, integral)``, ``|x| ≤ M`` at every
+# position (in the run's type too: M stays far below float32's largest number) and whether
+# every value is an integer (M then an int); None: nothing.
+Bound = tuple[float, bool] | None
+ZERO: Bound = (0, True)
+ONE: Bound = (1, True)
+LARGEST = 2.0**100
+
+
+def _term(weight: float, bound: Bound) -> Bound:
+    """The bound of ``weight · x`` for ``x`` within ``bound``."""
+    if bound is None:
+        return None
+    size, integral = bound
+    if integral and weight.is_integer():
+        return (int(abs(weight)) * size, True)
+    return (abs(weight) * size, False)
+
+
+def _plus(a: Bound, b: Bound) -> Bound:
+    """The bound of a sum (and of each partial sum along the way)."""
+    if a is None or b is None or a[0] + b[0] >= LARGEST:
+        return None
+    return (a[0] + b[0], a[1] and b[1])
+
+
+def _larger(a: Bound, b: Bound) -> Bound:
+    """A bound of values within ``a`` or within ``b``."""
+    if a is None or b is None:
+        return None
+    return (max(a[0], b[0]), a[1] and b[1])
+
+
+def _row_bound(row: Row, bounds: Sequence[Bound]) -> Bound:
+    """The bound of ``Σ_k w_k x_k + b`` for columns within ``bounds``: ``Σ_k |w_k| M_k + |b|``,
+    integral where the weights, the bias and the columns are."""
+    terms, bias = row
+    total = ZERO if bias is None else _term(bias, ONE)
+    for k, weight in terms:
+        total = _plus(total, _term(1.0 if weight is None else weight, bounds[k]))
+    return total
+
+
+def _unit_bounds(mlp: MLPParams[Any, Any], pre: list[Bound]) -> list[Bound]:
+    """The hidden units' bounds from their pre-activations': a Heaviside unit is 0 or 1;
+    ``|relu(z)|`` and ``|gelu(z)|`` are at most ``|z|``, and ``relu(z)`` is an integer
+    where ``z`` is (units outside the layer-norm groups)."""
+    normalized = {unit for group in mlp.norm_groups for unit in group}
+    bounds: list[Bound] = [None] * len(pre)
+    for kind in _ACTIVATIONS:
+        for unit in mlp.unit_index(kind):
+            bound = pre[unit]
+            if kind is Activation.HEAVISIDE:
+                bounds[unit] = ONE
+            elif unit not in normalized and bound is not None:
+                bounds[unit] = (bound[0], bound[1] and kind is Activation.RELU)
+    return bounds
+
+
+def _cancels(row: Row, target: int, hidden: Sequence[Row], mlp: MLPParams[Any, Any]) -> bool:
+    """Whether MLP output ``row`` added to column ``target`` leaves exactly 0: the two
+    ReLU units that free a dead value's dimension, ``x + (relu(−x) − relu(x))`` (in
+    either order of the terms every addition is exact: one unit is 0 and the other
+    ``|x|``), for a finite ``x`` (the caller's bound says so)."""
+    terms, bias = row
+    relus = set(mlp.unit_index(Activation.RELU))
+    normalized = {unit for group in mlp.norm_groups for unit in group}
+    if bias is not None or len(terms) != 2:
+        return False
+    signs = {}
+    for unit, weight in terms:
+        read, offset = hidden[unit]
+        if unit not in relus or unit in normalized or offset is not None or len(read) != 1:
+            return False
+        if read[0][0] != target:
+            return False
+        signs[1.0 if read[0][1] is None else read[0][1]] = 1.0 if weight is None else weight
+    return signs == {1.0: -1.0, -1.0: 1.0}
 
 
 def _merged(writes: list[tuple[int, Row]]) -> list[tuple[int, Row]]:
@@ -629,15 +745,36 @@ def _merged(writes: list[tuple[int, Row]]) -> list[tuple[int, Row]]:
     return [(target, (terms, None)) for target, terms in merged.items() if terms]
 
 
-def _combine(ops: Backend[A, W], columns: Sequence[A | None], row: Row, like: A) -> A | None:
-    """``Σ w_k columns[k] + b`` in ``like``'s dtype (None: 0); columns None are 0."""
+def _combine(
+    ops: Backend[A, W],
+    columns: Sequence[A | None],
+    row: Row,
+    like: A,
+    products: dict[tuple[int, float], tuple[A, A]] | None = None,
+) -> A | None:
+    """``Σ w_k columns[k] + b`` in ``like``'s dtype, summed in the order of the terms
+    (None: 0); columns None are 0. A weight of −1 after the first term is a subtraction
+    (``a − c`` is ``a + (−1)·c``, bit for bit); ``products`` keeps each ``w·column`` for
+    the other rows of the chunk (keyed by the column array, which it holds)."""
     total: A | None = None
     terms, bias = row
     for k, weight in terms:
         column = columns[k]
         if column is None:
             continue
-        term = column if weight is None else column * ops.scalar(weight, like=like)
+        if weight is None:
+            term = column
+        elif weight == -1.0 and total is not None:
+            total = total - column
+            continue
+        elif products is None:
+            term = column * ops.scalar(weight, like=like)
+        else:
+            key = (id(column), weight)
+            held = products.get(key)
+            if held is None:
+                held = products[key] = (column, column * ops.scalar(weight, like=like))
+            term = held[1]
         total = term if total is None else total + term
     if bias is not None:
         b = ops.scalar(bias, like=like)
@@ -646,14 +783,32 @@ def _combine(ops: Backend[A, W], columns: Sequence[A | None], row: Row, like: A)
 
 
 def run_plan(ops: Backend[A, W], plan: Plan[A, W], ids: A) -> A:
-    """Raw outputs ``(B, T, K)`` of the plan for BOS-prefixed ids ``(B, T)``, chunk by chunk of positions; each prefix sum's last value is added to the
-    next chunk's first value before its running sum, so the sums are those of one
-    running sum over the whole sequence."""
+    """Raw outputs ``(B, T, K)`` of the plan for BOS-prefixed ids ``(B, T)``, in chunks of
+    equal length of at most :data:`PLAN_ROWS` positions in all. Each running sum carries
+    its last value into the next chunk: a float64 sum as the first term of the next
+    chunk's sum, so that the sums are those of one running sum over the whole sequence;
+    and the sum of a value row that is an integer everywhere (``exact``, with a bound that
+    keeps each value exact in the run's type and each sum within ``bound·T ≤ 2^53``)
+    runs in int64, whose sums are those float64 sums exactly (integers of magnitude at
+    most 2^53 are exact in float64, so no addition rounds), at a fraction of the cost."""
     batch, size = ids.shape[0], ids.shape[1]
-    chunk = max(1, PLAN_ROWS // batch)
+    count = -(-size // max(1, PLAN_ROWS // batch))
+    chunk = -(-size // count)
     like = plan.like
+    bits = PRECISION.get(ops.dtype_name(like))
+    exact = [
+        [
+            bound is not None
+            and bits is not None
+            and bound <= 1 << bits
+            and bound * size <= 1 << 53
+            for bound in layer.exact
+        ]
+        for layer in plan.layers
+    ]
     out = ops.zeros((len(plan.readout), batch, size), like=like)
     carries: list[list[A | None]] = [[None] * len(layer.values) for layer in plan.layers]
+    every = ops.to_float64(ops.arange(size, like=ids) + 1)  # t + 1
     for start in range(0, size, chunk):
         width = min(chunk, size - start)
         part = ids[:, start : start + width]
@@ -671,18 +826,28 @@ def run_plan(ops: Backend[A, W], plan: Plan[A, W], ids: A) -> A:
             for column in range(plan.width):  # every column (B, c), even one only positions write
                 held = x[column]
                 x[column] = (zero if held is None else held) + positions[:, column][None]
-        steps = ops.to_float64(ops.arange(width, like=ids) + (start + 1))
-        for layer, carry in zip(plan.layers, carries, strict=True):
+        steps = every[start : start + width]
+        for layer, carry, integral in zip(plan.layers, carries, exact, strict=True):
             means: list[A | None] = []
             for number, row in enumerate(layer.values):
                 v = _combine(ops, x, row, template)
                 if v is None:
                     v = ops.zeros(tuple(template.shape), like=template)
-                v = ops.to_float64(v)
-                if carry[number] is not None:
-                    v = ops.concat([v[:, :1] + carry[number], v[:, 1:]], axis=-1)
-                sums = ops.cumsum(v, axis=-1)
-                carry[number] = sums[:, -1:]
+                if integral[number]:
+                    counts = ops.to_int64(v)  # a new array: v is a float array
+                    held = carry[number]
+                    if held is not None:
+                        ops.add_column(counts, 0, held)
+                    counts = ops.cumsum(counts, axis=-1)
+                    carry[number] = counts[:, -1]
+                    sums = ops.to_float64(counts)
+                else:
+                    v = ops.to_float64(v)
+                    held = carry[number]
+                    if held is not None:
+                        v = ops.concat([v[:, :1] + held, v[:, 1:]], axis=-1)
+                    sums = ops.cumsum(v, axis=-1)
+                    carry[number] = sums[:, -1:]
                 means.append(ops.cast(sums / steps, like=template))
             for target, row in layer.writes:
                 x[target] = _add(x[target], _combine(ops, means, row, template))
@@ -690,8 +855,9 @@ def run_plan(ops: Backend[A, W], plan: Plan[A, W], ids: A) -> A:
                 units = _units(ops, layer, x, template)
                 for target, row in layer.outputs:
                     x[target] = _add(x[target], _combine(ops, units, row, template))
+        products: dict[tuple[int, float], tuple[A, A]] = {}
         for k, row in enumerate(plan.readout):
-            raw = _combine(ops, x, row, template)
+            raw = _combine(ops, x, row, template, products)
             if raw is not None:
                 ops.assign_last(out[k], start, raw)
     return ops.move_first_last(out)
@@ -703,7 +869,8 @@ def _units(ops: Backend[A, W], layer: PlanLayer, x: Sequence[A | None], like: A)
     mlp = layer.mlp
     assert mlp is not None
     zero = ops.zeros(tuple(like.shape), like=like)
-    pre = [_combine(ops, x, row, like) for row in layer.hidden]
+    products: dict[tuple[int, float], tuple[A, A]] = {}
+    pre = [_combine(ops, x, row, like, products) for row in layer.hidden]
     z = [zero if unit is None else unit for unit in pre]
     kinds = {kind for kind in _ACTIVATIONS if len(mlp.unit_index(kind))}
     if not mlp.norm_groups and len(kinds) == 1:

@@ -451,7 +451,7 @@ class NumpyParts:
 
 # The parts of the models run last (by id and float type), with the weights they were
 # prepared from: a run of the same model with the same weights reuses them.
-_PREPARED: dict[tuple[int, type], tuple[Model, bytes, NumpyParts]] = {}
+_PREPARED: dict[tuple[int, type], tuple[Model, tuple[Any, ...], NumpyParts]] = {}
 _PREPARED_MODELS = 8
 # Models with more stored numbers than this are prepared afresh for every run.
 PREPARED_SIZE = 1 << 16
@@ -474,25 +474,25 @@ def prepared(model: Model, dtype: type) -> NumpyParts:
     return parts
 
 
-def _state(model: Model) -> bytes:
-    """Every weight and setting the parts are prepared from, as bytes."""
-    pieces: list[bytes] = [repr((model.vocab, model.features, model.inputs)).encode()]
+def _state(model: Model) -> tuple[Any, ...]:
+    """Every weight and setting the parts are prepared from: the settings as they are,
+    each weight as its shape, type and bytes."""
+    settings: list[Any] = [tuple(model.vocab), tuple(model.features), tuple(model.inputs)]
     arrays: list[Any] = [model.w_e, model.w_p, model.numeric_weights]
     for layer in model.layers:
         for h in layer.heads:
-            arrays += [h.w_q, h.w_k, h.w_v, h.w_o]
-            pieces.append(
-                repr((h.scale, sorted(h.bias.items()), h.weighting, h.mask, h.kind)).encode()
-            )
+            arrays += (h.w_q, h.w_k, h.w_v, h.w_o)
+            settings.append((h.scale, tuple(sorted(h.bias.items())), h.weighting, h.mask, h.kind))
         if layer.mlp is not None:
             m = layer.mlp
-            arrays += [m.w1, m.b1, m.w2, m.b2]
-            pieces.append(repr((list(m.activations), [list(g) for g in m.norm_groups])).encode())
+            arrays += (m.w1, m.b1, m.w2, m.b2)
+            settings.append((tuple(m.activations), tuple(tuple(g) for g in m.norm_groups)))
     arrays += [o.weights for o in model.outputs]
+    weights = []
     for w in arrays:
         held = dense(w) if is_sparse(w) else np.asarray(w)
-        pieces.append(repr((held.shape, held.dtype.str)).encode() + held.tobytes())
-    return b"\0".join(pieces)
+        weights.append((held.shape, held.dtype.str, held.tobytes()))
+    return tuple(settings), tuple(weights)
 
 
 def _trace_labels(model: Model) -> dict[str, str]:
@@ -546,7 +546,8 @@ def run(
     beyond_guarantee([p for p in problems if p], on_overlength)
     size = longest + 1
     itemsize, layers = np.dtype(float_type).itemsize, model_layers(model)
-    planned = None if residuals or prepared(model, float_type).plan is None else len(model.outputs)
+    parts = prepared(model, float_type)
+    planned = None if residuals or parts.plan is None else len(model.outputs)
     require_forward_memory(
         model.width,
         len(model.inputs),
@@ -565,7 +566,7 @@ def run(
             trace.append((labels[name], value))
 
     observer = Observer(record) if residuals else None
-    raw = fw.forward(NUMPY, prepared(model, float_type), ids, lengths, numeric, observer)
+    raw = fw.forward(NUMPY, parts, ids, lengths, numeric, observer)
     outputs, decided = {}, {}
     steps = np.arange(1, size + 1, dtype=np.float64)[None, :]  # t + 1 is exact in float64
     padding = np.arange(size)[None, :] > lengths[:, None]

@@ -49,6 +49,9 @@ Hook points. Each of those points is also an identity submodule
 nnsight reach them; every block has an ``attn`` module, without heads in a layer that has
 none. ``run_with_cache`` and ``run_with_hooks`` work as in TransformerLens (patching
 included), and the cache labels its entries (:mod:`crasp_compiler.runtime.hooks`).
+Attention patterns are computed only where asked for: nnsight reads ``hook_pattern``
+after ``module.patterns = True``, and a trace that reads one without it fails with a
+:class:`CraspError` naming the switch (not nnsight's ``OutOfOrderError``).
 
 Head kinds. Each head holds its kind (``blocks[i].attn.heads[h].kind``, a
 :class:`~crasp_compiler.model.model.HeadKind`): the one the model records (or, for heads
@@ -718,6 +721,20 @@ class _Parts:
         return self.module.plan() if self.fast else None
 
 
+def _nnsight_waits_for(point: HookPoint) -> bool:
+    """Whether an nnsight trace is waiting for ``point`` to run: a worker parked on one of
+    its locations, read from the state nnsight keeps on a module it wraps (False where
+    there is none, or nnsight keeps another)."""
+    state = point.__dict__.get("__nnsight__")
+    if state is None:
+        return False
+    try:
+        interleaver, _, locations = state.active()
+        return interleaver is not None and any(loc in interleaver.parked for loc in locations)
+    except (AttributeError, TypeError, ValueError):
+        return False
+
+
 def _refresh_after_load(module: nn.Module, incompatible: Any) -> None:
     if isinstance(module, TorchTransformer):
         module.refresh_kinds()
@@ -898,7 +915,27 @@ class TorchTransformer(nn.Module):
             lengths = torch.full((ids.shape[0],), ids.shape[1] - 1, device=ids.device)
         if not torch.compiler.is_compiling() and (observe is not None or self._hooks_active()):
             observe = self._observer(observe)
-        return fw.forward(TORCH, _Parts(self), ids, lengths, values, observe)
+        out = fw.forward(TORCH, _Parts(self), ids, lengths, values, observe)
+        if observe is not None and not self.patterns:
+            self._check_unread_patterns()
+        return out
+
+    def _check_unread_patterns(self) -> None:
+        """Refuse a pass that left an nnsight read of a ``hook_pattern`` point waiting
+        (the pass computes patterns only where asked for): nnsight would report that the
+        model "already ran past it"; this names the switch instead."""
+        waiting = [
+            name
+            for name, point in self.hook_dict.items()
+            if name.endswith(".hook_pattern") and _nnsight_waits_for(point)
+        ]
+        if waiting:
+            raise CraspError(
+                f"{waiting[0]} was read but not computed: the torch module computes "
+                "attention patterns only where asked for; set module.patterns = True "
+                "before the nnsight trace (run_with_cache and forward hooks ask for them "
+                "themselves)"
+            )
 
     def fast_path_ok(self) -> bool:
         """Whether the blocks may take the column path: gradients off, not compiling or

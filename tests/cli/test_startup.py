@@ -1,6 +1,6 @@
 """A ``crasp`` command imports only what it runs: its language (not the other's front
-end), no experiment stack, scipy only for a model with sparse weights, and the Lark parse
-tables from the cache on disk. Checked in fresh interpreters by what is in
+end), no experiment stack, scipy only for a model with sparse weights, no parser to run a
+model, and the Lark parse tables from the cache on disk. Checked in fresh interpreters by what is in
 ``sys.modules`` after the command, and by CPU time against ``import numpy`` (never by
 wall-clock time)."""
 
@@ -51,6 +51,7 @@ COMPILER = {
     "crasp_compiler.cookbook",
     "crasp_compiler.assemble",
 }
+PARSER = {"lark", "crasp_compiler.syntax", "crasp_compiler.languages.crasp.build"}
 
 
 def crasp(*args: object) -> tuple[str, set[str]]:
@@ -81,11 +82,28 @@ def test_compile_imports_crasp_and_its_compiler_only(tmp_path):
     assert not modules & (NEVER | PCOC | {"crasp_compiler.runtime"})
 
 
-def test_run_imports_the_runtime_and_not_the_compiler(dyck_model):
+def test_run_imports_the_runtime_and_not_the_compiler_or_the_parser(dyck_model):
+    """A run reads the model's weights, not its source: no Lark, no C-RASP front end."""
     output, modules = crasp("run", dyck_model, "( )")
     assert output == "True"
     assert "crasp_compiler.runtime.numpy_exec" in modules
-    assert not modules & (NEVER | PCOC | COMPILER)
+    assert not modules & (NEVER | PCOC | COMPILER | PARSER)
+
+
+def test_the_api_compiles_and_runs_a_program_without_the_other_language():
+    code = (
+        "import json, sys\n"
+        "from crasp_compiler import compile, interpret, load, run\n"
+        "program = load(sys.argv[1])\n"
+        "assert interpret(program, list('()')).accepted\n"
+        "assert run(compile(program), [list('()')]).values['D'][0, -1]\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(DYCK)], cwd=ROOT, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert not set(json.loads(proc.stdout)) & (NEVER | PCOC)
 
 
 def test_help_lists_every_command_and_imports_no_language():

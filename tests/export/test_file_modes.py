@@ -56,7 +56,8 @@ def test_every_export_file_has_the_mode_of_a_new_file(tmp_path, umask, fmt):
         export_model(compiled, out, fmt)
     written = modes(out)
     weights = "model.pt" if fmt == "torch" else "model.safetensors"
-    assert set(written) == {"config.json", weights}
+    tokenizer = {"tokenizer.json"} if fmt == "lens" else set()
+    assert set(written) == {"config.json", weights, *tokenizer}
     assert written == dict.fromkeys(written, 0o666 & ~umask)
     export_model(compiled, out, "safetensors")  # a re-export replaces it, modes too
     assert modes(out) == dict.fromkeys(["config.json", "model.safetensors"], 0o666 & ~umask)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from crasp_compiler import CraspError, load_program, parse_program
-from crasp_compiler.export.lens import MAX_N_CTX, export_lens, lens_state_dict
+from crasp_compiler.export.lens import MAX_N_CTX, export_lens, lens_state_dict, tokenizer_json
 from crasp_compiler.languages.crasp.compile import compile_program
 from crasp_compiler.model.model import (
     MLP,
@@ -401,9 +401,11 @@ def test_lens_export_replaces_a_torch_export(tmp_path):
     model = compiled(EXAMPLES[0].parent / "dyck1.cr")
     export_model(model, tmp_path / "out", "torch")
     export_lens(model, tmp_path / "out")
+    export_lens(model, tmp_path / "out")  # a lens export replaces one (tokenizer.json too)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "config.json",
         "model.safetensors",
+        "tokenizer.json",
     ]
     assert json.loads((tmp_path / "out" / "config.json").read_text())["format"] == (
         "crasp-lens-export"
@@ -445,6 +447,35 @@ def test_round_trip_through_files(tmp_path):
     got = lens_forward(loaded, config["cfg"], ids)[0, :, 0]
     np.testing.assert_allclose(got, run(model, [words]).outputs["D"][0], rtol=TOL, atol=TOL)
     assert got[-1] > 0.5  # a balanced string is accepted
+
+
+def test_the_export_writes_the_vocabulary_tokenizer(tmp_path):
+    """``tokenizer.json`` is :func:`tokenizer_json` of the vocabulary, and the
+    ``tokenizers`` library reads it: BOS and the model's ids, unknown words refused."""
+    pytest.importorskip("safetensors")
+    model = compiled(EXAMPLES[0].parent / "dyck1.cr")
+    out = export_lens(model, tmp_path / "lens")
+    written = json.loads((out / "tokenizer.json").read_text(encoding="utf-8"))
+    assert written == tokenizer_json(model.vocab)
+    tokenizers = pytest.importorskip("tokenizers")
+    tokenizer = tokenizers.Tokenizer.from_file(str(out / "tokenizer.json"))
+    assert tokenizer.encode("( ( ) )").ids == [0, *model.token_ids(list("(())"))]
+    assert tokenizer.encode("( ( ) )").tokens == ["<bos>", "(", "(", ")", ")"]
+    with pytest.raises(Exception, match=r"Missing \[UNK\]"):
+        tokenizer.encode("( [")
+
+
+def test_the_tokenizer_refuses_unknown_words_whatever_the_vocabulary():
+    """The format needs an unknown token; it is never a word of the vocabulary, so an
+    alphabet holding ``<unk>`` still refuses unknown words instead of mapping them."""
+    tokenizers = pytest.importorskip("tokenizers")
+    vocab = ["<bos>", "<unk>", "<<unk>>", "a"]
+    spec = tokenizer_json(vocab)
+    assert spec["model"]["unk_token"] not in vocab
+    tokenizer = tokenizers.Tokenizer.from_str(json.dumps(spec))
+    assert tokenizer.encode("a <unk> <<unk>>").ids == [0, 3, 1, 2]
+    with pytest.raises(Exception, match=r"Missing \[UNK\]"):
+        tokenizer.encode("a b")
 
 
 def test_export_refuses_without_writing(tmp_path):

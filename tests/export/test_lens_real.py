@@ -2,7 +2,8 @@
 ``.lens3``): every C-RASP example gives the numpy executor's decisions (0 disagreements)
 and raw outputs (within 1e-9, float64), exhaustively on short strings and on sampled
 long ones up to the model's max_len; the model's own tokenizer (``to_tokens``,
-``to_str_tokens``, ``model(text)``, padded batches) in both versions."""
+``to_str_tokens``, ``model(text)``, padded batches) and the export's ``tokenizer.json``,
+residual labels per stage and padding heads left out of caches, in both versions."""
 
 from __future__ import annotations
 
@@ -30,8 +31,12 @@ from tests.support.lens_compare import (  # noqa: E402
     EXAMPLES,
     MAX_LEN,
     TOL,
+    circuitsvis_pages,
     compare,
+    exported_tokenizer,
     inputs_for,
+    padding_heads,
+    stage_labels,
     through_tokenizer,
 )
 from tests.support.lens_compare import compiled as compile_example  # noqa: E402
@@ -128,6 +133,73 @@ def test_the_lens_model_has_its_tokenizer(path):
         lens.model.to_tokens("NOT-A-TOKEN")  # refused by the tokenizer itself
 
 
+def test_the_export_directory_carries_its_tokenizer(tmp_path):
+    """``tokenizer.json`` loads in ``tokenizers`` and is the one on the loaded model; a
+    changed one is refused (it would give other ids), a missing one rebuilt."""
+    model = compiled(EXAMPLES[0].parent / "dyck1.cr")
+    out = export_lens(model, tmp_path / "lens")
+    assert exported_tokenizer(out, model) == 2
+    path = out / "tokenizer.json"
+    changed = json.loads(path.read_text())
+    changed["model"]["vocab"] = {"<bos>": 0, ")": 1, "(": 2}
+    path.write_text(json.dumps(changed))
+    with pytest.raises(CraspError, match=r"tokenizer\.json: error: invalid lens export: "):
+        to_transformer_lens(out)
+    with pytest.raises(CraspError, match="not the tokenizer of the model's vocabulary"):
+        load_model(out)  # what `crasp check` reads
+    path.unlink()  # an export written before tokenizer.json existed
+    lens = to_transformer_lens(out)
+    assert lens.model.to_tokens("( ) )").tolist() == [[0, 1, 2, 2]]
+
+
+def test_residual_labels_per_stage_where_dimensions_are_reused():
+    """dyck1 (relu) reuses dimensions: its residual labels join occupants
+    (``C_open → …``); on the loaded model each hook point's labels are those of its
+    stage, and the dimension labelled ``C_open`` / ``C_close`` holds that count there."""
+    model = compiled(EXAMPLES[0].parent / "dyck1.cr")
+    assert model.occupants is not None and any(" → " in x for x in model.residual)
+    lens = to_transformer_lens(model)
+    assert lens.compiled is model
+    assert stage_labels(lens, model, list("(()))(()")) >= 3  # both counts, a free dimension
+    assert lens.labels_at(1) != lens.labels_at(-1)  # a dimension changes hands
+    assert not any(" → " in x for s in range(model.stages + 1) for x in lens.labels_at(s))
+    with pytest.raises(KeyError, match="not a residual hook point"):
+        lens.residual_labels("blocks.0.attn.hook_pattern")
+
+
+def test_without_reuse_every_dimension_keeps_its_label():
+    model = crasp_compiler.compile(
+        crasp_compiler.load(EXAMPLES[0].parent / "dyck1.cr"),
+        mode="relu",
+        max_len=MAX_LEN,
+        reuse=False,
+    )
+    lens = to_transformer_lens(model)
+    assert all(lens.labels_at(s) == model.residual for s in range(model.stages + 1))
+    # both counts at the 5 residual hook points after the first attention
+    assert stage_labels(lens, model, list("(()))(()")) == 2 * 5
+    compare(lens, model, inputs_for(model, np.random.default_rng(4), 6))
+
+
+def test_padding_heads_are_left_out_of_caches():
+    """dyck1 has 3 heads in layer 1 and 1 in layer 2: TransformerLens gives layer 2 two
+    all-zero padding heads, which ``real_heads`` and ``drop_padding`` leave out."""
+    lens = to_transformer_lens(compiled(EXAMPLES[0].parent / "dyck1.cr"))
+    assert lens.head_labels[1][1:] == [None, None]
+    assert padding_heads(lens, list("(()")) == 2
+    _, cache = lens.model.run_with_cache("( ( )")
+    with pytest.raises(KeyError, match="not a per-head activation"):
+        lens.real_heads(cache, "resid_pre", 0)
+
+
+def test_circuitsvis_draws_a_cache_with_the_models_own_tokens():
+    """circuitsvis ``attention_patterns`` from ``run_with_cache(text)`` and
+    ``to_str_tokens(text)``, no hand-built tokens, per layer without padding heads."""
+    pytest.importorskip("circuitsvis")
+    lens = to_transformer_lens(compiled(EXAMPLES[0].parent / "dyck1.cr"))
+    assert circuitsvis_pages(lens, "( ( ) ) )") == 2
+
+
 def test_refusals():
     with pytest.raises(CraspError, match="relative position bias"):
         local = EXAMPLES[0].parent / "tomita7_local.cr"
@@ -156,3 +228,7 @@ def test_examples_exact_in_transformer_lens_3():
     assert sorted(report["examples"]) == sorted(p.name for p in EXAMPLES)
     assert all(count >= 12 + 5 for count in report["examples"].values())  # see inputs_for
     assert report["tokenizer"] >= 5  # to_tokens / to_str_tokens / model(text) on 3.x too
+    assert report["stage_labels"] >= 3  # labels per stage, checked against the values
+    assert report["padding_heads"] == 2  # dyck1's layer 2: left out of caches
+    assert report["export_tokenizer"] == 2  # tokenizer.json read and attached on 3.x
+    assert report["circuitsvis"] == 2  # both layers drawn from a 3.x cache

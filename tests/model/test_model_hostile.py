@@ -551,6 +551,27 @@ def test_swapped_source(tmp_path):
     assert "invalid model file" in result.stderr and "'source'" in result.stderr
 
 
+def test_run_reads_the_weights_not_the_source(tmp_path):
+    """``crasp run`` loads with ``check_source=False``: a swapped source is not parsed
+    (and the run is the weights' own), while the other header checks still refuse."""
+    other = (EXAMPLES / "tomita4.crasp").read_text()
+    for folder in ("good", "swapped", "lying"):
+        (tmp_path / folder).mkdir()
+    good = file_of(tmp_path / "good", compiled("majority.crasp"))
+    swapped = file_of(tmp_path / "swapped", compiled("majority.crasp"), _source(other))
+    refused(swapped, "'source'", "outputs")
+    assert load_model(swapped, check_source=False).source == other
+    for text in ("1 1 0", "0 0 1", "1"):
+        result = cli("run", swapped, text)
+        assert result.exit_code == 0, result.output
+        assert result.output == cli("run", good, text).output
+    path = file_of(tmp_path, pcoc(), _source((PCOC / "cumsum.pcoc").read_text()))
+    assert load_model(path, check_source=False).inputs == pcoc().inputs
+    lying = file_of(tmp_path / "lying", compiled("majority.crasp"), _options("mode", "sigmoid"))
+    with pytest.raises(CraspError, match="mode"):
+        load_model(lying, check_source=False)
+
+
 @pytest.mark.parametrize("language", ["Python", 3, ""])
 def test_unknown_language(tmp_path, language):
     refused(file_of(tmp_path, compiled("dyck1.cr"), _info("language", language)), "language")

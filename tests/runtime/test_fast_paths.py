@@ -354,6 +354,116 @@ def test_chunked_running_sums_of_inexact_values_are_one_running_sum(monkeypatch)
     assert not np.array_equal(restarted, whole)  # the order matters for these values
 
 
+def plan_passes(model, inputs, dtype, monkeypatch) -> list[np.ndarray]:
+    """The plan's outputs with integer running sums (whole and in chunks of 2 positions),
+    without them (float64 running sums only), and the observed pass's, numpy and torch."""
+    ids, lengths = encode(model.token_ids, inputs)
+    parts = NumpyParts(model, dtype)
+    module = TorchTransformer(model).to(dtype=getattr(torch, np.dtype(dtype).name))
+    assert parts.plan is not None and module.plan() is not None
+
+    def both() -> list[np.ndarray]:
+        with torch.no_grad():
+            raw = module(torch.from_numpy(ids), torch.from_numpy(lengths))
+        return [fw.forward(NUMPY, parts, ids, lengths, None), raw.numpy()]
+
+    passes = both()
+    with monkeypatch.context() as patch:
+        patch.setattr(fw, "PLAN_ROWS", 2 * len(inputs))
+        passes += both()
+        patch.setattr(fw, "PRECISION", {})  # no float type keeps integers exact: no int64 sums
+        passes += both()
+    observe = fw.Observer(lambda n, v: None)
+    return [*passes, fw.forward(NUMPY, parts, ids, lengths, None, observe)]
+
+
+@pytest.mark.parametrize("path", PLAN_EXAMPLES)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_integer_running_sums_are_the_float_sums(path: str, dtype: type, monkeypatch) -> None:
+    """Compiled C-RASP models count with integer values: every running sum of the plan is
+    an int64 sum, and the outputs are those of float64 running sums and of the observed
+    pass, bit for bit (whole, in chunks, numpy and torch)."""
+    model = compile(load(path))
+    plan = NumpyParts(model, dtype).plan
+    assert plan is not None
+    assert all(bound is not None for layer in plan.layers for bound in layer.exact)
+    rng = np.random.default_rng(5)
+    alphabet = [s for s in model.vocab if s != BOS]
+    inputs = [list(rng.choice(alphabet, n)) for n in (0, 3, 17, 64)]
+    first, *others = plan_passes(model, inputs, dtype, monkeypatch)
+    for other in others:
+        np.testing.assert_array_equal(other, first)
+
+
+def test_integer_bounds_follow_the_columns() -> None:
+    """Dyck-1's value rows read one-hot token columns and a Heaviside unit (bound 1); a
+    non-integer weight, or a running mean read as a value, has none."""
+    model = compile(load(DYCK))
+    plan = NumpyParts(model, np.float64).plan
+    assert plan is not None
+    assert [layer.exact for layer in plan.layers] == [[1, 1, 1], [1]]
+    head = model.layers[0].heads[0]
+    row, column = np.argwhere(head.w_v != 0)[0]
+    head.w_v[row, column] = 3.0
+    later = model.layers[1].heads[0]
+    mean = np.argwhere(head.w_o != 0)[0][0]  # the column head 0 writes its running mean to
+    later.w_v[np.argwhere(later.w_v != 0)[0][0], mean] = 1.0
+    plan = NumpyParts(model, np.float64).plan
+    assert plan is not None
+    assert plan.layers[0].exact[0] == 3 and plan.layers[1].exact == [None]
+    head.w_v[row, column] = 0.5
+    plan = NumpyParts(model, np.float64).plan
+    assert plan is not None and plan.layers[0].exact[0] is None
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_cancelled_dimension_is_zero_and_a_doubled_one_is_not(dtype: type, monkeypatch) -> None:
+    """Tomita 2 frees the dimension of a running mean with two ReLU units,
+    ``x + relu(−x) − relu(x) = 0``, and reuses it for an integer that a later head
+    counts: that head sums in int64. With the two output weights swapped the dimension
+    holds ``2x``, not an integer, and the head sums in float64; both as observed."""
+    model = compile(load("examples/crasp/tomita2.crasp"))
+    assert NumpyParts(model, dtype).plan.layers[2].exact == [138]  # type: ignore[union-attr]
+    rng = np.random.default_rng(2)
+    inputs = [list(rng.choice(["0", "1"], n)) for n in (5, 30, 2)] + [list("10" * 12)]
+    first, *others = plan_passes(model, inputs, dtype, monkeypatch)
+    for other in others:
+        np.testing.assert_array_equal(other, first)
+    w2 = model.layers[0].mlp.w2  # type: ignore[union-attr]
+    (units,) = [np.flatnonzero(row) for row in w2 if np.count_nonzero(row) == 2][1:]
+    target = int(np.flatnonzero(w2[:, units[0]])[0])
+    w2[target, units] = -w2[target, units]  # x + relu(x) − relu(−x) = 2x
+    assert NumpyParts(model, dtype).plan.layers[2].exact == [None]  # type: ignore[union-attr]
+    first, *others = plan_passes(model, inputs, dtype, monkeypatch)
+    for other in others:
+        np.testing.assert_array_equal(other, first)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_integers_whose_sums_leave_float64_take_the_float_sum(dtype: type, monkeypatch) -> None:
+    """A token counted with weight 2^52 + 1: its running sum passes 2^53 at the third
+    token, where float64 rounds and int64 would not. The plan takes the float64 sum
+    there (and in float32 for any count: the weight is not exact in float32), and gives
+    the observed pass's numbers."""
+    model = compile(load(DYCK))
+    head = model.layers[0].heads[0]
+    row, column = np.argwhere(head.w_v != 0)[0]
+    head.w_v[row, column] = 2.0**52 + 1
+    model.outputs[0].weights[:] = 0.0  # the output reads the head's running mean
+    model.outputs[0].weights[np.argwhere(head.w_o != 0)[0][0]] = 1.0
+    plan = NumpyParts(model, np.float64).plan
+    assert plan is not None and plan.layers[0].exact[0] == 2**52 + 1
+    counted = model.vocab[int(np.argwhere(model.w_e[:, column] != 0)[0][0])]
+    inputs = [[counted] * 6, [counted]]
+    first, *others = plan_passes(model, inputs, dtype, monkeypatch)
+    for other in others:
+        np.testing.assert_array_equal(other, first)
+    if dtype is np.float64:
+        sums = np.cumsum(np.full(7, 2.0**52 + 1) * (np.arange(7) > 0))
+        assert int(sums[3]) != 3 * (2**52 + 1)  # rounded, where an int64 sum is not
+        np.testing.assert_array_equal(first[0, :, 0], sums / np.arange(1, 8))
+
+
 def test_prepared_parts_are_reused_until_a_weight_changes() -> None:
     model = compile(load(DYCK))
     parts = prepared(model, np.float64)

@@ -26,6 +26,7 @@ def compile_program(
     max_len: int | None = None,
     *,
     max_parameters: int | None = None,
+    reuse: bool | None = None,
 ) -> Model:
     """Compile ``program`` to a transformer whose outputs equal the interpreter's.
 
@@ -42,6 +43,10 @@ def compile_program(
     it, and so is one whose model would store more than ``max_parameters`` numbers
     (default: :func:`~crasp_compiler.model.model.parameter_budget`). A program with an
     empty alphabet (no token tested, none declared) is refused at its output.
+
+    ``reuse`` as in :meth:`~crasp_compiler.assemble.builder.Builder.build`: ``False``
+    gives every variable its own residual dimension, so each dimension has one label at
+    every stage (for interpretability work); the default takes the smaller model.
     """
     require_alphabet(program)
     lowered = lower_program(program, mode, max_len)
@@ -66,6 +71,7 @@ def compile_program(
             "dependency_bound": lowered.depth.bound(),
         },
         labels=labels,
+        reuse=reuse,
     )
     model.info["definitions"] = {
         name: {labels[var]: coef for var, coef in form.items()} for name, form in forms.items()

@@ -185,6 +185,7 @@ class Crasp(Language):
             mode=mode,
             max_len=max_len if mode == "relu" else None,
             max_parameters=options.get("max_parameters"),
+            reuse=options.get("reuse"),
         )
 
     def headline(self, model: Model) -> str:
@@ -203,7 +204,7 @@ class Crasp(Language):
             return None
         return parse_program(model.source, "<model source>", alphabet=model.vocab[1:])
 
-    def check_header(self, model: Model) -> None:
+    def check_header(self, model: Model, source: bool = True) -> None:
         """A C-RASP compile mode, for ``relu`` a guarantee up to ``options.max_len`` at most
         (a lens export's is capped by its context), and a source that parses with the
         model's outputs."""
@@ -222,7 +223,7 @@ class Crasp(Language):
             f"the guarantee (max_len {claimed!r}) is not within that of a relu model compiled "
             f"with options 'max_len' {max_len!r}: such a model is exact only up to it",
         )
-        super().check_header(model)
+        super().check_header(model, source)
 
     def model_inputs(
         self, model: Model, inputs: Sequence[Any]

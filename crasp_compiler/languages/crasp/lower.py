@@ -669,12 +669,16 @@ class _Lowerer:
             self.shifted[key] = Form({out: 1})
         return self.shifted[key]
 
-    def shifted_count(self, arg: Form, shift: int, node: Node) -> Form:
+    def shifted_count(self, arg: Form, shift: int, node: Count) -> Form:
         """``C(t − shift)/(t + 1)``: the prefix count of ``P(· − shift)``, whose bit one
-        offset lookup writes (a softmax lookup in relu mode, made exact by a ramp)."""
+        offset lookup writes (a softmax lookup in relu mode, made exact by a ramp). At
+        shift 0 it is the whole prefix count, labelled ``# P`` (what it holds), not as
+        the window ``node`` it is part of."""
         key = (frozenset(arg.items()), shift)
-        if shift == 0 or key in self.shifted:
-            return self.prefix_count(arg, node) if shift == 0 else self.shifted[key]
+        if shift == 0:
+            return self.prefix_count(arg, node, label=format_expr(Count(node.arg)))
+        if key in self.shifted:
+            return self.shifted[key]
         constant = {BOS: 1.0, NONBOS: 1.0}  # 1 at every position
         bit = self.fresh(f"prev{shift}")
         label = f"P(i-{shift}) in {format_expr(node)}"
@@ -707,7 +711,7 @@ class _Lowerer:
         self.at_bos.set(name, feature_matrix([name], 1)[0, 0])
         return form
 
-    def local_count(self, arg: Form, offsets: frozenset[int], node: Node) -> Form:
+    def local_count(self, arg: Form, offsets: frozenset[int], node: Count) -> Form:
         """``#[j <= i, i − j ∈ offsets] P(j)``. A run ``a..b`` of at least
         :data:`WINDOW_RUN` offsets is ``C(t − a) − C(t − b − 1)`` (two shifted prefix
         counts); every other offset c is ``ONE · P(i − c)``, by an offset lookup and a

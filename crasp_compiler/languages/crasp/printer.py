@@ -49,6 +49,11 @@ def _var(depth: int) -> str:
     return "ijk"[depth % 3] + "'" * (depth // 3)
 
 
+def _minus(var: str, offset: int) -> str:
+    """``var - offset``, or ``var`` alone for offset 0."""
+    return f"{var} - {offset}" if offset else var
+
+
 def format_expr(node: Node, depth: int = 0) -> str:
     """Render one expression evaluated at the position variable of ``depth``."""
     return _format(node, depth)[0]
@@ -120,9 +125,9 @@ def _join(node: Node, depth: int, parts: list[tuple[str, int]], lead: bool) -> t
         case Count(_, offsets):
             outer, inner = _var(depth), _var(depth + 1)
             relation = [
-                f"{inner} == {outer} - {a}"
+                f"{inner} == {_minus(outer, a)}"
                 if a == b
-                else f"{inner} >= {outer} - {b} && {inner} <= {outer} - {a}"
+                else f"{inner} >= {_minus(outer, b)} && {inner} <= {_minus(outer, a)}"
                 for a, b in offset_runs(offsets)
             ]
             # the binder's body would extend over a following `&&` or `||`: as an operand

@@ -183,6 +183,7 @@ def compile_pcoc(
     mode: str = "hard",
     tolerance: float | None = None,
     dtype: str = "float64",
+    reuse: bool | None = None,
 ) -> Model:
     """Compile ``program`` for exactly ``n`` machines to a :class:`Model`.
 
@@ -220,7 +221,9 @@ def compile_pcoc(
     computes as the caller's condition (:func:`_send_condition`). ``info`` reports the
     layers and heads next to the simulation theorem's counts (R layers for R rounds, s
     heads for a memory of s words: the slots plus the values received in a round), and
-    the bounds per output.
+    the bounds per output. ``reuse`` as in
+    :meth:`~crasp_compiler.assemble.builder.Builder.build` (``False``: one residual
+    dimension per variable).
     """
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise CraspError(f"n must be an integer >= 1, not {n!r}", filename=program.filename)
@@ -310,6 +313,7 @@ def compile_pcoc(
             capacities,
         ),
         filename=program.filename,
+        reuse=reuse,
         options={
             "language": LANGUAGE,
             "n": n,

@@ -241,7 +241,14 @@ class Pcoc(Language):
         tolerance, dtype = options.get("tolerance"), options.get("dtype")
         if mode == "hard" and (tolerance is not None or dtype is not None):
             raise CraspError("tolerance and dtype (--tolerance, --dtype) are for mode softmax")
-        return compile_pcoc(program, n, mode=mode, tolerance=tolerance, dtype=dtype or "float64")
+        return compile_pcoc(
+            program,
+            n,
+            mode=mode,
+            tolerance=tolerance,
+            dtype=dtype or "float64",
+            reuse=options.get("reuse"),
+        )
 
     def headline(self, model: Model) -> str:
         return shape(model)
@@ -266,7 +273,7 @@ class Pcoc(Language):
     def model_options(self, model: Model) -> dict[str, Any]:
         return {"n": machines(model)}
 
-    def check_header(self, model: Model) -> None:
+    def check_header(self, model: Model, source: bool = True) -> None:
         """What ``machines``, ``run_pcoc`` and ``crasp info`` read from a PCOC model, and
         a source that parses with the model's inputs and outputs."""
         options, info = model.options, model.info
@@ -335,7 +342,7 @@ class Pcoc(Language):
             ),
             "header field info 'rounding_estimate' must map float64/float32 to finite numbers >= 0",
         )
-        super().check_header(model)
+        super().check_header(model, source)
 
     def model_inputs(
         self, model: Model, inputs: Sequence[Any]
