@@ -809,8 +809,8 @@ def compare_command(
 ) -> None:
     """Read the trained model of RUN_DIR (a `crasp train` run of a task with a C-RASP
     program, or of --program) against its compiled program: where each program
-    variable lives (linear probes per residual stage, against a random-init model and
-    shuffled targets), which heads match the compiled heads, and interchange
+    variable lives (linear probes per residual stage, against the same network before
+    training and shuffled targets), which heads match the compiled heads, and interchange
     interventions along each variable's direction. Writes compare.json and compare.png
     to --output."""
     need_torch()

@@ -15,7 +15,8 @@ probe set drawn from the task's own sampler:
   Boolean as 0/1, scored by balanced accuracy of ``ŷ > ½`` (chance 0.5); a count ``c``
   both as ``c`` and as the fraction ``c / (t + 1)`` the compiled model stores (``t`` the
   position, the start token at 0), scored by R² (chance 0). Two controls: the same
-  probes on a randomly initialised model of the same shape, and on the trained model
+  probes on the trained model's own initialisation (the network before training:
+  the run's seed gives it, as in training), and on the trained model
   with the fitting targets shuffled across positions; and a calibration: the same
   probes on the compiled model's own residual stages, which find each variable from
   the layer that computes it on;
@@ -88,7 +89,7 @@ class Settings:
     probes are fitted on; ``test``: held-out examples per length bin (the training
     range, then up to ``longer`` of the run's longer bins, lengths capped at
     ``max_length``); ``pairs``: input pairs per interchange intervention; ``ridge``: λ;
-    ``seed``: the probe set, the random-init control and the shuffles."""
+    ``seed``: the probe set, the interventions' pairs and the shuffles."""
 
     fit: int = 256
     test: int = 128
@@ -530,6 +531,13 @@ def interchange(
 # ---------------------------------------------------------------- the comparison
 
 
+def initial_model(model: SequenceModel, seed: int) -> SequenceModel:
+    """The model a run of ``seed`` started from: training seeds torch with the run's seed
+    just before it builds the model (:func:`~crasp_compiler.experiments.train.loop.train`)."""
+    torch.manual_seed(seed)
+    return SequenceModel(model.config).eval()
+
+
 def _bins(task: SequenceTask, run_dir: Path, settings: Settings) -> list[Bin]:
     results = (run_dir / "results.json").exists() and _read_json(run_dir / "results.json")
     recorded = results.get("bins") if isinstance(results, dict) else None
@@ -579,8 +587,8 @@ def compare(
     model = load(run)
     if not isinstance(model, SequenceModel):
         raise CraspError(f"{run}: not a sequence model")
-    torch.manual_seed(settings.seed)
-    control = SequenceModel(model.config).eval()
+    train_seed = (_read_json(run / "config.json").get("train") or {}).get("seed", 0)
+    control = initial_model(model, int(train_seed))
     bins = _bins(task, run, settings)
     train_lengths = feasible_lengths(task, *bins[0])
     rng = np.random.default_rng([settings.seed, 0])

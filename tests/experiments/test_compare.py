@@ -159,6 +159,23 @@ def test_visit_sees_every_stage_and_attention_weights_are_the_forward_ones() -> 
     assert float(weights[0, 0, 0, 1:].abs().max()) == 0.0  # causal
 
 
+def test_the_control_is_the_runs_own_initialisation() -> None:
+    """``initial_model`` rebuilds the network a run of that seed started from, as
+    ``train`` builds it (torch seeded with the run's seed just before)."""
+    from crasp_compiler.experiments.train.loop import TrainConfig, build_model
+
+    task = ProgramTask.from_file(DYCK, lengths=(1, 10))
+    config = TrainConfig(task=task, seed=3)
+    torch.manual_seed(3)
+    started = build_model(config, task, max_positions=40)
+    trained = SequenceModel(started.config)  # any weights: only its shape is read
+    again = C.initial_model(trained, 3)
+    other = C.initial_model(trained, 4)
+    for name, value in started.state_dict().items():
+        assert torch.equal(again.state_dict()[name], value), name
+    assert not torch.equal(other.state_dict()["embed.weight"], started.state_dict()["embed.weight"])
+
+
 def test_settings_are_checked() -> None:
     with pytest.raises(C.CraspError, match="fit must be at least 8"):
         C.Settings(fit=2).check()
