@@ -29,6 +29,12 @@ PROGRAMS = {
     "contains_ab": "examples/crasp/contains_ab.crasp",
     "c_near_a": "examples/crasp/c_near_a.cr",
 }
+# Readings: the record's name, the run it reads (a key of PROGRAMS) and the program it is
+# read against (None: the run's own).
+READINGS = [
+    *((name, name, None) for name in PROGRAMS),
+    ("contains_ab_prefix", "contains_ab", "benchmarks/programs/contains_ab_prefix.cr"),
+]
 SEEDS = range(5)
 
 
@@ -40,16 +46,16 @@ def run(work: Path) -> None:
     from crasp_compiler.files import writable_dir, write_text
 
     writable_dir(RECORDS)
-    for name, path in PROGRAMS.items():
+    for name, trained, against in READINGS:
         for seed in SEEDS:
-            out = work / name / f"seed{seed}"
+            out = work / trained / f"seed{seed}"
             if not (out / "results.json").exists():
-                task = ProgramTask.from_file(ROOT / path)
+                task = ProgramTask.from_file(ROOT / PROGRAMS[trained])
                 config = TrainConfig(task=task, seed=seed, out_dir=str(out), progress=False)
                 train(config)
-            record = compare(out)
-            record["run"] = f"{name}/seed{seed}"
-            record["program_file"] = path
+            record = compare(out, against=None if against is None else ROOT / against)
+            record["run"] = f"{trained}/seed{seed}"
+            record["program_file"] = against or PROGRAMS[trained]
             record["results"] = json.loads((out / "results.json").read_text())
             for key in ("loss_history", "eval_history"):
                 record["results"].pop(key, None)
@@ -59,8 +65,8 @@ def run(work: Path) -> None:
 
 def _load() -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
-    for name in PROGRAMS:
-        files = sorted(RECORDS.glob(f"{name}_seed*.json"))
+    for name, _, _ in READINGS:
+        files = sorted(RECORDS.glob(f"{name}_seed[0-9]*.json"))
         out[name] = [json.loads(f.read_text()) for f in files]
     return out
 
@@ -103,7 +109,8 @@ def _task_section(name: str, records: list[dict[str, Any]]) -> list[str]:
     bins = list(first["bins"])
     inside, last = bins[0], bins[-1]
     lines = [
-        f"### {name} (`{first['program_file']}`), {len(records)} seeds",
+        f"### {name}: runs of `{PROGRAMS[first['run'].split('/')[0]]}` read against "
+        f"`{first['program_file']}`, {len(records)} seeds",
         "",
         "Output accuracy of the trained models (whole sequence right) on the probe inputs: "
         + ", ".join(

@@ -792,6 +792,13 @@ def plot_command(sources: tuple[str, ...], output: str) -> None:
     show_default=True,
     help="The longest LEN probed.",
 )
+@click.option(
+    "--against",
+    type=click.Path(dir_okay=False),
+    help="Read the run against this program instead of its own: another program of the "
+    "same function (a hypothesis of how the model computes it), refused unless it gives "
+    "the run's labels on every probe input.",
+)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--no-figure", is_flag=True, help="Write the JSON record only.")
 def compare_command(
@@ -804,6 +811,7 @@ def compare_command(
     pairs: int,
     longer: int,
     max_length: int,
+    against: str | None,
     seed: int,
     no_figure: bool,
 ) -> None:
@@ -820,7 +828,7 @@ def compare_command(
         fit=fit, test=test, pairs=pairs, longer=longer, max_length=max_length, seed=seed
     )
     with warnings_on_stderr():
-        record = compare(run_dir, settings, program, alphabet)
+        record = compare(run_dir, settings, program, alphabet, against)
     paths = write(record, output, figure=not no_figure)
     click.echo(summary(record))
     for path in paths:

@@ -531,6 +531,51 @@ def interchange(
 # ---------------------------------------------------------------- the comparison
 
 
+def _reference(task: SequenceTask, path: str | Path) -> Program:
+    """The program at ``path`` over the alphabet of the run's program."""
+    from crasp_compiler.languages.crasp.program import load_program
+
+    return load_program(path, task.crasp_program().alphabet)
+
+
+def _same_function(
+    task: SequenceTask,
+    program: Program,
+    probe_sets: Sequence[Sequence[Example]],
+    against: str | Path | None,
+) -> None:
+    """Refuse a reference program that does not give the run's labels on every probe
+    input (the run's own program does, by construction)."""
+    if against is None:
+        return
+    examples = [ex for examples in probe_sets for ex in examples]
+    wrong = 0
+    first: Example | None = None
+    for ex, values in zip(examples, program_values(program, examples), strict=True):
+        try:
+            labels = task.labels_from_values(ex, values)
+        except KeyError as missing:
+            raise CraspError(
+                f"{against} has no output {missing.args[0]}, which the run's labels read",
+                filename=str(against),
+            ) from None
+        if labels != list(ex.targets):
+            wrong += 1
+            first = first or ex
+    if first is not None:
+        raise CraspError(
+            [
+                Diagnostic(
+                    f"{against} computes another function than the run's program: other "
+                    f"labels on {wrong} of {len(examples)} probe inputs (first: "
+                    f"{' '.join(first.tokens[1:]) or 'the empty string'})",
+                    hint="--against takes a program of the same outputs and labels",
+                )
+            ],
+            filename=str(against),
+        )
+
+
 def initial_model(model: SequenceModel, seed: int) -> SequenceModel:
     """The model a run of ``seed`` started from: training seeds torch with the run's seed
     just before it builds the model (:func:`~crasp_compiler.experiments.train.loop.train`)."""
@@ -576,14 +621,17 @@ def compare(
     settings: Settings | None = None,
     program: str | Path | None = None,
     alphabet: Sequence[str] | None = None,
+    against: str | Path | None = None,
 ) -> dict[str, Any]:
     """The record of a trained run read against its compiled program (module
-    docstring): probes, head matches, interventions, per length bin."""
+    docstring): probes, head matches, interventions, per length bin. ``against``: read
+    it against another program of the same function instead (a hypothesis of how the
+    model computes it), refused unless it gives the run's labels on every probe input."""
     settings = settings or Settings()
     settings.check()
     run = Path(run_dir)
     task = run_task(run, program, alphabet)
-    crasp = task.crasp_program()
+    crasp = task.crasp_program() if against is None else _reference(task, against)
     model = load(run)
     if not isinstance(model, SequenceModel):
         raise CraspError(f"{run}: not a sequence model")
@@ -603,7 +651,8 @@ def compare(
     seed = settings.seed
     names = stage_names(model.config.n_layers)
 
-    compiled = getattr(task, "compiled_model", None)
+    _same_function(task, crasp, [fitting, *sets.values()], against)
+    compiled = getattr(task, "compiled_model", None) if against is None else None
     compiled_model = compiled() if callable(compiled) else compile_program(crasp)
 
     def read(m: SequenceModel | Any) -> tuple[Probed, dict[str, Probed]]:
@@ -715,6 +764,7 @@ def compare(
         "program": {
             "definitions": [d.name for d in crasp.definitions],
             "outputs": list(crasp.outputs),
+            "against": None if against is None else Path(against).name,
         },
         "settings": asdict(settings),
         "bins": {bin_name(b): list(b) for b in bins if bin_name(b) in sets},
@@ -745,8 +795,10 @@ def summary(record: Mapping[str, Any]) -> str:
     interventions."""
     first = next(iter(record["bins"]))
     later = list(record["bins"])[1:]
-    lines = [f"{record['task']} ({record['run']}): probes fitted on LEN {first}"]
-    head = f"  {'variable':<28} {'stage':<9} {'score':>6} {'rand-init':>9} {'shuffled':>8}"
+    against = record["program"].get("against")
+    reference = f", against {against}" if against else ""
+    lines = [f"{record['task']} ({record['run']}{reference}): probes fitted on LEN {first}"]
+    head = f"  {'variable':<28} {'stage':<9} {'score':>6} {'untrained':>9} {'shuffled':>8}"
     head += "".join(f" {'@' + b:>9}" for b in later)
     lines.append(head)
     names = record["stages"]
@@ -768,7 +820,7 @@ def summary(record: Mapping[str, Any]) -> str:
     for match in record["heads"].get("best_match", []):
         lines.append(
             f"  {match['compiled']}: closest {match['trained']} (TV {match['tv']:.2f}; "
-            f"random init {match['tv_random_init']:.2f}, uniform {match['tv_uniform']:.2f})"
+            f"untrained {match['tv_random_init']:.2f}, uniform {match['tv_uniform']:.2f})"
         )
     for iv in record["interventions"]:
         lines.append(

@@ -259,3 +259,21 @@ def test_compare_command_on_a_fresh_program_run(tmp_path: Path) -> None:
     png = (out / "compare.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     assert "probes fitted on LEN 1-20" in result.output
+    # against another program of the same function (renamed variables), and a wrong one
+    same = tmp_path / "same.cr"
+    same.write_text('alphabet "0", "1"\nOnes = # "1"\nZeros = # "0"\nM = Ones >= Zeros\n')
+    small = ["--fit", "16", "--test", "8", "--pairs", "2", "--longer", "0", "--no-figure"]
+    again = runner.invoke(
+        main, ["compare", str(run), "-o", str(tmp_path / "o2"), "--against", str(same), *small]
+    )
+    assert again.exit_code == 0, again.output
+    record = json.loads((tmp_path / "o2" / "compare.json").read_text())
+    assert record["program"]["against"] == "same.cr"
+    assert [v["target"] for v in record["variables"]][0] == "Ones"
+    wrong = tmp_path / "wrong.cr"
+    wrong.write_text('alphabet "0", "1"\nM = # "1" > # "0"\n')
+    refused = runner.invoke(
+        main, ["compare", str(run), "-o", str(tmp_path / "o3"), "--against", str(wrong), *small]
+    )
+    assert refused.exit_code == 1 and "computes another function" in refused.output
+    assert "Traceback" not in refused.output and not (tmp_path / "o3").exists()
