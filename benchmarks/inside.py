@@ -59,6 +59,8 @@ def run(work: Path) -> None:
             record["results"] = json.loads((out / "results.json").read_text())
             for key in ("loss_history", "eval_history"):
                 record["results"].pop(key, None)
+            for config in (record["train"], record["results"]["config"]):
+                config["out_dir"] = f"RUNS/{trained}/seed{seed}"  # no machine's path
             write_text(RECORDS / f"{name}_seed{seed}.json", json.dumps(record, indent=1) + "\n")
             print(f"{name} seed {seed}: done", file=sys.stderr)
 

@@ -269,7 +269,7 @@ def test_compare_command_on_a_fresh_program_run(tmp_path: Path) -> None:
     assert again.exit_code == 0, again.output
     record = json.loads((tmp_path / "o2" / "compare.json").read_text())
     assert record["program"]["against"] == "same.cr"
-    assert [v["target"] for v in record["variables"]][0] == "Ones"
+    assert record["variables"][0]["target"] == "Ones"
     wrong = tmp_path / "wrong.cr"
     wrong.write_text('alphabet "0", "1"\nM = # "1" > # "0"\n')
     refused = runner.invoke(
@@ -277,3 +277,25 @@ def test_compare_command_on_a_fresh_program_run(tmp_path: Path) -> None:
     )
     assert refused.exit_code == 1 and "computes another function" in refused.output
     assert "Traceback" not in refused.output and not (tmp_path / "o3").exists()
+
+
+def test_the_inside_page_matches_its_records() -> None:
+    """docs/inside.md is what ``benchmarks/inside.py report`` makes of the committed
+    records, which carry no machine's paths."""
+    import importlib.util
+    import re
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("inside", root / "benchmarks" / "inside.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    assert module.main(["report", "--check"]) == 0
+    records = sorted((root / "docs" / "results" / "inside").glob("*.json"))
+    assert len(records) == 5 * len(module.READINGS)
+    for path in records:
+        text = path.read_text()
+        assert not re.search(r'"(/tmp|/home|/root|/work|[A-Z]:\\\\)', text), path.name
+        assert json.loads(text)["provenance"]["commit"]
