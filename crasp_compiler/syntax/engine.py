@@ -19,6 +19,7 @@ The minus sign − (U+2212, as papers and docs print it) is read as ``-`` outsid
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
 import re
@@ -46,6 +47,8 @@ from crasp_compiler.syntax.lark_tools import (
 MAX_ERRORS = 20
 # Longest token text quoted in full in a message.
 SHOWN_TOKEN = 24
+# How close a word must be to a keyword for "did you mean" (difflib's ratio).
+KEYWORD_CUTOFF = 0.8
 # Lark's names for the terminals of the bracket characters.
 _LARK_NAMES = {"(": "LPAR", ")": "RPAR", "[": "LSQB", "]": "RSQB", "{": "LBRACE", "}": "RBRACE"}
 
@@ -162,6 +165,28 @@ class Frontend:
         )
 
     @cached_property
+    def keywords(self) -> list[str]:
+        """The grammar's words: its literal terminals that look like names (``alphabet``,
+        ``predicate``, ``send``, ...)."""
+        words = {
+            terminal.pattern.value
+            for terminal in self.lark.terminals
+            if terminal.pattern.type == "str"
+            and re.fullmatch(r"[A-Za-z_]\w*", terminal.pattern.value)
+        }
+        return sorted(words)
+
+    def _near_keyword(self, text: str, line: int, column: int) -> str | None:
+        """A note for the word just before an error when it is a near miss of a keyword
+        (``alphabt "a"``): did you mean the keyword?"""
+        before = text.split("\n")[line - 1][: column - 1]
+        word = re.search(r"([A-Za-z_]\w*)\s*$", before)
+        if word is None or word.group(1) in self.keywords:
+            return None
+        close = difflib.get_close_matches(word.group(1), self.keywords, 1, KEYWORD_CUTOFF)
+        return f"{word.group(1)!r} is not a keyword: did you mean {close[0]!r}?" if close else None
+
+    @cached_property
     def _scanner(self) -> re.Pattern[str]:
         """Comments, literals (skipped whole), bracket characters and newlines."""
         chars = "".join(re.escape(c) for pair in self.brackets.items() for c in pair)
@@ -255,6 +280,8 @@ class Frontend:
             width = max(1, len(str(token))) if token.type not in ("$END", "_NL") else 1
             here = Span(line, column, line, column + width)
             hint = self._expected(expected or set(err.expected))
+            if keyword := self._near_keyword(text, line, column):
+                notes.append(keyword)
         elif isinstance(err, UnexpectedCharacters):
             char = err.char
             what = self.character_messages.get(char, f"unexpected character {char!r}")

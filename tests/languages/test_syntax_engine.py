@@ -153,6 +153,22 @@ def test_a_missing_bracket_inside_a_statement_gets_a_note(lang):
     assert message == "unexpected '3'" and "note" not in hint
 
 
+def test_a_misspelled_keyword_gets_did_you_mean():
+    """The word before an error that is a near miss of one of the grammar's words is
+    named, in both languages; a name far from every keyword gets no such note."""
+    ((message, at, hint),) = CRASP.errors('alphabt "a"')
+    assert (message, at) == ("unexpected '\"a\"'", (1, 9))
+    assert hint.endswith("'alphabt' is not a keyword: did you mean 'alphabet'?")
+    ((_, _, hint),) = CRASP.errors("predicat near(i, j) := j == i - 1")
+    assert hint.endswith("did you mean 'predicate'?")
+    ((_, _, hint),) = PCOC.errors("  y = recvv x from i - 1 default 0")
+    assert hint.endswith("'recvv' is not a keyword: did you mean 'recv'?")
+    ((_, _, hint),) = CRASP.errors('Zebra "a"')
+    assert "did you mean" not in hint
+    assert {"alphabet", "predicate"} <= set(CRASP_SYNTAX.keywords)
+    assert {"send", "recv", "round", "default"} <= set(PCOC_SYNTAX.keywords)
+
+
 def test_a_block_brace_gets_no_note():
     ((message, _, hint),) = PCOC.errors("  x = 2 3")
     assert message == "unexpected '3'"
