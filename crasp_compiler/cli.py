@@ -215,8 +215,8 @@ def interpret_command(
     False per input: whether the acceptance output holds at the last position. On stdin,
     blank and `//` lines are skipped and a line holding only ε is the empty string.
 
-    PCOC (needs --n): INPUT is a file of input vectors (default: stdin), one per line: n
-    numbers per input slot. Prints each output vector on one line (`slot: ` first when
+    PCOC (needs --n): INPUT is one input vector written out ("3 1 4 1"), or a file of
+    them (default: stdin), one per line: n numbers per input slot. Prints each output vector on one line (`slot: ` first when
     there are several output slots), as `crasp run` does; --trace prints every slot after
     every round.
     """
@@ -422,9 +422,10 @@ def run_command(
 ) -> None:
     """Run a compiled MODEL on INPUT (or one input per stdin line), like `crasp interpret`.
 
-    A model compiled from PCOC reads INPUT as a file of input vectors (default: stdin),
-    one per line with exactly n numbers per input slot, and prints each output vector on
-    one line (`slot: ` first when there are several output slots)."""
+    A model compiled from PCOC reads INPUT as one input vector written out ("3 1 4 1")
+    or a file of them (default: stdin), one per line with exactly n numbers per input
+    slot, and prints each output vector on one line (`slot: ` first when there are
+    several output slots)."""
     model = api.load_model(model_file, check_source=False)  # runs weights: no parser
     language = api.model_language(model)
     if not (trace or outputs) and not language.has_verdict(model):

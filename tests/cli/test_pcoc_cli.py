@@ -172,6 +172,27 @@ def test_run_prints_what_the_model_computes():
     assert sorted_line == "-1000000 -2.5 0 0.5 3 3 7 1000000\n"
 
 
+def test_a_vector_written_on_the_command_line(tmp_path, monkeypatch):
+    """INPUT may be one vector written out, as a C-RASP token string is: run, interpret
+    and show read it; a bad number in it is reported where it stands; a file of that
+    name is read as a file; a single word that is no number and no file is a missing
+    file."""
+    assert ok("run", model_file("cumsum"), "1 2 3 4 5 6 7 8").stdout == "1 3 6 10 15 21 28 36\n"
+    program = EXAMPLES / "cumsum.pcoc"
+    assert ok("interpret", program, "--n", 8, "1 1 1 1 1 1 1 1").stdout == "1 2 3 4 5 6 7 8\n"
+    bad = user_error("run", model_file("cumsum"), "1 2 3 x 5 6 7 8")
+    assert "<input>:1:7: error: 'x' is not a number" in bad.stderr
+    short = user_error("run", model_file("cumsum"), "1 2 3")
+    assert "expected 8 numbers (n = 8), found only 3" in short.stderr
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "5").write_text("1 1 1 1 1 1 1 1\n")  # a file named like a number wins
+    assert ok("run", model_file("cumsum"), "5").stdout == "1 2 3 4 5 6 7 8\n"
+    missing = user_error("run", model_file("cumsum"), "vectors.txt")
+    assert "cannot read the input vectors" in missing.stderr
+    ok("show", model_file("cumsum"), "8 7 6 5 4 3 2 1", "-o", tmp_path / "c.png", "--dpi", 20)
+    assert (tmp_path / "c.outputs.png").exists()
+
+
 def test_softmax_run_is_within_the_tolerance(tmp_path):
     out = tmp_path / "soft.npz"
     ok("compile", EXAMPLES / "running_argmax.pcoc", "--n", N, "--mode", "softmax", "-o", out)

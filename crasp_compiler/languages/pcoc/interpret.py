@@ -624,7 +624,7 @@ def interpret_pcoc_batch(
 
 # ================================================================== text input and output
 
-_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 _FIELD = re.compile(r"\S+")
 
 
@@ -646,7 +646,7 @@ def read_vectors(
         for match in fields:
             word = match.group()
             span = Span(number, match.start() + 1, number, match.end() + 1)
-            if not _NUMBER.fullmatch(word):
+            if not NUMBER.fullmatch(word):
                 diagnostics.append(
                     Diagnostic(
                         f"{word!r} is not a number",

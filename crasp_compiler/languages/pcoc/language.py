@@ -19,6 +19,7 @@ from crasp_compiler.errors import CraspError
 from crasp_compiler.languages.pcoc.compile import compile_pcoc, machines
 from crasp_compiler.languages.pcoc.declaration import DECLARATION
 from crasp_compiler.languages.pcoc.interpret import (
+    NUMBER,
     check_pcoc,
     format_vector,
     interpret_pcoc,
@@ -35,7 +36,10 @@ from crasp_compiler.model.model import BOS, FLOAT_DTYPES, Model
 
 
 def _vector_text(argument: str | None) -> tuple[str, str]:
-    """The text of the input vectors: the file ``argument`` (``-`` or none: stdin)."""
+    """The text of the input vectors: the file ``argument`` (``-`` or none: stdin), or
+    ``argument`` itself when it is one vector written out (``"3 1 4 1"``, :func:`_inline`)."""
+    if argument is not None and _inline(argument):
+        return argument, "<input>"
     if argument is not None and argument != "-":
         try:
             raw: bytes | str = Path(argument).read_bytes()
@@ -63,6 +67,15 @@ def _vector_text(argument: str | None) -> tuple[str, str]:
         ) from None
 
 
+def _inline(argument: str) -> bool:
+    """Whether ``argument`` is a vector written on the command line rather than a file's
+    name: no file of that name exists, and it holds several words or one number (a bad
+    number among several is then reported where it stands)."""
+    fields = argument.split()
+    written = len(fields) > 1 or (len(fields) == 1 and NUMBER.fullmatch(fields[0]) is not None)
+    return written and not Path(argument).exists()
+
+
 def machine_table(labels: Sequence[str], rows: Sequence[tuple[str, Sequence[Any]]]) -> str:
     """One column per machine (or model position), one row per named value."""
     table = [["machine", *labels]] + [
@@ -88,7 +101,8 @@ class Pcoc(Language):
     modes = DECLARATION.modes
     options = DECLARATION.options
     input_help = (
-        "INPUT is a file of input vectors (default: stdin), one per line: n numbers per input slot."
+        'INPUT is one input vector written out ("3 1 4 1"), or a file of them (default: '
+        "stdin), one per line: n numbers per input slot."
     )
 
     def parse(self, text: str, filename: str, **options: Any) -> Program:
