@@ -92,7 +92,9 @@ def test_compile_reports_layers_and_heads_next_to_the_theorem(tmp_path):
     result = ok("compile", EXAMPLES / "cumsum.pcoc", "--n", 16, "-o", out)
     match = re.fullmatch(
         r"(.+): (\d+) layers for (\d+) round\(s\) \(theorem: (\d+) layers, (\d+) heads per "
-        r"layer\), heads per layer \[(.*)\], width ([\d,]+), ([\d,]+) parameters; (.+)\n",
+        r"layer, with MLPs of any depth: one layer per round; these MLPs have one hidden "
+        r"layer, so a round's local computation may take more\), heads per layer \[(.*)\], "
+        r"width ([\d,]+), ([\d,]+) parameters; (.+)\n",
         result.stdout,
     )
     assert match, result.stdout
@@ -128,7 +130,7 @@ def test_compile_softmax_records_the_temperature(tmp_path):
 def test_info_on_a_hard_model():
     info = ok("info", model_file("running_argmax")).stdout
     assert "source:      PCOC, n = 8 machines" in info
-    assert "6 layers for 4 round(s) (theorem: 4 layers, 4 heads per layer)" in info
+    assert "6 layers for 4 round(s) (theorem: 4 layers, 4 heads per layer, with MLPs" in info
     assert "outputs:     x (value), at (value)" in info
     assert "softmax" not in info and "exact for n = 8 machines" in info
 

@@ -374,7 +374,9 @@ class Pcoc(Language):
 
 
 def shape(model: Model) -> str:
-    """Layers and heads of a compiled PCOC model next to the simulation theorem's counts."""
+    """Layers and heads of a compiled PCOC model next to the simulation theorem's counts
+    (one layer per round and one head per memory slot, for MLPs of any depth: the
+    layers beyond it are the local computations of one-hidden-layer MLPs)."""
     info = model.info
     theorem = info.get("theorem", {})
     benes = info.get("benes")
@@ -387,7 +389,9 @@ def shape(model: Model) -> str:
     return (
         f"{len(model.layers)} layers for {info.get('rounds', '?')} round(s) (theorem: "
         f"{theorem.get('layers', '?')} layers, {theorem.get('heads_per_layer', '?')} heads per "
-        f"layer{sends}), heads per layer {[len(layer.heads) for layer in model.layers]}"
+        f"layer, with MLPs of any depth: one layer per round; these MLPs have one hidden "
+        f"layer, so a round's local computation may take more{sends}), heads per layer "
+        f"{[len(layer.heads) for layer in model.layers]}"
     )
 
 
