@@ -92,7 +92,7 @@ def interval(values: Sequence[float]) -> tuple[float, float, float]:
     ``mean ± t(0.975, n − 1)·s/√n`` (s the sample standard deviation); one value, or
     equal values: (v, v, v). It covers the mean with probability 0.95 where the seeds'
     values are normal; a percentile bootstrap over 5 seeds covers about 0.83
-    (``tests/cli/test_length_generalization_report.py``)."""
+    (``tests/experiments/test_report_statistics.py``)."""
     data = np.asarray(values, dtype=float)
     mean = float(data.mean())
     if len(data) < 2 or np.all(data == data[0]):
