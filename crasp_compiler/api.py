@@ -1,17 +1,19 @@
 """The public API, the same for every source language (the CLI is a view of it).
 
-::
+From the repository root (these lines run as doctests: ``tests/test_api_doctest.py``):
 
-    from crasp_compiler import load, interpret, compile, run
-
-    program = load("examples/crasp/dyck1.cr")            # language from the suffix
-    interpret(program, ["(", ")"]).accepted               # the language's own trace
-    model = compile(program)                              # exact weights
-    run(model, [["(", ")"], [")"]]).values["D"]           # outputs at every position
-
-    sums = load("examples/pcoc/cumsum.pcoc")
-    interpret(sums, [1, 2, 3, 4]).outputs["x"]            # n from the input: 1 3 6 10
-    run(compile(sums, n=4), [[[1, 2, 3, 4]]]).values["x"]
+>>> from crasp_compiler import load, interpret, compile, run
+>>> program = load("examples/crasp/dyck1.cr")          # language from the suffix
+>>> interpret(program, ["(", ")"]).accepted             # the language's own trace
+True
+>>> model = compile(program)                            # exact weights
+>>> run(model, [["(", ")"], ["(", "("]]).values["D"].tolist()  # every position, BOS first
+[[True, False, True], [True, False, False]]
+>>> sums = load("examples/pcoc/cumsum.pcoc")
+>>> interpret(sums, [1, 2, 3, 4]).outputs["x"].tolist()  # n from the input
+[1.0, 3.0, 6.0, 10.0]
+>>> run(compile(sums, n=4), [[[1, 2, 3, 4]]]).values["x"].tolist()
+[[1.0, 3.0, 6.0, 10.0]]
 
 ``load`` takes a path or program text (``language=`` names the language of text);
 options (``alphabet``, ``mode``, ``max_len``, ``n``, ``tolerance``, ``dtype``) are the
