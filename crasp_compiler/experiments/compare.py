@@ -607,7 +607,7 @@ def _accuracy(task: SequenceTask, probed: Probed) -> dict[str, float]:
     return {"sequence": whole / len(probed.examples), "position": right / max(total, 1)}
 
 
-def _best(row: Sequence[float | None], kind: str) -> int | None:
+def _best(row: Sequence[float | None]) -> int | None:
     """The stage with the highest score (the first of equal ones), None if none."""
     scored = [(s, i) for i, s in enumerate(row) if s is not None]
     if not scored:
@@ -679,7 +679,7 @@ def compare(
 
     variables: list[dict[str, Any]] = []
     for target, kind in kinds.items():
-        best = _best(scores[target][first], kind)
+        best = _best(scores[target][first])
         variables.append(
             {
                 "target": target,
