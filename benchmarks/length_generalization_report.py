@@ -151,20 +151,25 @@ def crasp_table(results: list[dict]) -> str:
         return "No finished runs yet."
     groups = _grouped(results, lambda r: (r["task"], r["config"]["pe"]))
     order = {name: k for k, name in enumerate(dict.fromkeys(r["task"] for r in results))}
-    bins = list(results[0]["accuracy"])
+    bins = list(dict.fromkeys(b for r in results for b in r["accuracy"]))
     head = ["task", "class", "PE", "predicted", "seeds", *bins]
     head += [f"seeds ≥ 0.9 on {bins[2]}", "steps", "compiled", f"agreement {bins[-1]}"]
     rows = []
     for (task, pe), group in sorted(groups.items(), key=lambda kv: (order[kv[0][0]], kv[0][1])):
         cls = get_task(task).crasp_class
         row = [f"`{task}`", cls, pe.upper(), PREDICTION[cls][pe], str(len(group))]
-        row += [_fraction([g["accuracy"][b] for g in group]) for b in bins]
+        row += [  # a bin the task cannot sample (no feasible length) is left out of its runs
+            _fraction([g["accuracy"][b] for g in group]) if b in group[0]["accuracy"] else "–"
+            for b in bins
+        ]
         row.append(f"{sum(g['accuracy'][bins[2]] >= 0.9 for g in group)} of {len(group)}")
         row.append(_steps(group))
         compiled = [g.get("compiled_accuracy") for g in group]
         if all(c is not None for c in compiled):
             row.append(f"{min(min(c.values()) for c in compiled):.2f} (lowest)")
-            row.append(_fraction([g["agreement"][bins[-1]] for g in group]))
+            last = list(group[0]["agreement"])[-1]  # bins[-1], or the task's longest
+            value = _fraction([g["agreement"][last] for g in group])
+            row.append(value if last == bins[-1] else f"{value} (on {last})")
         else:
             row += ["no program", "–"]
         rows.append(row)
@@ -266,7 +271,10 @@ def stopping_table(results: list[dict]) -> str:
     for (pe, early), group in sorted(groups.items(), key=lambda kv: (kv[0][0], not kv[0][1])):
         rule = "stop at 100 % in distribution" if early else "full budget"
         row = [pe.upper(), rule, str(len(group))]
-        row += [_fraction([g["accuracy"][b] for g in group]) for b in bins]
+        row += [  # a bin the task cannot sample (no feasible length) is left out of its runs
+            _fraction([g["accuracy"][b] for g in group]) if b in group[0]["accuracy"] else "–"
+            for b in bins
+        ]
         row.append(f"{sum(g['accuracy'][bins[2]] >= 0.9 for g in group)} of {len(group)}")
         row.append(_steps(group))
         rows.append(row)
@@ -338,6 +346,7 @@ def finetune_table(records: list[dict]) -> str:
 def tables() -> dict[str, str]:
     """Every table of the page by name, computed from the committed records."""
     crasp = collect(GRIDS / "length_generalization.toml", records_only=True)
+    rest = collect(GRIDS / "crasp_rest.toml", records_only=True)
     chomsky = collect(GRIDS / "chomsky.toml", records_only=True)
     value = collect(GRIDS / "value_generalization.toml", records_only=True)
     stopping = collect(GRIDS / "early_stopping.toml", records_only=True)
@@ -348,6 +357,7 @@ def tables() -> dict[str, str]:
             f"- `{grid}.toml`: {len(found)} of {_expected(grid)} runs finished"
             for grid, found in [
                 ("length_generalization", crasp),
+                ("crasp_rest", rest),
                 ("chomsky", chomsky),
                 ("value_generalization", value),
                 ("early_stopping", stopping),
@@ -359,6 +369,7 @@ def tables() -> dict[str, str]:
     return {
         **counts,
         "a": crasp_table(crasp),
+        "a-rest": crasp_table(rest),
         "b": chomsky_table(chomsky),
         "c": value_table(value),
         "c-ratio": ratio_table(value),
@@ -386,6 +397,7 @@ def regenerate(page: str, computed: dict[str, str]) -> str:
 
 VERIFIED_GRIDS = (
     "length_generalization",
+    "crasp_rest",
     "chomsky",
     "value_generalization",
     "early_stopping",
