@@ -49,7 +49,7 @@ def test_every_cited_path_exists() -> None:
 def test_no_machine_paths() -> None:
     found = []
     for path in _tracked():
-        if not path.exists():
+        if not path.exists() or path == Path(__file__).resolve():  # its own pattern
             continue
         for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
             if MACHINE.search(line):
