@@ -635,8 +635,8 @@ def compare(
     model = load(run)
     if not isinstance(model, SequenceModel):
         raise CraspError(f"{run}: not a sequence model")
-    train_seed = (_read_json(run / "config.json").get("train") or {}).get("seed", 0)
-    control = initial_model(model, int(train_seed))
+    meta = _read_json(run / "config.json")
+    control = initial_model(model, int((meta.get("train") or {}).get("seed", 0)))
     bins = _bins(task, run, settings)
     train_lengths = feasible_lengths(task, *bins[0])
     rng = np.random.default_rng([settings.seed, 0])
@@ -754,7 +754,6 @@ def compare(
         )
 
     outputs = {name: _accuracy(task, probed) for name, probed in trained_sets.items()}
-    meta = _read_json(run / "config.json")
     return {
         "schema": SCHEMA,
         "run": run.name,
