@@ -788,28 +788,28 @@ def _pick(view: int) -> str:
     )
 
 
+def _hover(view: int, cell: int) -> str:
+    """Script: open menu entry ``view``, then hover the ``cell``-th matrix cell."""
+    return _pick(view) + (
+        f"var c = document.querySelectorAll('svg.matrix rect')[{cell}];"
+        "c.dispatchEvent(new MouseEvent('mousemove', {bubbles: true}));"
+    )
+
+
 @pytest.mark.skipif(_chromium() is None, reason="no chromium binary")
 def test_counts_and_positions_in_the_page(files, tmp_path):
     """Hovering C_open after layer 1's heads at the second "(" (position 1, BOS at −1)
     shows the count 2 beside the stored 2/3; the count is written in the cell too."""
     ok("show", files / "dyck1.npz", "( ( ) )", "-o", tmp_path / "d.html")
     row, column, positions = dyck().residual.index("C_open"), 2, 5
-    poke = _pick(1) + (
-        f"var c = document.querySelectorAll('svg.matrix rect')[{row * positions + column}];"
-        "c.dispatchEvent(new MouseEvent('mousemove', {bubbles: true}));"
-    )
-    dom = _browse(tmp_path, tmp_path / "d.html", poke)
+    dom = _browse(tmp_path, tmp_path / "d.html", _hover(1, row * positions + column))
     assert re.search(
         r'<div id="tip"[^>]*>C_open @ position 1 \(\(\): 2 \(0\.666666666666666\d\)</div>', dom
     )
     cells = re.findall(r'<text[^>]*class="cell">([^<]*)</text>', dom)
     assert cells[:5] == ["0", "1", "2", "2", "2"]  # C_open's counts, BOS first
     # the first head's pattern: the query at position 1 averages keys −1 … 1
-    poke = _pick(5) + (
-        f"var c = document.querySelectorAll('svg.matrix rect')[{2 * positions + 1}];"
-        "c.dispatchEvent(new MouseEvent('mousemove', {bubbles: true}));"
-    )
-    dom = _browse(tmp_path, tmp_path / "d.html", poke)
+    dom = _browse(tmp_path, tmp_path / "d.html", _hover(5, 2 * positions + 1))
     assert re.search(
         r'<div id="tip"[^>]*>query 1 \(\(\) @ key 0 \(\(\): 0\.333333333333333\d</div>', dom
     )
