@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -60,7 +59,7 @@ def replacing(path: str | Path, what: str = "") -> Iterator[Path]:
     it is: ``cannot write model file: ...``)."""
     path = Path(path)
     action = f"cannot write {what}" if what else "cannot write"
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")
     try:  # mode 0o666 less the umask, as for any new file (mkstemp would give 0o600)
         os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
     except OSError as err:

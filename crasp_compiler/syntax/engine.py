@@ -19,7 +19,6 @@ The minus sign − (U+2212, as papers and docs print it) is read as ``-`` outsid
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import os
 import re
@@ -183,6 +182,8 @@ class Frontend:
         word = re.search(r"([A-Za-z_]\w*)\s*$", before)
         if word is None or word.group(1) in self.keywords:
             return None
+        import difflib  # only on an error (a third of a millisecond at start-up)
+
         close = difflib.get_close_matches(word.group(1), self.keywords, 1, KEYWORD_CUTOFF)
         return f"{word.group(1)!r} is not a keyword: did you mean {close[0]!r}?" if close else None
 

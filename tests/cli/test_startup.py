@@ -76,10 +76,13 @@ def dyck_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_compile_imports_crasp_and_its_compiler_only(tmp_path):
-    output, modules = crasp("compile", DYCK, "-o", tmp_path / "dyck1.npz")
+    # --output: click reads `-o` as a long option first and imports difflib to suggest one
+    output, modules = crasp("compile", DYCK, "--output", tmp_path / "dyck1.npz")
     assert output.startswith(f"{tmp_path / 'dyck1.npz'}: 2 layers")
     assert modules >= COMPILER  # what it runs
     assert not modules & (NEVER | PCOC | {"crasp_compiler.runtime"})
+    # lark without the optional `regex` (crasp_compiler.syntax), difflib only on an error
+    assert "regex" not in modules and "difflib" not in modules
 
 
 def test_run_imports_the_runtime_and_not_the_compiler_or_the_parser(dyck_model):
@@ -151,6 +154,19 @@ def errors(frontend, text: str) -> str:
 
 
 BROKEN = 'A = # "a" +\nB = (\n'
+
+
+def test_regex_stays_importable_after_the_parser():
+    """Lark is imported with ``import regex`` failing; ``regex`` itself is untouched."""
+    code = (
+        "import importlib.util, sys\n"
+        "from crasp_compiler.syntax import Tree\n"
+        "import lark.utils\n"
+        "assert not lark.utils._has_regex and 'regex' not in sys.modules\n"
+        "print(importlib.util.find_spec('regex') is None or bool(__import__('regex')))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == "True", proc.stderr
 
 
 def test_parse_tables_are_cached_and_give_the_same_parser(monkeypatch, tmp_path):

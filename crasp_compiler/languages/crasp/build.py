@@ -8,7 +8,6 @@ its source span, before raising one :class:`CraspError`.
 
 from __future__ import annotations
 
-import difflib
 import itertools
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -17,7 +16,6 @@ from math import lcm
 
 import numpy as np
 import numpy.typing as npt
-from lark import Token, Tree
 
 from crasp_compiler.errors import CraspError, Diagnostic, Span
 from crasp_compiler.languages.crasp.nodes import (
@@ -47,6 +45,7 @@ from crasp_compiler.languages.crasp.nodes import (
     fold_periodic,
 )
 from crasp_compiler.model.model import BOS
+from crasp_compiler.syntax import Token, Tree
 from crasp_compiler.syntax.lark_tools import chain_operands
 from crasp_compiler.syntax.lark_tools import span as _span
 
@@ -454,6 +453,8 @@ class _Builder:
         # Suggestions cost O(names) each: stop making them in a file full of errors.
         close = []
         if len(self.diagnostics) < 50:
+            import difflib  # only on an error (a third of a millisecond at start-up)
+
             known = [*self.sorts, *self.unary, *self.binary, *sorted(self.imported)]
             close = difflib.get_close_matches(name, known, n=1)
         if close:

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import re
 
-from lark import Token, Tree
-
+from crasp_compiler.syntax import Token, Tree
 from crasp_compiler.syntax.engine import Frontend
 
 # Deepest expression accepted. The checker, interpreter, printer and compiler recurse over
