@@ -24,6 +24,14 @@ HAS_TORCH = importlib.util.find_spec("torch") is not None
 collect_ignore = [] if HAS_TORCH else TORCH_MODULES
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-goldens",
+        action="store_true",
+        help="rewrite the golden files of tests/golden with what the stages give now",
+    )
+
+
 def pytest_report_header(config) -> str | None:
     if HAS_TORCH:
         return None

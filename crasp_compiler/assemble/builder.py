@@ -179,6 +179,16 @@ class Builder:
         outputs."""
         return [*self._embeddings, *self.features, *self.numeric_inputs, *self._written]
 
+    @property
+    def inputs(self) -> set[str]:
+        """The variables no block writes: embeddings, features, numeric inputs."""
+        return set(self._embeddings) | set(self.features) | set(self.numeric_inputs)
+
+    def slots(self) -> list[int]:
+        """Every block's slot (1-based; odd = attention, even = MLP), as ``build`` places it
+        (:func:`~crasp_compiler.assemble.assemble.schedule`)."""
+        return schedule(self.blocks, self.inputs)
+
     def add(self, block: Block) -> Form:
         """Add ``block`` and return the form of its first output (read any others with
         :func:`~crasp_compiler.cookbook.blocks.var`)."""
@@ -340,8 +350,8 @@ class Builder:
         model then records which label each dimension holds at each stage
         (:meth:`Model.labels_at`)."""
         variables = self.variables
-        inputs = set(self._embeddings) | set(self.features) | set(self.numeric_inputs)
-        slots = schedule(self.blocks, inputs)
+        inputs = self.inputs
+        slots = self.slots()
         specs = {
             name: spec if isinstance(spec, tuple) else (spec, "value")
             for name, spec in outputs.items()
