@@ -2,8 +2,8 @@
 
 :func:`dump` prints any dataclass tree (a typed IR, the blocks a lowering emits) the same
 way for every language: ``Name(field=value, ...)`` on one line where it fits, else one
-field per line; fields that do not take part in equality (source spans, file names) are
-left out, sets are sorted, floats are ``repr``'d (every bit shows). :func:`dump_model`
+field per line; fields that do not take part in equality, source spans, the source text
+and its file name are left out, sets are sorted, floats are ``repr``'d (every bit shows). :func:`dump_model`
 prints a compiled model: its header, then every nonzero weight by the labels of its row
 and column. :func:`check` compares with the file, or rewrites it under
 ``pytest --update-goldens``.
@@ -22,6 +22,7 @@ import numpy as np
 from crasp_compiler.model import Model
 
 WIDTH = 96  # longest line :func:`dump` keeps a value on
+SKIPPED = {"span", "source", "filename"}  # where the program came from, not what it is
 
 
 def dump(value: object, indent: int = 0, before: int = 0) -> str:
@@ -53,7 +54,7 @@ def _fields(value: Any) -> list[tuple[str, object]]:
     return [
         (f.name, getattr(value, f.name))
         for f in dataclasses.fields(value)
-        if f.compare and f.name != "span"
+        if f.compare and f.name not in SKIPPED
     ]
 
 
