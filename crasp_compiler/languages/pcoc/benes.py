@@ -392,7 +392,7 @@ class _Sender:
             source = _machine(n - 2**b, n)
             merged: list[list[dict[str, Expr]]] = []
             for q in range(_entries(n, b)):
-                mine = [
+                mine: list[dict[str, Expr]] = [
                     {f: Read(self.slot(b - 1, 2 * q, f, t)) for f in "vxs"}
                     for t in range(len(entries[2 * q]))
                 ]
@@ -437,7 +437,8 @@ class _Sender:
         for q in range(_entries(n, 0)):
             singles = []
             for w, x, behind in sources[: 2 if 2 * q + 1 < n else 1]:
-                hits, keys = [], []
+                hits: list[Expr] = []
+                keys: list[Expr] = []
                 for t in self.targets(q):
                     hit = self.let("hit", Compare("==", w, Num(t), 0.5), body)
                     key = (-2.0 * q if t >= 2 * n else n - 2.0 * q) - behind

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from crasp_compiler.budget import require_memory
 from crasp_compiler.errors import CraspError, Diagnostic, Span, shown_int
@@ -57,6 +58,9 @@ from crasp_compiler.languages.pcoc.static import (
 from crasp_compiler.syntax.engine import MAX_ERRORS
 
 MAX_MACHINES = 10_000_000
+
+# A data value: a number, or one per machine of every input (shape (B, n)).
+_Value = float | np.ndarray
 
 
 # ================================================================== the checker
@@ -101,7 +105,7 @@ class _Errors:
             raise CraspError(self.diagnostics, self.program.source, self.program.filename)
 
 
-def _statics_of_expr(expr: Expr, out: list) -> None:
+def _statics_of_expr(expr: Expr, out: list[tuple[StaticExpr, bool]]) -> None:
     """The static expressions that a data expression evaluates."""
     stack = [expr]
     while stack:
@@ -131,7 +135,7 @@ def _statics_of_round(round_: Round) -> list[tuple[StaticExpr, bool, Span | None
 
     def statements(body: tuple[Stmt, ...]) -> None:
         for stmt in body:
-            found: list = []
+            found: list[tuple[StaticExpr, bool]] = []
             if isinstance(stmt, Assign):
                 _statics_of_expr(stmt.expr, found)
             else:
@@ -160,7 +164,8 @@ def check_pcoc(program: Program, n: int) -> list[tuple[Round, dict[str, int]]]:
     n = _validate_n(n, program.filename)
     errors = _Errors(program)
     machines = machine_indices(n)
-    statics: dict[int, list] = {}  # per round of the program text
+    # per round of the program text
+    statics: dict[int, list[tuple[StaticExpr, bool, Span | None]]] = {}
     rounds: list[tuple[Round, dict[str, int]]] = []
     try:
         for item, round_env in iter_rounds(program, n, errors.add):
@@ -215,11 +220,12 @@ class _Machine:
         self.slot_names = {slot.name for slot in program.slots}
         self.machines = machine_indices(n)
         self.env: dict[str, int] = {}
-        self.cache: dict[int, object] = {}
+        self.cache: dict[int, int | np.ndarray] = {}  # static values of the round
 
     # ------------------------------------------------------------ static values
 
-    def static(self, expr: StaticExpr):
+    def static(self, expr: StaticExpr) -> int | np.ndarray:
+        """The value of ``expr``: an int, or an object array of ints (one per machine)."""
         key = id(expr)
         if key not in self.cache:
             try:
@@ -232,7 +238,7 @@ class _Machine:
         value = self.static(expr)
         return np.broadcast_to(np.asarray(value != 0, dtype=bool), (self.n,))
 
-    def static_number(self, expr: StaticExpr):
+    def static_number(self, expr: StaticExpr) -> _Value:
         value = self.static(expr)
         if isinstance(value, np.ndarray):
             return value.astype(np.float64)
@@ -248,7 +254,13 @@ class _Machine:
 
     # ------------------------------------------------------------ data values
 
-    def value(self, expr: Expr, mem: dict, temps: dict, active):
+    def value(
+        self,
+        expr: Expr,
+        mem: dict[str, np.ndarray],
+        temps: dict[str, np.ndarray],
+        active: np.ndarray | None,
+    ) -> _Value:
         match expr:
             case Num(value):
                 return value
@@ -286,12 +298,24 @@ class _Machine:
                 return np.where(mask, a, b)
         raise self.fail(f"unknown expression {expr!r}", None)  # pragma: no cover
 
-    def condition(self, cond, mem: dict, temps: dict, active) -> np.ndarray:
+    def condition(
+        self,
+        cond: Compare | StaticExpr,
+        mem: dict[str, np.ndarray],
+        temps: dict[str, np.ndarray],
+        active: np.ndarray | None,
+    ) -> np.ndarray:
         if isinstance(cond, STATIC_TYPES):
             return np.broadcast_to(self.static_mask(cond), (self.batch, self.n))
         return self.compare(cond, mem, temps, active)
 
-    def compare(self, expr: Compare, mem: dict, temps: dict, active) -> np.ndarray:
+    def compare(
+        self,
+        expr: Compare,
+        mem: dict[str, np.ndarray],
+        temps: dict[str, np.ndarray],
+        active: np.ndarray | None,
+    ) -> np.ndarray:
         a = self.value(expr.left, mem, temps, active)
         b = self.value(expr.right, mem, temps, active)
         result = {
@@ -352,7 +376,13 @@ class _Machine:
 
     # ------------------------------------------------------------ statements
 
-    def block(self, body: tuple[Stmt, ...], mem: dict, temps: dict, active) -> tuple[dict, dict]:
+    def block(
+        self,
+        body: tuple[Stmt, ...],
+        mem: dict[str, np.ndarray],
+        temps: dict[str, np.ndarray],
+        active: np.ndarray | None,
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         shape = (self.batch, self.n)
         for stmt in body:
             if isinstance(stmt, Assign):
@@ -380,7 +410,7 @@ class _Machine:
             for name in mem:
                 if then_mem[name] is not mem[name] or else_mem[name] is not mem[name]:
                     mem[name] = np.where(mask, then_mem[name], else_mem[name])
-            merged = {}
+            merged: dict[str, np.ndarray] = {}
             for name in then_temps.keys() & else_temps.keys():
                 a, b = then_temps[name], else_temps[name]
                 merged[name] = a if a is b else np.where(mask, a, b)
@@ -440,7 +470,7 @@ class _Machine:
                 senders.append(i)
         return out
 
-    def check_bounds(self, mem: dict, when: str) -> None:
+    def check_bounds(self, mem: dict[str, np.ndarray], when: str) -> None:
         for slot in self.program.slots:
             if slot.bound is None:
                 continue
@@ -487,14 +517,19 @@ class _Machine:
         return Trace(n, [{k: v.copy() for k, v in m.items()} for m in history], outputs, envs)
 
 
-def _reduce(fn, values):
+def _reduce(fn: np.ufunc, values: list[_Value]) -> _Value:
     out = values[0]
     for value in values[1:]:
         out = fn(out, value)
     return out
 
 
-def _input_array(program: Program, n: int, inputs, batched: bool) -> np.ndarray:
+def _input_array(
+    program: Program,
+    n: int,
+    inputs: Sequence[Sequence[float]] | np.ndarray | None,
+    batched: bool,
+) -> np.ndarray:
     """Inputs as an array of shape (B, k, n) (k input slots)."""
     k = len(program.inputs)
     names = ", ".join(program.inputs) or "none"
@@ -703,6 +738,6 @@ def format_number(value: float) -> str:
     return repr(value)
 
 
-def format_vector(values) -> str:
+def format_vector(values: npt.ArrayLike) -> str:
     """Numbers separated by spaces (see :func:`format_number`)."""
     return " ".join(format_number(v) for v in np.asarray(values, dtype=np.float64).ravel())

@@ -148,6 +148,10 @@ INF = math.inf
 # A value whose form has more variables than this is made one variable where an MLP
 # reads it anyway (_Lowerer.materialize).
 LONG_FORM = 4
+# What identifies a lowered comparison (_Lowerer.compare): the id of its node, whether it is
+# a selector inside per-machine branches, the machines of the branches, the static
+# environment and the ids of the values it reads.
+_CompareKey = tuple[int, bool, tuple[bool, ...], tuple[tuple[str, int], ...], tuple[int, ...]]
 
 
 def _arithmetic(terms: Sequence[tuple[float, Value]], grid: int | None = None) -> float:
@@ -278,11 +282,11 @@ def _data_select(node: Expr) -> bool:
     return isinstance(node, IfExpr) and isinstance(node.cond, Compare)
 
 
-def _flatten(fn: str, node: Expr) -> list[Expr]:
+def _flatten(fn: str, node: Expr) -> tuple[Expr, ...]:
     """The arguments of nested ``min`` (or ``max``) calls, in order."""
     if isinstance(node, Call) and node.fn == fn:
-        return [leaf for arg in node.args for leaf in _flatten(fn, arg)]
-    return [node]
+        return tuple(leaf for arg in node.args for leaf in _flatten(fn, arg))
+    return (node,)
 
 
 @dataclass(frozen=True)
@@ -443,7 +447,7 @@ class _Lowerer:
         self.span: Span | None = None
         self.rounds: list[RoundReport] = []
         self.comparisons: list[Comparison] = []
-        self.compared: dict[tuple, tuple[Value, Compare, tuple[Value | None, ...]]] = {}
+        self.compared: dict[_CompareKey, tuple[Value, Compare, tuple[Value | None, ...]]] = {}
         self.constants: dict[tuple[float, ...], Value] = {}
         self.uniforms: dict[float, Value] = {}
         self.names: dict[int, tuple[Compare, list[str]]] = {}  # id(node) -> names it reads
@@ -646,11 +650,9 @@ class _Lowerer:
         lo = sum(c * (v.lo if c > 0 else v.hi) for c, v in terms if c)
         hi = sum(c * (v.hi if c > 0 else v.lo) for c, v in terms if c)
         const = None
-        if all(v.const is not None for _, v in terms):
-            const = tuple(
-                sum(c * v.const[i] for c, v in terms if c)  # type: ignore[index]
-                for i in range(self.n)
-            )
+        consts = [(c, v.const) for c, v in terms if v.const is not None]
+        if len(consts) == len(terms):
+            const = tuple(sum(c * k[i] for c, k in consts if c) for i in range(self.n))
             lo, hi = min(const), max(const)
         rounding = _arithmetic(terms, self.grid(terms))
         err = padd(*(pscale(abs(c), v.err) for c, v in terms))
@@ -1005,14 +1007,15 @@ class _Lowerer:
     ) -> Value:
         left, right = self.expr(node.left, scope, env), self.expr(node.right, scope, env)
         if left.const is not None and right.const is not None:
-            test = {
+            tests: dict[str, Callable[[float, float], bool]] = {
                 ">": lambda a, b: a > b,
                 ">=": lambda a, b: a >= b,
                 "<": lambda a, b: a < b,
                 "<=": lambda a, b: a <= b,
                 "==": lambda a, b: a == b,
                 "!=": lambda a, b: a != b,
-            }[node.op]
+            }
+            test = tests[node.op]
             return self.constant(
                 [1.0 if test(a, b) else 0.0 for a, b in zip(left.const, right.const, strict=True)]
             )
@@ -1376,7 +1379,7 @@ class _Lowerer:
         """``result`` with the interval that covers ``values`` (it takes one of them at
         every machine)."""
         lo, hi = min(v.lo for v in values), max(v.hi for v in values)
-        unbounded = frozenset()
+        unbounded: frozenset[str] = frozenset()
         if not (math.isfinite(lo) and math.isfinite(hi)):
             unbounded = frozenset().union(*(v.unbounded for v in values))
         return replace(result, lo=lo, hi=hi, const=None, unbounded=unbounded)
@@ -1386,7 +1389,7 @@ class _Lowerer:
         machines): the most common candidate plus, for every other one, a big-M gate
         ``onehot-mask · (v − base)``. All gates read the candidates only, so they share
         one MLP layer."""
-        merged: dict[frozenset, tuple[Value, list[bool]]] = {}
+        merged: dict[frozenset[tuple[str, float]], tuple[Value, list[bool]]] = {}
         for value, mask in cands:
             if not any(mask):
                 continue
@@ -1402,13 +1405,14 @@ class _Lowerer:
         # every machine takes one candidate: its errors (the gate's rounding added)
         values = [value for value, _ in options]
         leak, ref = max(v.leak for v in values), max(v.ref for v in values)
-        if all(value.const is not None for value, _ in options):
-            out = [0.0] * self.n
-            for value, mask in options:
+        consts = [(value.const, mask) for value, mask in options if value.const is not None]
+        if len(consts) == len(options):
+            chosen = [0.0] * self.n
+            for const, mask in consts:
                 for i, taken in enumerate(mask):
                     if taken:
-                        out[i] = value.const[i]  # type: ignore[index]
-            return replace(self.constant(out), err=pmax(*(v.err for v in values)), ref=ref)
+                        chosen[i] = const[i]
+            return replace(self.constant(chosen), err=pmax(*(v.err for v in values)), ref=ref)
         base = max(options, key=lambda option: sum(option[1]))[0]
         terms: list[tuple[float, Value]] = [(1.0, base)]
         err, residues = base.err, ZERO

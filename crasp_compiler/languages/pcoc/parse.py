@@ -21,10 +21,9 @@ from __future__ import annotations
 import difflib
 import math
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from lark import Token, Tree
 
 from crasp_compiler.errors import CraspError, Diagnostic, Span, shown_int
 from crasp_compiler.files import read_program_text
@@ -62,6 +61,7 @@ from crasp_compiler.languages.pcoc.nodes import spanned as _spanned
 from crasp_compiler.languages.pcoc.static import MAX_EXACT_INT, StaticFailure, static_value
 from crasp_compiler.languages.pcoc.syntax import parse_tree
 from crasp_compiler.model.model import MAX_SEND_CAPACITY
+from crasp_compiler.syntax import Token, Tree
 from crasp_compiler.syntax.engine import MAX_ERRORS
 from crasp_compiler.syntax.lark_tools import span as _span
 
@@ -81,6 +81,24 @@ RESERVED = KEYWORDS | frozenset(STATIC_VARS) | FUNCTIONS
 # Longest number literal read (float64 ends near 1.8e308; static integers beyond 2**1000
 # are refused later anyway).
 MAX_NUMBER_TEXT = 400
+
+
+# What building an expression gives: static or data, decided from its parts.
+_Built = Expr | StaticExpr
+# A child of a parse tree.
+_Child = Tree[Token] | Token
+
+
+def _tree(child: _Child) -> Tree[Token]:
+    """A child the grammar makes a tree (an expression, a body, a clause)."""
+    assert isinstance(child, Tree), child
+    return child
+
+
+def _token(child: _Child) -> Token:
+    """A child the grammar makes a token (a name, a keyword, an operator)."""
+    assert isinstance(child, Token), child
+    return child
 
 
 def _join(first: Span | None, last: Span | None) -> Span | None:
@@ -109,9 +127,10 @@ class _Scope:
     round: _RoundState | None = None
 
 
-def _walk(expr) -> list:
+def _walk(expr: _Built) -> list[_Built]:
     """Every node of a data or static expression, parents first."""
-    out, stack = [], [expr]
+    out: list[_Built] = []
+    stack = [expr]
     while stack:
         node = stack.pop()
         out.append(node)
@@ -126,10 +145,6 @@ def _walk(expr) -> list:
         elif isinstance(node, IfExpr):
             stack.extend([node.otherwise, node.then, node.cond])
     return out
-
-
-def _is_static(expr) -> bool:
-    return isinstance(expr, STATIC_TYPES)
 
 
 def _closed(expr: StaticExpr) -> bool:
@@ -155,15 +170,15 @@ class _Builder:
 
     # ------------------------------------------------------------ reporting
 
-    def error(self, message: str, where, hint: str | None = None) -> _Invalid:
+    def error(self, message: str, where: _Child | Span | None, hint: str | None = None) -> _Invalid:
         span = where if isinstance(where, Span) or where is None else _span(where)
         self.diagnostics.append(Diagnostic(message, span, hint))
         return _Invalid()
 
     # ------------------------------------------------------------ program
 
-    def program(self, tree: Tree) -> Program:
-        items = list(tree.children)
+    def program(self, tree: Tree[Token]) -> Program:
+        items = [_tree(item) for item in tree.children]
         outputs: list[Token] = []
         self.declared = {
             str(item.children[0]) for item in items if item.data in ("input_decl", "slot_decl")
@@ -172,10 +187,11 @@ class _Builder:
             if item.data in ("input_decl", "slot_decl"):
                 self.declaration(item)
             elif item.data == "output_decl":
-                outputs.extend(item.children)
-        for node in tree.iter_subtrees_topdown():
+                outputs.extend(_token(name) for name in item.children)
+        # Lark leaves iter_subtrees_topdown unannotated (it yields Tree[Token]s here).
+        for node in tree.iter_subtrees_topdown():  # type: ignore[no-untyped-call]
             if node.data == "round":
-                self._collect_temps(node, node.children[0])
+                self._collect_temps(node, _token(node.children[0]))
         rounds: list[Round | For] = []
         for item in items:
             if item.data in ("round", "for_loop"):
@@ -221,7 +237,7 @@ class _Builder:
             filename=self.filename,
         )
 
-    def _head(self, item: Tree) -> Span | None:
+    def _head(self, item: Tree[Token]) -> Span | None:
         """The first line of a construct (its keyword or target), for messages."""
         span = _span(item)
         first = item.children[0] if item.children else None
@@ -254,7 +270,7 @@ class _Builder:
             return False
         return True
 
-    def _constant(self, tree: Tree, scope: _Scope, what: str) -> float:
+    def _constant(self, tree: _Child, scope: _Scope, what: str) -> float:
         """A constant number (closed arithmetic of numbers), e.g. a bound or a default."""
         expr = self.expr(tree, scope)
         value = self._constant_value(expr)
@@ -267,22 +283,22 @@ class _Builder:
             )
         return value
 
-    def _constant_value(self, expr) -> float | None:
-        if _is_static(expr):
+    def _constant_value(self, expr: _Built) -> float | None:
+        if isinstance(expr, STATIC_TYPES):
             if not _closed(expr):
                 return None
-            value = self._fold(expr)
-            if abs(value) < 2**1000:
-                return float(value)
-            return math.inf if value > 0 else -math.inf
+            folded = self._fold(expr)
+            if abs(folded) < 2**1000:
+                return float(folded)
+            return math.inf if folded > 0 else -math.inf
         match expr:
             case Num(value):
                 return value
             case Static(inner):
                 return self._constant_value(inner)
             case Scale(factor, arg):
-                value = self._constant_value(arg)
-                return None if value is None else factor * value
+                arg_value = self._constant_value(arg)
+                return None if arg_value is None else factor * arg_value
             case Add(left, right) | Sub(left, right):
                 a, b = self._constant_value(left), self._constant_value(right)
                 if a is None or b is None:
@@ -290,24 +306,25 @@ class _Builder:
                 return a + b if isinstance(expr, Add) else a - b
         return None
 
-    def _finite(self, value: float, tree, what: str) -> float:
+    def _finite(self, value: float, tree: _Child, what: str) -> float:
         if not math.isfinite(value):
             raise self.error(f"{what} is not a finite number", tree)
         return value
 
-    def declaration(self, item: Tree) -> None:
+    def declaration(self, item: Tree[Token]) -> None:
         name_tok, *rest = item.children
         kind = "input" if item.data == "input_decl" else "slot"
         name = str(name_tok)
-        fresh = self._check_new_name(name_tok, "a slot")
+        fresh = self._check_new_name(_token(name_tok), "a slot")
         if fresh and name in self.slots:
             first = self.slots[name].span
             where = f" (first at line {first.line})" if first else ""
             self.error(f"slot {name!r} is declared twice{where}", name_tok)
             fresh = False
-        bound, init = None, 0.0
+        bound: float | None = None
+        init = 0.0
         scope = _Scope()
-        for part in rest:
+        for part in map(_tree, rest):
             try:
                 if part.data == "bound":
                     bound = self._finite(
@@ -347,7 +364,7 @@ class _Builder:
 
     # ------------------------------------------------------------ rounds and loops
 
-    def _collect_temps(self, item: Tree, where: Token) -> None:
+    def _collect_temps(self, item: Tree[Token], where: Token) -> None:
         """Record the temporaries a round assigns or receives (for better messages)."""
         stack = [item]
         while stack:
@@ -358,18 +375,18 @@ class _Builder:
                     self.program_temps.setdefault(name, _span(where))
             stack.extend(c for c in node.children if isinstance(c, Tree))
 
-    def round_or_for(self, item: Tree, scope: _Scope) -> Round | For | None:
+    def round_or_for(self, item: Tree[Token], scope: _Scope) -> Round | For | None:
         if item.data == "round":
             return self.round(item, scope)
         return self.for_loop(item, scope)
 
-    def body_items(self, body: Tree) -> list[Tree]:
+    def body_items(self, body: Tree[Token]) -> list[Tree[Token]]:
         return [c for c in body.children if isinstance(c, Tree)]
 
-    def for_loop(self, item: Tree, scope: _Scope) -> For | None:
+    def for_loop(self, item: Tree[Token], scope: _Scope) -> For | None:
         for_tok, var_tok, start_t, stop_t, body = item.children
         var = str(var_tok)
-        ok = self._check_new_name(var_tok, "a loop variable")
+        ok = self._check_new_name(_token(var_tok), "a loop variable")
         if ok and var in self.slots:
             self.error(f"loop variable {var!r} has the name of a slot", var_tok)
             ok = False
@@ -395,7 +412,7 @@ class _Builder:
                 bounds.pop()
         inner = _Scope({**scope.loops, var: _span(var_tok)}, None)
         rounds: list[Round | For] = []
-        for child in self.body_items(body):
+        for child in self.body_items(_tree(body)):
             if child.data in ("round", "for_loop"):
                 built = self.round_or_for(child, inner)
                 if built is not None:
@@ -413,10 +430,11 @@ class _Builder:
         header = _join(_span(for_tok), _span(stop_t))
         return For(var, bounds[0], bounds[1], tuple(rounds), header)
 
-    def round(self, item: Tree, scope: _Scope) -> Round:
+    def round(self, item: Tree[Token], scope: _Scope) -> Round:
         round_tok, body = item.children
+        items = self.body_items(_tree(body))
         state = _RoundState()
-        for child in self.body_items(body):
+        for child in items:
             stack = [child]
             while stack:
                 node = stack.pop()
@@ -430,7 +448,7 @@ class _Builder:
         receives: list[Receive] = []
         sends: list[Send] = []
         statements: list[Stmt] = []
-        for child in self.body_items(body):
+        for child in items:
             if child.data == "send":
                 if statements:
                     self.error(
@@ -483,13 +501,13 @@ class _Builder:
             return True
         return False
 
-    def send(self, item: Tree, scope: _Scope) -> Send | None:
+    def send(self, item: Tree[Token], scope: _Scope) -> Send | None:
         *target_toks, slot_tok, dest_tok, default_t = item.children
         state = scope.round
         assert state is not None
         ok = True
         for tok in target_toks:
-            if self._target_ok(tok, scope, "send"):
+            if self._target_ok(_token(tok), scope, "send"):
                 state.defined.add(str(tok))
             else:
                 ok = False
@@ -529,12 +547,12 @@ class _Builder:
         targets = tuple(str(tok) for tok in target_toks)
         return Send(targets, str(slot_tok), dest, default, _span(item))
 
-    def receive(self, item: Tree, scope: _Scope) -> Receive | None:
+    def receive(self, item: Tree[Token], scope: _Scope) -> Receive | None:
         target_tok, slot_tok, source_t, default_t = item.children
         target, slot = str(target_tok), str(slot_tok)
         state = scope.round
         assert state is not None
-        ok = self._target_ok(target_tok, scope, "recv")
+        ok = self._target_ok(_token(target_tok), scope, "recv")
         if slot not in self.slots:
             ok = False
             if slot in state.temps or slot in self.program_temps:
@@ -572,7 +590,7 @@ class _Builder:
 
     # ------------------------------------------------------------ statements
 
-    def statement(self, item: Tree, scope: _Scope, where: str) -> Stmt | None:
+    def statement(self, item: Tree[Token], scope: _Scope, where: str) -> Stmt | None:
         if item.data == "assign":
             return self.assign(item, scope)
         if item.data == "if_stmt":
@@ -596,7 +614,7 @@ class _Builder:
             )
         return None
 
-    def assign(self, item: Tree, scope: _Scope) -> Assign | None:
+    def assign(self, item: Tree[Token], scope: _Scope) -> Assign | None:
         target_tok, expr_t = item.children
         target = str(target_tok)
         state = scope.round
@@ -625,7 +643,7 @@ class _Builder:
             return None
         return Assign(target, expr, _span(item))
 
-    def if_stmt(self, item: Tree, scope: _Scope) -> If | None:
+    def if_stmt(self, item: Tree[Token], scope: _Scope) -> If | None:
         if_tok, cond_t, then_t, *rest = item.children
         state = scope.round
         assert state is not None
@@ -635,12 +653,12 @@ class _Builder:
         except _Invalid:
             ok = False
         before_defined, before_maybe = set(state.defined), set(state.maybe)
-        then = self.block(then_t, scope)
+        then = self.block(_tree(then_t), scope)
         then_defined, then_maybe = state.defined, state.maybe
         state.defined, state.maybe = set(before_defined), set(before_maybe)
         otherwise: tuple[Stmt, ...] | None = ()
         if rest:
-            other = rest[0]
+            other = _tree(rest[0])
             if other.data == "if_stmt":
                 nested = self.if_stmt(other, scope)
                 otherwise = None if nested is None else (nested,)
@@ -654,7 +672,7 @@ class _Builder:
             return None
         return If(cond, then, otherwise, _join(_span(if_tok), _span(cond_t)))
 
-    def block(self, body: Tree, scope: _Scope) -> tuple[Stmt, ...] | None:
+    def block(self, body: Tree[Token], scope: _Scope) -> tuple[Stmt, ...] | None:
         out: list[Stmt] = []
         ok = True
         for child in self.body_items(body):
@@ -667,9 +685,9 @@ class _Builder:
 
     # ------------------------------------------------------------ expression kinds
 
-    def static(self, tree: Tree, scope: _Scope, what: str) -> StaticExpr:
+    def static(self, tree: _Child, scope: _Scope, what: str) -> StaticExpr:
         expr = self.expr(tree, scope)
-        if _is_static(expr):
+        if isinstance(expr, STATIC_TYPES):
             return expr
         culprit = next((n for n in _walk(expr) if isinstance(n, Read)), None)
         if culprit is not None:
@@ -685,12 +703,12 @@ class _Builder:
             "decimal numbers and data functions (abs, relu, clamp) are data",
         )
 
-    def data(self, tree: Tree, scope: _Scope) -> Expr:
+    def data(self, tree: _Child, scope: _Scope) -> Expr:
         return self._to_data(self.expr(tree, scope), tree)
 
-    def condition(self, tree: Tree, scope: _Scope, what: str) -> Compare | StaticExpr:
+    def condition(self, tree: _Child, scope: _Scope, what: str) -> Compare | StaticExpr:
         expr = self.expr(tree, scope)
-        if _is_static(expr) or isinstance(expr, Compare):
+        if isinstance(expr, (*STATIC_TYPES, Compare)):
             return expr
         raise self.error(
             f"{what} is data but not a comparison",
@@ -698,8 +716,8 @@ class _Builder:
             "a data condition is one comparison with a margin, e.g. `x > y margin 0.5`",
         )
 
-    def _to_data(self, expr, where) -> Expr:
-        if not _is_static(expr):
+    def _to_data(self, expr: _Built, where: _Child) -> Expr:
+        if not isinstance(expr, STATIC_TYPES):
             return expr
         if _closed(expr):
             value = self._fold(expr)
@@ -716,20 +734,23 @@ class _Builder:
         """The value of a closed static expression (the checker's evaluator, so the
         messages agree)."""
         try:
-            return static_value(expr, {})
+            value: int = static_value(expr, {})  # closed: one int, not one per machine
         except StaticFailure as failure:
             raise self.error(failure.message, failure.span or span_of(expr)) from None
+        return value
 
     # ------------------------------------------------------------ expressions
 
-    def expr(self, tree: Tree | Token, scope: _Scope):
-        method = getattr(self, "e_" + tree.data)
+    def expr(self, child: _Child, scope: _Scope) -> _Built:
+        tree = _tree(child)
+        method: Callable[[Tree[Token], _Scope], _Built] = getattr(self, "e_" + tree.data)
         node = method(tree, scope)
         return _spanned(node, span_of(node) or _span(tree))
 
-    def _operands(self, trees, scope: _Scope) -> list:
+    def _operands(self, trees: Iterable[_Child], scope: _Scope) -> list[_Built]:
         """Build every operand, so the errors in all of them are reported."""
-        results, failed = [], False
+        results: list[_Built] = []
+        failed = False
         for tree in trees:
             try:
                 results.append(self.expr(tree, scope))
@@ -739,7 +760,7 @@ class _Builder:
             raise _Invalid()
         return results
 
-    def e_number(self, tree: Tree, scope: _Scope):
+    def e_number(self, tree: Tree[Token], scope: _Scope) -> SNum | Num:
         text = str(tree.children[0])
         if len(text) > MAX_NUMBER_TEXT:  # no 5000-digit conversions
             raise self.error(
@@ -752,7 +773,7 @@ class _Builder:
             raise self.error(f"the number {text} is out of range", tree)
         return Num(value)
 
-    def e_name(self, tree: Tree, scope: _Scope):
+    def e_name(self, tree: Tree[Token], scope: _Scope) -> SVar | Read:
         tok = tree.children[0]
         name = str(tok)
         span = _span(tok)
@@ -802,32 +823,32 @@ class _Builder:
         close = difflib.get_close_matches(name, known, n=1)
         return f"did you mean {close[0]!r}?" if close else None
 
-    def e_neg(self, tree: Tree, scope: _Scope):
+    def e_neg(self, tree: Tree[Token], scope: _Scope) -> _Built:
         (arg,) = self._operands(tree.children, scope)
         if isinstance(arg, SNum):
             return SNum(-arg.value)
-        if _is_static(arg):
+        if isinstance(arg, STATIC_TYPES):
             return SBin("-", _spanned(SNum(0), span_of(arg)), arg)
         if isinstance(arg, Num):
             return Num(-arg.value)
         return Scale(-1.0, arg)
 
-    def _arith(self, tree: Tree, scope: _Scope, op: str):
+    def _arith(self, tree: Tree[Token], scope: _Scope, op: str) -> SBin | Add | Sub:
         left, right = self._operands(tree.children, scope)
-        if _is_static(left) and _is_static(right):
+        if isinstance(left, STATIC_TYPES) and isinstance(right, STATIC_TYPES):
             return SBin(op, left, right)
         a, b = self._to_data(left, tree), self._to_data(right, tree)
         return Add(a, b) if op == "+" else Sub(a, b)
 
-    def e_add(self, tree: Tree, scope: _Scope):
+    def e_add(self, tree: Tree[Token], scope: _Scope) -> SBin | Add | Sub:
         return self._arith(tree, scope, "+")
 
-    def e_sub(self, tree: Tree, scope: _Scope):
+    def e_sub(self, tree: Tree[Token], scope: _Scope) -> SBin | Add | Sub:
         return self._arith(tree, scope, "-")
 
-    def e_mul(self, tree: Tree, scope: _Scope):
+    def e_mul(self, tree: Tree[Token], scope: _Scope) -> SBin | Scale:
         left, right = self._operands(tree.children, scope)
-        if _is_static(left) and _is_static(right):
+        if isinstance(left, STATIC_TYPES) and isinstance(right, STATIC_TYPES):
             return SBin("*", left, right)
         for factor, arg in ((left, right), (right, left)):
             value = self._constant_value(factor)
@@ -835,7 +856,7 @@ class _Builder:
                 if not math.isfinite(value):
                     raise self.error("the factor is not a finite number", tree)
                 return Scale(value, self._to_data(arg, tree))
-        varying = [side for side in (left, right) if _is_static(side)]
+        varying = [side for side in (left, right) if isinstance(side, STATIC_TYPES)]
         if varying:
             raise self.error(
                 "the factor of `*` must be a constant number",
@@ -849,31 +870,42 @@ class _Builder:
             "one side must be a constant number: the local computation is piecewise linear",
         )
 
-    def _static_only(self, tree: Tree, scope: _Scope, op: str, word: str):
-        left, right = self._operands(tree.children, scope)
-        for side, child in ((left, tree.children[0]), (right, tree.children[1])):
-            if not _is_static(side):
-                raise self.error(
-                    f"`{word}` works on static integers only, and this is data",
-                    child,
-                    "static values are integers, i, r, n and loop variables",
-                )
+    def _static_operands(
+        self, tree: Tree[Token], scope: _Scope, message: str, hint: str
+    ) -> list[StaticExpr]:
+        """The operands of ``tree``, which must be static (``message`` at the first that is
+        data)."""
+        operands = self._operands(tree.children, scope)
+        statics: list[StaticExpr] = []
+        for side, child in zip(operands, tree.children, strict=True):
+            if not isinstance(side, STATIC_TYPES):
+                raise self.error(message, child, hint)
+            statics.append(side)
+        return statics
+
+    def _static_only(self, tree: Tree[Token], scope: _Scope, op: str, word: str) -> SBin:
+        left, right = self._static_operands(
+            tree,
+            scope,
+            f"`{word}` works on static integers only, and this is data",
+            "static values are integers, i, r, n and loop variables",
+        )
         return SBin(op, left, right)
 
-    def e_div(self, tree: Tree, scope: _Scope):
+    def e_div(self, tree: Tree[Token], scope: _Scope) -> SBin:
         return self._static_only(tree, scope, "//", "div")
 
-    def e_mod(self, tree: Tree, scope: _Scope):
+    def e_mod(self, tree: Tree[Token], scope: _Scope) -> SBin:
         return self._static_only(tree, scope, "%", "%")
 
-    def e_pow(self, tree: Tree, scope: _Scope):
+    def e_pow(self, tree: Tree[Token], scope: _Scope) -> SBin:
         return self._static_only(tree, scope, "**", "**")
 
-    def e_compare(self, tree: Tree, scope: _Scope):
+    def e_compare(self, tree: Tree[Token], scope: _Scope) -> SBin | Compare:
         left_t, op_tok, right_t, *margin_t = tree.children
         op = _CMP_NAMES[str(op_tok)]
         left, right = self._operands([left_t, right_t], scope)
-        if _is_static(left) and _is_static(right):
+        if isinstance(left, STATIC_TYPES) and isinstance(right, STATIC_TYPES):
             if margin_t:
                 raise self.error(
                     "a margin on a comparison of static values",
@@ -895,31 +927,29 @@ class _Builder:
             raise self.error(f"a margin must be positive, not {_number(margin)}", margin_t[0])
         return Compare(op, self._to_data(left, tree), self._to_data(right, tree), margin)
 
-    def _logic(self, tree: Tree, scope: _Scope, op: str):
-        operands = self._operands(tree.children, scope)
-        for side, child in zip(operands, tree.children, strict=True):
-            if not _is_static(side):
-                raise self.error(
-                    f"`{op}` combines static conditions only, and this is data",
-                    child,
-                    "a data condition is one comparison with a margin: nest `if`s, or "
-                    "combine 0/1 comparisons arithmetically, e.g. "
-                    "`min(a > 0 margin 1, b > 0 margin 1) > 0.5 margin 0.5`",
-                )
+    def _logic(self, tree: Tree[Token], scope: _Scope, op: str) -> SBin | SNot:
+        operands = self._static_operands(
+            tree,
+            scope,
+            f"`{op}` combines static conditions only, and this is data",
+            "a data condition is one comparison with a margin: nest `if`s, or "
+            "combine 0/1 comparisons arithmetically, e.g. "
+            "`min(a > 0 margin 1, b > 0 margin 1) > 0.5 margin 0.5`",
+        )
         if op == "not":
             return SNot(operands[0])
         return SBin(op, *operands)
 
-    def e_and_(self, tree: Tree, scope: _Scope):
+    def e_and_(self, tree: Tree[Token], scope: _Scope) -> SBin | SNot:
         return self._logic(tree, scope, "and")
 
-    def e_or_(self, tree: Tree, scope: _Scope):
+    def e_or_(self, tree: Tree[Token], scope: _Scope) -> SBin | SNot:
         return self._logic(tree, scope, "or")
 
-    def e_not_(self, tree: Tree, scope: _Scope):
+    def e_not_(self, tree: Tree[Token], scope: _Scope) -> SBin | SNot:
         return self._logic(tree, scope, "not")
 
-    def e_cond_expr(self, tree: Tree, scope: _Scope):
+    def e_cond_expr(self, tree: Tree[Token], scope: _Scope) -> SBin | IfExpr:
         then_t, cond_t, else_t = tree.children
         failed = False
         try:
@@ -932,7 +962,11 @@ class _Builder:
             failed = True
         if failed:
             raise _Invalid()
-        if _is_static(cond) and _is_static(then) and _is_static(otherwise):
+        if (
+            isinstance(cond, STATIC_TYPES)
+            and isinstance(then, STATIC_TYPES)
+            and isinstance(otherwise, STATIC_TYPES)
+        ):
             # A static choice: t·a + (1 − t)·b with t = (cond != 0) in {0, 1}.
             span = _span(tree)
             truth = cond if _is_boolean(cond) else _spanned(SBin("!=", cond, SNum(0)), span)
@@ -941,7 +975,7 @@ class _Builder:
             return SBin("+", keep, other)
         return IfExpr(cond, self._to_data(then, then_t), self._to_data(otherwise, else_t))
 
-    def e_call(self, tree: Tree, scope: _Scope):
+    def e_call(self, tree: Tree[Token], scope: _Scope) -> _Built:
         name_tok, *arg_ts = tree.children
         fn = str(name_tok)
         if fn not in FUNCTIONS:
@@ -961,18 +995,19 @@ class _Builder:
             raise self.error(f"{fn}() takes {arity} argument{plural}, not {len(args)}", tree)
         span = _span(tree)
         if fn in ("min", "max"):
-            if all(_is_static(a) for a in args):
-                node = args[0]
-                for arg in args[1:]:
-                    node = _spanned(SCall(fn, (node, arg)), span)
+            statics = [a for a in args if isinstance(a, STATIC_TYPES)]
+            if len(statics) == len(args):
+                node = statics[0]
+                for static in statics[1:]:
+                    node = _spanned(SCall(fn, (node, static)), span)
                 return node
             data = [self._to_data(a, t) for a, t in zip(args, arg_ts, strict=True)]
-            node = data[0]
+            expr = data[0]
             for arg in data[1:]:
-                node = _spanned(Call(fn, (node, arg)), span)
-            return node
+                expr = _spanned(Call(fn, (expr, arg)), span)
+            return expr
         if fn in STATIC_FUNCTIONS:
-            if not _is_static(args[0]):
+            if not isinstance(args[0], STATIC_TYPES):
                 raise self.error(
                     f"{fn}() takes a static integer, and this is data",
                     arg_ts[0],
@@ -982,9 +1017,9 @@ class _Builder:
         if fn == "clamp":
             lo = self._constant_value(args[1])
             hi = self._constant_value(args[2])
-            for value, t, what in ((lo, arg_ts[1], "lower"), (hi, arg_ts[2], "upper")):
-                if value is None:
-                    raise self.error(f"the {what} limit of clamp() must be a constant number", t)
+            if lo is None or hi is None:
+                what, t = ("lower", arg_ts[1]) if lo is None else ("upper", arg_ts[2])
+                raise self.error(f"the {what} limit of clamp() must be a constant number", t)
             if lo > hi:
                 raise self.error(
                     f"clamp() with lower limit {_number(lo)} above upper limit {_number(hi)}",

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import re
 
-from lark import Tree
-
+from crasp_compiler.syntax import Token, Tree
 from crasp_compiler.syntax.engine import Frontend
 
 # Deepest nesting accepted below a top-level item (calls count one level per argument, as
@@ -91,7 +90,7 @@ PCOC_SYNTAX = Frontend(
 )
 
 
-def parse_tree(text: str, filename: str = "<program>") -> Tree:
+def parse_tree(text: str, filename: str = "<program>") -> Tree[Token]:
     """The Lark tree of PCOC text; raise :class:`CraspError` listing every syntax error.
     The minus sign − (U+2212) is read as ``-``."""
     return PCOC_SYNTAX.parse(text, filename)
