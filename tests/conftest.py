@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 # Test modules that need the torch extra (the torch module, exports, training). A core
 # install (`pip install -e ".[dev]"`) has no torch: they are not collected, and the header
@@ -40,9 +40,13 @@ def pytest_report_header(config) -> str | None:
 
 # Property tests draw the same examples on every run (``derandomize``), so a test run is
 # reproducible and CI cannot fail by chance; ``pytest --hypothesis-profile=explore``
-# draws fresh random examples to hunt for new counterexamples.
-settings.register_profile("default", derandomize=True)
-settings.register_profile("explore", derandomize=False)
+# draws fresh random examples to hunt for new counterexamples. No deadline and no
+# too-slow health check: a test's pass or fail never depends on how loaded the machine
+# is. A test sets only its own number of examples (``@settings(max_examples=N)``, which
+# inherits the loaded profile) and any health check it means to suppress.
+PROFILE = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
+settings.register_profile("default", derandomize=True, **PROFILE)
+settings.register_profile("explore", derandomize=False, **PROFILE)
 settings.load_profile("default")
 
 

@@ -131,7 +131,7 @@ def test_reused_examples_compute_what_unshared_ones_do(path, mode):
     assert_same(packed, plain, words_for(program, 3))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(seed=st.integers(0, 10**6), mode=st.sampled_from(["heaviside", "layernorm", "relu"]))
 def test_random_programs_reused_and_unshared_agree(seed, mode):
     program = random_program(seed)

@@ -48,7 +48,7 @@ from crasp_compiler.model.model import ACTIVATIONS, MASKS, WEIGHTINGS
 from crasp_compiler.runtime.numpy_exec import run
 from tests.support.strategies import random_program
 
-FAST = settings(max_examples=40, deadline=None)
+FAST = settings(max_examples=40)
 ROOT = Path(__file__).resolve().parents[2]
 
 # dyadic numbers with few bits: every sum and product of a few of them is exact in
@@ -426,7 +426,7 @@ def columns(draw) -> tuple[dict[str, list[float]], dict[str, float]]:
     return cols, {name: draw(dyadic) for name in VARIABLES}
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(ffn_blocks(), columns())
 def test_random_ffn_blocks_evaluate_as_the_assembled_model(block, data):
     cols, bos = data
@@ -435,7 +435,7 @@ def test_random_ffn_blocks_evaluate_as_the_assembled_model(block, data):
         np.testing.assert_allclose(evaluated[name], model[name], rtol=1e-9, atol=1e-9)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=80)
 @given(head_blocks(), columns())
 def test_random_head_blocks_evaluate_as_the_assembled_model(block, data):
     cols, bos = data
@@ -449,7 +449,7 @@ def reading(form: Form, name: str) -> Form:
     return Form({name if v == "x0" else v: c for v, c in form.items()})
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(st.lists(st.one_of(ffn_blocks(), head_blocks()), min_size=1, max_size=3), columns())
 def test_random_circuits_evaluate_as_the_assembled_model(blocks, data):
     """Blocks in sequence, as the builder schedules them into layers: each reads the
@@ -511,7 +511,7 @@ def constructions():
 
 
 @pytest.mark.parametrize("name", sorted(constructions()))
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=15)
 @given(data=columns())
 def test_cookbook_constructions_evaluate_as_the_assembled_model(name, data):
     cols, bos = data

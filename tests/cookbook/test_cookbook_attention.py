@@ -25,7 +25,7 @@ from tests.support.block_harness import build, evaluate
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-FEW = settings(max_examples=20, deadline=None)
+FEW = settings(max_examples=20)
 N = 40  # the maximum length of the lookup tests
 TOL = 1e-9
 

@@ -25,7 +25,7 @@ from crasp_compiler.runtime.numpy_exec import run
 from tests.support.block_harness import evaluate
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-FAST = settings(max_examples=40, deadline=None)
+FAST = settings(max_examples=40)
 
 values = st.floats(-100, 100, allow_nan=False, allow_infinity=False)
 columns = st.integers(1, 12).flatmap(
@@ -264,7 +264,7 @@ knot_lists = st.integers(2, 6).flatmap(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(knot_lists, st.lists(st.floats(-40, 40, allow_nan=False), min_size=1, max_size=8))
 def test_cpwl_interpolates_the_knots_and_extends_the_end_slopes(knots, extra):
     kx, ky = knots
@@ -325,7 +325,7 @@ def test_cpwl_rejects_bad_knots(knots, message):
 # ---------------------------------------------------------------- multiply (GELU)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(
     st.sampled_from([0.5, 1.0, 3.0, 20.0]),
     st.lists(st.tuples(st.floats(-1, 1), st.floats(-1, 1)), min_size=1, max_size=10),
@@ -388,7 +388,7 @@ def in_band(kind: str, x: np.ndarray, eps) -> np.ndarray:
     return (x != 0) & (np.abs(x) < eps)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(
     st.sampled_from(sorted(COMPARATORS)),
     st.floats(0.01, 10),
@@ -433,7 +433,7 @@ def test_comparators_with_tolerance_zero_use_heaviside_units_and_are_exact(kind,
     assert block.exact.exact
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(
     st.sampled_from(sorted(COMPARATORS)),
     st.lists(
@@ -500,7 +500,7 @@ def test_comparators_reject_bad_tolerances(fn):
 # ---------------------------------------------------------------- Boolean functions
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(
     st.integers(0, 4).flatmap(lambda m: st.tuples(st.just(m), st.integers(0, 2 ** (2**m) - 1))),
     st.booleans(),
@@ -535,7 +535,7 @@ def test_boolean_function_matches_its_truth_table(m_table, guard, data):
     assert len(block.units) == size and block.exact.exact
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(st.integers(1, 40), st.booleans(), st.data())
 def test_all_of_and_any_of_are_one_unit_at_any_width(k, guard, data):
     """The n-ary and/or of k {0,1} inputs: one unit (+1 for ``nonbos`` in an or), exact on
@@ -572,7 +572,7 @@ def test_all_of_and_any_of_are_one_unit_at_any_width(k, guard, data):
         ffn.all_of([], "out")
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(st.integers(1, 2000), st.integers(0, 1), st.data())
 def test_step_ramp_is_a_step_outside_its_width_and_exact_on_one_side(n, exact_at, data):
     """``step_ramp`` is 1[x ≥ 0] for |x| ≥ w at every scale of x the comparisons meet
@@ -678,7 +678,7 @@ def test_conditional_bigm(bound, cases):
     assert len(ffn.conditional_bigm(var("p"), var("x"), Form(), "out", bound=bound).units) == 2
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(
     st.lists(
         st.tuples(st.integers(0, 2), st.floats(-1, 1, allow_nan=False)), min_size=1, max_size=6

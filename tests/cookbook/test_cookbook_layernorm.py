@@ -20,7 +20,7 @@ from tests.support.block_harness import build, evaluate
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-FEW = settings(max_examples=30, deadline=None)
+FEW = settings(max_examples=30)
 TOL = 1e-9
 
 

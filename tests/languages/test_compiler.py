@@ -213,8 +213,7 @@ def test_layers_match_dependency_bound(name, mode):
 
 RANDOM = settings(
     max_examples=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    suppress_health_check=[HealthCheck.filter_too_much],
 )
 RELATION_CLASSES = [
     pytest.param(False, False, id="none"),

@@ -10,7 +10,7 @@ import random
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from crasp_compiler import parse_program
@@ -153,7 +153,7 @@ def test_plans():
         agree(program, model, inputs, ["F", "G", "H", "J", "K", "L"])
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60)
 @given(st.data())
 def test_random_wide_formulas(data):
     """Random and/or/not formulas of up to 125 leaves over token tests, comparisons of

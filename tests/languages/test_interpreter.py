@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crasp_compiler import CraspError, accepts, interpret, interpret_batch, parse_program
@@ -18,9 +18,7 @@ from tests.support.strategies import (
     random_program,
 )
 
-DIFFERENTIAL = settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+DIFFERENTIAL = settings(max_examples=60)
 RELATION_CLASSES = [
     pytest.param(False, False, id="none"),
     pytest.param(False, True, id="periodic"),
@@ -60,14 +58,14 @@ def test_interpreter_matches_naive(local, periodic, data):
         assert_matches_naive(program, data.draw(inputs(program, max_len=9), label="tokens"))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(program=programs(max_definitions=3, max_depth=2, alphabet=2))
 def test_interpreter_matches_naive_on_every_short_input(program):
     for tokens in all_inputs(program, max_len=5):
         assert_matches_naive(program, tokens)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(data=st.data())
 def test_deep_programs_match_naive(data):
     program = data.draw(programs(max_definitions=6, max_depth=5, max_extra_outputs=4))
@@ -81,7 +79,7 @@ def test_seeded_programs_match_naive(seed):
         assert_matches_naive(program, tokens)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(data=st.data())
 def test_batch_equals_one_by_one(data):
     program = data.draw(programs())

@@ -35,8 +35,7 @@ FILENAME = "fuzz.crasp"
 def fuzz(examples: int) -> settings:
     return settings(
         max_examples=examples,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+        suppress_health_check=[HealthCheck.function_scoped_fixture],
     )
 
 

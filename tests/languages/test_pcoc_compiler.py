@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from crasp_compiler.cookbook import attention as A
@@ -64,8 +64,8 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "pcoc"
 NAMES = sorted(p.stem for p in EXAMPLES.glob("*.pcoc"))
 SIZES = [*range(1, 17), 32]
-FEW = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-MANY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FEW = settings(max_examples=30)
+MANY = settings(max_examples=60)
 TOLERANCE = 1e-6
 
 

@@ -55,7 +55,7 @@ from crasp_compiler.languages.pcoc.syntax import MAX_DEPTH
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "pcoc"
 SIZES = [*range(1, 17), 32]
-FAST = settings(max_examples=30, deadline=None)
+FAST = settings(max_examples=30)
 
 
 def ceil_log2(n: int) -> int:
@@ -867,7 +867,7 @@ def static_exprs():
     return st.recursive(leaves, extend, max_leaves=8)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(expr=static_exprs(), n=st.integers(1, 9), k=st.integers(0, 3))
 def test_vectorised_static_evaluation_matches_the_scalar_reference(expr, n, k):
     env = {"n": n, "k": k}
@@ -899,7 +899,7 @@ def static_text(expr) -> str:
     raise AssertionError(expr)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(
     value=static_exprs(),
     cond=static_exprs(),

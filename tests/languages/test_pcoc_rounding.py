@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crasp_compiler.cookbook.blocks import Form
@@ -45,7 +45,7 @@ EXAMPLES = ROOT / "examples" / "pcoc"
 PERMUTE = ROOT / "examples" / "pcoc_sends" / "permute.pcoc"
 NAMES = sorted(p.stem for p in EXAMPLES.glob("*.pcoc"))
 DTYPES = {"float64": np.float64, "float32": np.float32}
-FEW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FEW = settings(max_examples=40)
 
 
 @cache

@@ -114,7 +114,7 @@ def test_every_mode_records_both_float_types(mode):
 BIG = st.sampled_from([1, 3, 1000, 65536, 10**6, 10**9])
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(
     k1=BIG,
     k2=BIG,

@@ -29,7 +29,7 @@ def assert_roundtrip(program) -> None:
 @pytest.mark.parametrize(
     ("local", "periodic"), [(False, False), (False, True), (True, False), (True, True)]
 )
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50)
 @given(data=st.data())
 def test_random_programs_roundtrip(local, periodic, data):
     program = data.draw(
@@ -38,7 +38,7 @@ def test_random_programs_roundtrip(local, periodic, data):
     assert_roundtrip(program)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(program=programs(alphabet=("(", ")", '"', "\\", "é", "'", "Q_a", "#", "0")))
 def test_odd_symbols_roundtrip(program):
     assert_roundtrip(program)

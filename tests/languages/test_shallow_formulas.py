@@ -14,7 +14,7 @@ from math import ceil, log2
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from crasp_compiler import CraspError, format_expr, parse_program
@@ -202,7 +202,7 @@ def formula_definitions(data, count: int) -> list[str]:
     return lines
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60)
 @given(st.data())
 def test_balanced_circuits_compute_their_formulas(data):
     """Every gate's balanced circuit (whether or not its plan picks it) equals the gate
@@ -222,7 +222,7 @@ def test_balanced_circuits_compute_their_formulas(data):
             assert evaluate(wire, row) == holds(formula, row), definition.name
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40)
 @given(st.data())
 def test_random_formulas_compile_exactly(data):
     """Random formulas through definitions over 21 atoms (counts made in layers 1 and

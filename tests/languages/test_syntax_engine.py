@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crasp_compiler.errors import CraspError
@@ -264,7 +264,7 @@ SEEDS = {
 JUNK = [*"(){}[]=+-*%,.;/!&|:<>#\"'\n", "//", "−", "if", "else", "round", "min(", "x", "1"]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150)
 @given(lang=st.sampled_from(LANGS), data=st.data())
 def test_mutated_programs_give_located_sorted_errors(lang, data):
     """Any text: a tree, or a CraspError whose diagnostics lie in the text, sorted."""

@@ -195,7 +195,7 @@ def test_periodic_atoms_print_compactly(source, printed):
     assert parse_program(format_program(program)) == program
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(
     modulus=st.integers(2, 10_000),
     seed=st.integers(0, 2**32),
@@ -234,7 +234,7 @@ def test_printer_has_no_recursion_limit():
     assert format_expr(node) == "!" * 3 * sys.getrecursionlimit() + '"a"'
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(
     program=programs(local=True, periodic=True, max_definitions=10, max_depth=5),
     word=st.lists(st.sampled_from(["a", "b"]), max_size=12),

@@ -234,8 +234,7 @@ def test_float32_module_computes_in_float32():
 
 RANDOM = settings(
     max_examples=15,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    suppress_health_check=[HealthCheck.filter_too_much],
 )
 RANDOM_MAX_LEN = 12
 
