@@ -16,15 +16,25 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
 from crasp_compiler import api
 from crasp_compiler.console import need_torch, warnings_on_stderr
 from crasp_compiler.errors import CraspError
-from crasp_compiler.languages import Item, Language, Outputs, declarations, language_for_path
+from crasp_compiler.languages import (
+    Item,
+    Language,
+    Option,
+    Outputs,
+    declarations,
+    language_for_path,
+)
 from crasp_compiler.model import Model, save_model
+
+# a command function, as click's decorators take and return it
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 class _Command(click.Group):
@@ -37,7 +47,7 @@ class _Command(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         return self.commands.get(cmd_name) or _experiment_commands().get(cmd_name)
 
-    def invoke(self, ctx: click.Context):
+    def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except CraspError as err:
@@ -70,22 +80,24 @@ def _experiment_commands() -> dict[str, click.Command]:
 # ------------------------------------------------------------------ language options
 
 
-def _click_type(option) -> Any:
+def _click_type(
+    option: Option,
+) -> click.Choice[str] | click.IntRange | click.FloatRange | type[str]:
     if option.kind == "choice":
         return click.Choice(list(option.choices))
     if option.kind == "int":
-        return click.IntRange(min=option.minimum)
+        return click.IntRange(min=None if option.minimum is None else int(option.minimum))
     if option.kind == "float":
         return click.FloatRange(min=option.minimum, min_open=option.open_minimum)
     return str
 
 
-def _language_options(stage: str) -> Callable:
+def _language_options(stage: str) -> Callable[[_F], _F]:
     """Every registered language's options for ``stage`` (and its ``load`` options) as
     flags; which language takes which is checked by :func:`_language_for`."""
 
-    def decorate(f: Callable) -> Callable:
-        seen: dict[str, Any] = {}
+    def decorate(f: _F) -> _F:
+        seen: dict[str, Option] = {}
         for language in declarations():
             for option in language.options:
                 if option.name not in seen and (stage in option.stages or "load" in option.stages):
@@ -103,7 +115,9 @@ def _language_options(stage: str) -> Callable:
     return decorate
 
 
-def _language_for(path: str, stage: str, options: dict[str, Any]) -> tuple[Language, dict]:
+def _language_for(
+    path: str, stage: str, options: dict[str, Any]
+) -> tuple[Language, dict[str, Any]]:
     """The language of the program at ``path`` and the options it takes at ``stage``
     (UsageError for an option only another language takes, or a missing one)."""
     language = language_for_path(path)
@@ -160,7 +174,7 @@ def _batch(
         )
 
 
-def _beyond_option(help: str):
+def _beyond_option(help: str) -> Callable[[_F], _F]:
     """``--beyond-guarantee error|warn``: inputs the guarantee does not cover."""
     return click.option(
         "--beyond-guarantee",
@@ -171,7 +185,7 @@ def _beyond_option(help: str):
     )
 
 
-def _batch_options(f):
+def _batch_options(f: _F) -> _F:
     f = click.option(
         "--invalid",
         type=click.Choice(["skip", "false"]),
@@ -276,6 +290,7 @@ def _is_model_path(path: str) -> bool:
 @click.pass_context
 def check_command(
     ctx: click.Context,
+    /,
     file: str,
     device: str,
     samples: int,
@@ -449,7 +464,7 @@ def run_command(
             for label, x in result.residuals:
                 click.echo(f"== {label}")
                 names = model.labels_at(stage_of[label])
-                rows = [(name, x[0, :, k]) for k, name in enumerate(names)]
+                rows = [(name, list(x[0, :, k])) for k, name in enumerate(names)]
                 click.echo(language.table(labels, rows))
         if outputs:
             _show_outputs(language, result)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 from crasp_compiler.errors import cells
 
 
-def _cell(value) -> str:
+def _cell(value: object) -> str:
     if isinstance(value, (bool, np.bool_)):
         return "T" if value else "F"
     if isinstance(value, (float, np.floating)):
@@ -18,7 +18,7 @@ def _cell(value) -> str:
 
 
 def value_table(
-    tokens: Sequence[str], rows: Sequence[tuple[str, Sequence]], include_empty: bool = True
+    tokens: Sequence[str], rows: Sequence[tuple[str, Iterable[object]]], include_empty: bool = True
 ) -> str:
     """A table with one column per position and one row per named value.
 

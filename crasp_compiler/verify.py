@@ -19,6 +19,7 @@ import math
 import random
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -103,12 +104,14 @@ def _differ(rule: str, a: np.ndarray, b: np.ndarray, tol: float) -> np.ndarray:
     """Positions where two runtimes disagree: decided values must be equal; raw ``value``
     outputs within ``tol`` of each other."""
     if rule != "value":
-        return a != b
+        unequal: np.ndarray = a != b
+        return unequal
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    return ~(np.abs(a - b) <= tol)
+    apart: np.ndarray = ~(np.abs(a - b) <= tol)
+    return apart
 
 
-def _accepted(language: Language, program: object, item: object, options: dict) -> bool:
+def _accepted(language: Language, program: object, item: object, options: dict[str, Any]) -> bool:
     """Whether the interpreter runs ``program`` on ``item`` (sampled inputs may be outside
     the program's domain, e.g. two PCOC machines sending to one)."""
     try:
@@ -129,8 +132,10 @@ def _require_check_memory(
     weights = 0
     if device == "cpu":
         for w in model.weights():
-            entries = w.nnz if kept_sparse(w) else math.prod(w.shape)
-            weights += entries * (itemsize + (16 if kept_sparse(w) else 0))
+            if isinstance(w, np.ndarray) or not kept_sparse(w):
+                weights += math.prod(w.shape) * itemsize
+            else:  # its stored entries (scipy's nnz is indptr[-1]) and their two indices
+                weights += int(w.indptr[-1]) * (itemsize + 16)
     for length, count in by_length.items():
         sizes = (model.width, len(model.inputs), layers, count, length + 1, itemsize)
         needed = forward_bytes(*sizes)

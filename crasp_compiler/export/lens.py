@@ -81,7 +81,15 @@ from crasp_compiler.model.io import (
     model_parts,
     occupants_header,
 )
-from crasp_compiler.model.model import BOS, TORCH_DENSE_LIMIT, Model, densified, require_dense
+from crasp_compiler.model.model import (
+    BOS,
+    TORCH_DENSE_LIMIT,
+    Activation,
+    Model,
+    dense,
+    densified,
+    require_dense,
+)
 
 FORMAT = "crasp-lens-export"
 VERSION = 2
@@ -195,7 +203,7 @@ def _obstacles(model: Model) -> tuple[list[str], str]:
         if layer.mlp is None:
             continue
         mlp = f"layer {l_index + 1} MLP (blocks.{l_index}.mlp)"
-        kinds: dict[str, int] = {}
+        kinds: dict[Activation, int] = {}
         for kind in layer.mlp.activations:
             kinds[kind] = kinds.get(kind, 0) + 1
         for kind, count in kinds.items():
@@ -256,7 +264,7 @@ def lens_state_dict(
         diagnostics[-1] = Diagnostic(diagnostics[-1].message, hint=_HINT)
         raise CraspError(diagnostics, filename="lens export")
     assert n_ctx is not None
-    model = densified(model)
+    model = densified(model)  # below, dense(w) is w itself: it only narrows the type
 
     d_model = model.width
     heads = [h for layer in model.layers for h in layer.heads]
@@ -267,17 +275,17 @@ def lens_state_dict(
 
     state: dict[str, np.ndarray] = {
         "embed.W_E": np.array(model.w_e, dtype=np.float64),
-        "pos_embed.W_pos": feature_matrix(model.features, n_ctx) @ model.w_p.T,
+        "pos_embed.W_pos": feature_matrix(model.features, n_ctx) @ dense(model.w_p).T,
     }
     for l_index, layer in enumerate(model.layers):
         w_q, w_k, w_v = (np.zeros((n_heads, d_model, d_head)) for _ in range(3))
         w_o = np.zeros((n_heads, d_head, d_model))
         for h_index, head in enumerate(layer.heads):
             dk, dv = head.w_q.shape[0], head.w_v.shape[0]
-            w_q[h_index, :, :dk] = (head.scale * np.sqrt(d_head) * head.w_q).T
-            w_k[h_index, :, :dk] = head.w_k.T
-            w_v[h_index, :, :dv] = head.w_v.T
-            w_o[h_index, :dv, :] = head.w_o.T
+            w_q[h_index, :, :dk] = (head.scale * np.sqrt(d_head) * dense(head.w_q)).T
+            w_k[h_index, :, :dk] = dense(head.w_k).T
+            w_v[h_index, :, :dv] = dense(head.w_v).T
+            w_o[h_index, :dv, :] = dense(head.w_o).T
         prefix = f"blocks.{l_index}"
         state[f"{prefix}.attn.W_Q"] = w_q
         state[f"{prefix}.attn.W_K"] = w_k
@@ -290,9 +298,9 @@ def lens_state_dict(
         w_out, b_out = np.zeros((d_mlp, d_model)), np.zeros(d_model)
         if layer.mlp is not None:
             width = layer.mlp.w1.shape[0]
-            w_in[:, :width] = layer.mlp.w1.T
+            w_in[:, :width] = dense(layer.mlp.w1).T
             b_in[:width] = layer.mlp.b1
-            w_out[:width, :] = layer.mlp.w2.T
+            w_out[:width, :] = dense(layer.mlp.w2).T
             b_out[:] = layer.mlp.b2
         state[f"{prefix}.mlp.W_in"] = w_in
         state[f"{prefix}.mlp.b_in"] = b_in

@@ -93,7 +93,8 @@ def hf_tokenizer(vocab: Sequence[str], tokenizer_file: str | Path | None = None)
     else:
         word_level = Tokenizer.from_file(str(tokenizer_file))
     bos = vocab[0]
-    return PreTrainedTokenizerFast(
+    # transformers leaves the tokenizer's __init__ unannotated (*args, **kwargs)
+    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=word_level, bos_token=bos, pad_token=bos, padding_side="right"
     )
 

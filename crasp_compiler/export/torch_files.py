@@ -130,7 +130,7 @@ def load_export(path: str | Path) -> Model:
             f"unsupported export version {config.get('version')!r}", filename=str(config_path)
         )
     name = config.get("weights")
-    if name not in WEIGHT_FILES.values():
+    if not isinstance(name, str) or name not in WEIGHT_FILES.values():
         raise CraspError(
             f"invalid export: unknown weights file {name!r}", filename=str(config_path)
         )

@@ -357,7 +357,7 @@ def count_labels(model: Model) -> set[str]:
     head writes (a prefix average of a Boolean, ``ONE``)."""
     if model.info.get("language") != "C-RASP":
         return set()
-    from crasp_compiler.languages.crasp.nodes import Sort, walk
+    from crasp_compiler.languages.crasp.nodes import CountExpr, Sort, walk
     from crasp_compiler.languages.crasp.printer import format_expr
 
     program = api.model_language(model).model_program(model)
@@ -366,7 +366,7 @@ def count_labels(model: Model) -> set[str]:
     for definition in getattr(program, "definitions", ()):
         if definition.sort == Sort.COUNT:
             count_definitions.add(definition.name)
-        counts |= {format_expr(n) for n in walk(definition.expr) if n.sort == Sort.COUNT}
+        counts |= {format_expr(n) for n in walk(definition.expr) if isinstance(n, CountExpr)}
     for name, form in (model.info.get("definitions") or {}).items():
         if name in count_definitions:
             counts |= set(form)
