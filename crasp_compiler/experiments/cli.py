@@ -9,7 +9,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 import numpy as np
@@ -254,7 +254,7 @@ _PROGRAM_ONLY = ("alphabet", "lengths", "generator")  # C-RASP programs only
 @click.option("--no-compiled", is_flag=True, help="Do not evaluate the compiled program.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.pass_context
-def train_command(ctx: click.Context, task: str | None, **options) -> None:
+def train_command(ctx: click.Context, /, task: str | None, **options: Any) -> None:
     """Train a transformer on TASK (or on the program of --program) and compare it with
     the compiled program.
 
@@ -340,7 +340,7 @@ def train_command(ctx: click.Context, task: str | None, **options) -> None:
     try:
         results = train(config)
     except KeyboardInterrupt:
-        _interrupted(config.out_dir)
+        _interrupted(cast(str, config.out_dir))  # _train_config always sets out_dir
     click.echo(_train_summary(results, generator))
 
 
@@ -376,18 +376,18 @@ def _given(ctx: click.Context, field: str) -> bool:
     return source not in (None, click.core.ParameterSource.DEFAULT)
 
 
-def _train_config(task: Task, options: dict) -> TrainConfig:
+def _train_config(task: Task, options: dict[str, Any]) -> TrainConfig:
     """The TrainConfig of a ``crasp train`` call: ``--out`` defaults to
     ``runs/TASK-PE-seedS`` (numeric tasks: the model kind for PE); with ``--bins`` and no
     ``--train-max``, training stops at the first bin's end (or the task's own, if lower)."""
-    from crasp_compiler.experiments.tasks.base import NumericTask
+    from crasp_compiler.experiments.tasks.base import NumericTask, SequenceTask
     from crasp_compiler.experiments.train.loop import TrainConfig
 
     numeric = isinstance(task, NumericTask)
     variant = options["numeric_kind"] if numeric else options["pe"]
     out = options["out"] or str(Path("runs") / f"{task.name}-{variant}-seed{options['seed']}")
     train_max = options["train_max"]
-    if train_max is None and options["bins"] and not numeric:
+    if train_max is None and options["bins"] and isinstance(task, SequenceTask):
         train_max = min(task.train_max, options["bins"][0][1])
     extra = {"scales": options["scales"]} if options["scales"] else {}
     return TrainConfig(
@@ -432,7 +432,7 @@ def _table(rows: Sequence[Sequence[str]]) -> str:
     )
 
 
-def _train_summary(results: dict, generator: str | None = None) -> str:
+def _train_summary(results: dict[str, Any], generator: str | None = None) -> str:
     """The ``crasp train`` report: the table per bin or scale, the run, the files
     (``generator``: the spec of the user's sampler of a program task, if any)."""
     config = results["config"]
@@ -537,7 +537,7 @@ _PROGRAM_MEASURE = (
 _STEERED = "half uniform, half steered toward acceptance"
 
 
-def _program_table(results: dict) -> str:
+def _program_table(results: dict[str, Any]) -> str:
     """The ``crasp train --program`` table: accuracies, agreement and label balance per bin."""
     compiled = results.get("compiled_accuracy") or {}
     agreement = results.get("agreement") or {}
@@ -674,7 +674,7 @@ def sweep_command(
     "-o", "--output", type=click.Path(dir_okay=False), help="Write the results as JSON here."
 )
 def finetune_command(
-    task: str, output: str | None, scales: tuple[float, ...] | None, **options
+    task: str, output: str | None, scales: tuple[float, ...] | None, **options: Any
 ) -> None:
     """Fine-tune the compiled model of a numeric TASK on its own data and report whether
     it stays exact: the largest error per value scale before and after."""
@@ -684,7 +684,7 @@ def finetune_command(
 
     if output is not None:  # before the work, so a bad path loses none
         writable_dir(Path(output).parent)
-    extra = {"scales": [float(c) for c in scales]} if scales else {}
+    extra: dict[str, Any] = {"scales": [float(c) for c in scales]} if scales else {}
     results = finetune(FinetuneConfig(task=task, **options, **extra))
     config = results["config"]
     click.echo(

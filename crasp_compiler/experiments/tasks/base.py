@@ -60,7 +60,7 @@ class Task(ABC):
     # file name under tasks/programs (C-RASP ".cr" or PCOC ".pcoc"), or None
     program: str | None = None
     notes: str = ""
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, object] = field(default_factory=dict)
 
     @property
     def program_path(self) -> Path | None:

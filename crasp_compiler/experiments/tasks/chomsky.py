@@ -23,8 +23,8 @@ Tokens are the benchmark's symbols as strings: bits and digits ``"0" ..``, opera
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import KW_ONLY, dataclass, field
 from itertools import pairwise
 from typing import ClassVar
 
@@ -45,7 +45,7 @@ HOLE, PAD = "_", "#"
 OPERATORS = ("+", "-", "*")
 BRACKETS = ("(", ")")
 
-Generator = Callable[[np.random.Generator, int], tuple[list[str], list[str | None]]]
+Generator = Callable[[np.random.Generator, int], tuple[list[str], Sequence[str | None]]]
 
 
 @dataclass
@@ -60,8 +60,9 @@ class ChomskyTask(SequenceTask):
     # results also give per-token accuracy (over output positions; chance is 1/|labels|),
     # the randomized-PE paper's measure, next to whole-sequence accuracy
     per_position_metrics: ClassVar[bool] = True
-    generator: Generator | None = field(default=None, repr=False)
-    output_length_of: Callable[[int], int] | None = field(default=None, repr=False)
+    _: KW_ONLY  # required, so keyword-only after the fields with defaults
+    generator: Generator = field(repr=False)
+    output_length_of: Callable[[int], int] = field(repr=False)
 
     def output_length(self, length: int) -> int:
         """The number of output (query) positions for an input of LEN ``length``."""
@@ -169,7 +170,7 @@ def stack_manipulation(rng: np.random.Generator, n: int) -> tuple[list[str], lis
     return stack + actions, _terminated(final[::-1], n + 1)
 
 
-def reverse_string(rng: np.random.Generator, n: int) -> tuple[list[str], list[str | None]]:
+def reverse_string(rng: np.random.Generator, n: int) -> tuple[list[str], list[str]]:
     """Bits; output: the bits in reverse order."""
     x = _bits(rng, n)
     return x, x[::-1]
@@ -222,7 +223,7 @@ def solve_equation(rng: np.random.Generator, n: int) -> tuple[list[str], list[st
 # ------------------------------------------------------------------ context-sensitive
 
 
-def duplicate_string(rng: np.random.Generator, n: int) -> tuple[list[str], list[str | None]]:
+def duplicate_string(rng: np.random.Generator, n: int) -> tuple[list[str], list[str]]:
     """Bits; output: the bits twice."""
     x = _bits(rng, n)
     return x, x + x
@@ -244,7 +245,7 @@ def missing_duplicate_string(
     return doubled + [PAD] * (n % 2), [hidden]
 
 
-def odds_first(rng: np.random.Generator, n: int) -> tuple[list[str], list[str | None]]:
+def odds_first(rng: np.random.Generator, n: int) -> tuple[list[str], list[str]]:
     """Bits s_1 .. s_n; output: s_2 s_4 ... then s_1 s_3 ... (the released code's order:
     0-based odd indices first)."""
     x = _bits(rng, n)
@@ -289,7 +290,7 @@ def compute_sqrt(rng: np.random.Generator, n: int) -> tuple[list[str], list[str 
     return list(f"{value:b}".zfill(n)), list(f"{math.isqrt(value):b}".zfill(width))
 
 
-def bucket_sort(rng: np.random.Generator, n: int) -> tuple[list[str], list[str | None]]:
+def bucket_sort(rng: np.random.Generator, n: int) -> tuple[list[str], list[str]]:
     """Symbols 0–4; output: the symbols in ascending order."""
     x = [str(v) for v in rng.integers(0, MODULUS, size=n)]
     return x, sorted(x)

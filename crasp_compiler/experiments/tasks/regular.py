@@ -37,6 +37,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TypeVar, cast
 
 import numpy as np
 
@@ -52,6 +53,7 @@ START = "$"
 EOS = "EOS"
 # sequences per call of the numpy executor (bounds the padded batch's memory)
 RUN_BATCH = 256
+State = TypeVar("State", bound=Hashable)  # the states of a DFA given by its step function
 
 
 @dataclass(frozen=True)
@@ -77,9 +79,9 @@ class Dfa:
     def build(
         cls,
         alphabet: Sequence[str],
-        start: Hashable,
-        step: Callable[[Hashable, str], Hashable | None],
-        accepting: Callable[[Hashable], bool],
+        start: State,
+        step: Callable[[State, str], State | None],
+        accepting: Callable[[State], bool],
     ) -> Dfa:
         """The trimmed DFA of the states reachable from ``start`` under ``step`` (``None``:
         the dead state), numbered in breadth-first order."""
@@ -105,7 +107,9 @@ class Dfa:
             raise ValueError("the language is empty")
         kept = [state for state in order if state in live]
         number = {state: k for k, state in enumerate(kept)}
-        delta = tuple(tuple(number.get(t) for t in edges[state]) for state in kept)
+        delta = tuple(
+            tuple(None if t is None else number.get(t) for t in edges[state]) for state in kept
+        )
         return cls(tuple(alphabet), delta, frozenset(number[s] for s in kept if accepting(s)))
 
     @cached_property
@@ -158,7 +162,7 @@ class Dfa:
         for remaining, u in zip(range(length, 0, -1), rng.random(length).tolist(), strict=True):
             a = next(a for a, cumulative in self._steps[remaining][state] if u < cumulative)
             word.append(self.alphabet[a])
-            state = self.delta[state][a]
+            state = cast(int, self.delta[state][a])  # _steps has symbols with a continuation
         return tuple(word)
 
 
@@ -206,7 +210,7 @@ class RegularTask(SequenceTask):
         return Example((START, *word), self.targets(word), length)
 
     def program_labels(
-        self, tokens: Sequence[str], outputs: Mapping[str, Sequence[bool]]
+        self, tokens: Sequence[str], outputs: Mapping[str, Sequence[bool] | np.ndarray]
     ) -> list[str]:
         """Labels aligned with ``tokens`` (``"$"`` first) from the program's ``NEXT_x`` and
         ``NEXT_EOS`` outputs, whose entry ``t`` is the value after the first ``t``
@@ -260,10 +264,11 @@ class RegularTask(SequenceTask):
 
     def loaded_program(self) -> Program:
         """The task's next-symbol program (parsed once)."""
-        if self.program is None:
+        path = self.program_path
+        if path is None:
             raise NotImplementedError(f"task {self.name!r} has no program")
         if self._program is None:
-            self._program = load_program(self.program_path)
+            self._program = load_program(path)
         return self._program
 
     def compiled_model(self) -> Model:

@@ -102,7 +102,9 @@ def sample_examples(
     if not lengths:
         raise CraspError(f"task {task.name!r} has no feasible length in the requested range")
     if hasattr(task, "sample_batch"):
-        return task.sample_batch(rng, [int(rng.choice(lengths)) for _ in range(count)])
+        lens = [int(rng.choice(lengths)) for _ in range(count)]
+        batch: list[Example] = task.sample_batch(rng, lens)
+        return batch
     return [task.sample(rng, int(rng.choice(lengths))) for _ in range(count)]
 
 

@@ -25,6 +25,7 @@ Definitions:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -172,12 +173,12 @@ def evaluate_sequence(
     compiled: bool = True,
     backend: str = "compiled",
     per_position: bool = False,
-) -> dict:
+) -> dict[str, Any]:
     """Per bin: ``accuracy``; with ``per_position`` also ``balanced_accuracy``,
     ``position_accuracy`` and ``label_balance`` (module docstring); and, when ``compiled`` and the task has a program,
     ``compiled_accuracy`` and ``agreement`` (else ``None``). ``compiled_error`` holds the
     message if the program could not be run (CraspError or NotImplementedError)."""
-    result: dict = {
+    result: dict[str, Any] = {
         "accuracy": {},
         "compiled_accuracy": None,
         "agreement": None,
@@ -257,13 +258,13 @@ def evaluate_numeric(
     compiled: bool = True,
     mode: str = "hard",
     backend: str = "compiled",
-) -> dict:
+) -> dict[str, Any]:
     """Per scale factor: ``metrics`` of the trained model and, when ``compiled`` and the task
     has a program, ``compiled_metrics`` of ``task.compiled_values`` (else ``None``);
     ``compiled_error`` as in :func:`evaluate_sequence`. Tasks with ``reports_agreement``
     also get ``agreement``: the MSE between the trained and the compiled outputs per scale
     (``None`` without the compiled values)."""
-    result: dict = {"metrics": {}, "compiled_metrics": None, "compiled_error": None}
+    result: dict[str, Any] = {"metrics": {}, "compiled_metrics": None, "compiled_error": None}
     use_compiled = compiled and task.program is not None
     agreement = getattr(task, "reports_agreement", False)
     if agreement:

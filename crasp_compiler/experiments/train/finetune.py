@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -109,7 +109,8 @@ def rebound_program(program: Program, bound: float) -> Program:
         if float(token) == old
     ]
     text = program.source
-    for token in sorted(literals, key=lambda t: t.start_pos, reverse=True):
+    # a lexed token has its position (lark types it optional for tokens made by hand)
+    for token in sorted(literals, key=lambda t: cast(int, t.start_pos), reverse=True):
         text = text[: token.start_pos] + repr(float(bound)) + text[token.end_pos :]
     return parse_pcoc(text, f"{program.filename} (bound {bound:g})")
 

@@ -59,12 +59,14 @@ import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard, cast, overload
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.optim import AdamW, Optimizer
+from torch.optim.lr_scheduler import LambdaLR, LRScheduler
 from tqdm.auto import tqdm
 
 from crasp_compiler.errors import CraspError, Diagnostic
@@ -102,7 +104,6 @@ from crasp_compiler.experiments.train.provenance import provenance
 from crasp_compiler.files import writable_dir, write_bytes, write_text
 
 MODEL_CLASSES = {"SequenceModel": SequenceModel, "NumericModel": NumericModel}
-CONFIG_CLASSES = {"SequenceModel": SequenceModelConfig, "NumericModel": NumericModelConfig}
 RANDOM_PE_POSITIONS = 2048  # default max_positions for randomized PE (the paper's L)
 MAX_LEN = 100_000  # the longest LEN a bin or train_max may ask for
 CHECKPOINT = "checkpoint.pt"
@@ -114,7 +115,7 @@ PROGRAM_DIR = "program"  # a program task's source, in its run directory
 # without weight decay at lr 3e-4 (the middle of their three), batch 128, positions
 # sampled from [0, 2048), train LEN <= 40, test 41-500, 2M steps without early stopping
 # (weeks of CPU: override ``steps`` for a budget).
-PRESETS: dict[str, dict[str, object]] = {
+PRESETS: dict[str, dict[str, Any]] = {
     "quick": {"steps": 1_000, "test_size": 200, "eval_every": 200},
     "paper": {"steps": 30_000, "test_size": 2_000, "eval_every": 500},
     "randomized-pe": {
@@ -148,7 +149,7 @@ def _integer(lo: int, hi: int = 2**63 - 1) -> tuple[str, Callable[[object], bool
     return what, lambda v: type(v) is int and lo <= v <= hi
 
 
-def _number(v: object) -> bool:
+def _number(v: object) -> TypeGuard[int | float]:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
@@ -303,7 +304,7 @@ class TrainConfig:
             self.out_dir = os.fspath(self.out_dir)
         self.check()
         if self.bins is not None:
-            self.bins = [tuple(b) for b in self.bins]
+            self.bins = [(lo, hi) for lo, hi in self.bins]
         self.scales = tuple(self.scales)
 
     def check(self) -> None:
@@ -315,7 +316,7 @@ class TrainConfig:
             if problem:
                 raise CraspError(f"{name} {problem}")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (a Task object is stored by its name)."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         task = self.task
@@ -326,7 +327,7 @@ class TrainConfig:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict) -> TrainConfig:
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
         """The inverse of :meth:`to_dict` (unknown keys are refused)."""
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - names)
@@ -342,7 +343,7 @@ class TrainConfig:
 LATER_FIELDS: dict[str, object] = {"select": "last"}
 
 
-def train_key(config: TrainConfig | dict) -> dict:
+def train_key(config: TrainConfig | dict[str, Any]) -> dict[str, Any]:
     """What determines a run's results: the config as a dict without ``out_dir`` and
     ``progress`` (and the :data:`LATER_FIELDS` at their defaults). A checkpoint (or, in a
     sweep, a finished run) is reused only when its key equals the new run's."""
@@ -370,7 +371,17 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def build_model(config: TrainConfig, task: Task, max_positions: int = 512) -> nn.Module:
+@overload
+def build_model(
+    config: TrainConfig, task: SequenceTask, max_positions: int = 512
+) -> SequenceModel: ...
+@overload
+def build_model(
+    config: TrainConfig, task: NumericTask, max_positions: int = 512
+) -> NumericModel: ...
+def build_model(
+    config: TrainConfig, task: SequenceTask | NumericTask, max_positions: int = 512
+) -> SequenceModel | NumericModel:
     """The untrained model the config describes for ``task``."""
     if isinstance(task, NumericTask):
         return NumericModel(
@@ -398,8 +409,11 @@ def build_model(config: TrainConfig, task: Task, max_positions: int = 512) -> nn
     )
 
 
-def _optimizer(config: TrainConfig, model: nn.Module, param_filter: ParamFilter | None):
-    decay, no_decay = [], []
+def _optimizer(
+    config: TrainConfig, model: nn.Module, param_filter: ParamFilter | None
+) -> tuple[AdamW, LambdaLR]:
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
     for name, param in model.named_parameters():
         if param_filter is not None and not param_filter(name, param):
             param.requires_grad_(False)
@@ -411,11 +425,9 @@ def _optimizer(config: TrainConfig, model: nn.Module, param_filter: ParamFilter 
         {"params": decay, "weight_decay": config.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
-    optimizer = torch.optim.AdamW(groups, lr=config.lr)
+    optimizer = AdamW(groups, lr=config.lr)
     warmup = max(config.warmup_steps, 0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
-    )
+    schedule = LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0)
     return optimizer, schedule
 
 
@@ -427,23 +439,28 @@ class _Randomness:
     def __init__(self, rng: np.random.Generator, generator: torch.Generator | None = None):
         self.rng, self.generator = rng, generator
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         return {
             "numpy": self.rng.bit_generator.state,
             "generator": None if self.generator is None else self.generator.get_state(),
             "torch": torch.get_rng_state(),
         }
 
-    def restore(self, state: dict) -> None:
+    def restore(self, state: dict[str, Any]) -> None:
         self.rng.bit_generator.state = state["numpy"]
         if self.generator is not None:
             self.generator.set_state(state["generator"])
         torch.set_rng_state(state["torch"])
 
 
-def _resume(path: Path | None, config: TrainConfig, parts: dict) -> dict | None:
-    """Load the checkpoint at ``path`` into ``parts`` (model, optimizer, schedule,
-    randomness) when it was written for this config; its state, or None."""
+Parts = dict[str, nn.Module | Optimizer | LRScheduler]  # a run's model, optimizer and schedule
+
+
+def _resume(
+    path: Path | None, config: TrainConfig, parts: Parts, randomness: _Randomness
+) -> dict[str, Any] | None:
+    """Load the checkpoint at ``path`` into ``parts`` (model, optimizer, schedule) and
+    ``randomness`` when it was written for this config; its state, or None."""
     if path is None or not path.exists():
         return None
     try:
@@ -458,7 +475,7 @@ def _resume(path: Path | None, config: TrainConfig, parts: dict) -> dict | None:
         return None
     for name in ("model", "optimizer", "schedule"):
         parts[name].load_state_dict(state[name])
-    parts["randomness"].restore(state["randomness"])
+    randomness.restore(state["randomness"])
     return state
 
 
@@ -512,7 +529,7 @@ def _fit(
     name: str,
     randomness: _Randomness,
     higher_is_better: bool = True,
-) -> dict:
+) -> dict[str, Any]:
     """The optimisation loop shared by both kinds of task: ``batch_loss`` draws a batch and
     returns its loss; ``check`` evaluates and says whether to stop. With an ``out_dir``,
     resumes from its checkpoint and writes one at every evaluation. With
@@ -520,9 +537,9 @@ def _fit(
     (``higher_is_better``: accuracy; else an error), reported as ``selected_step``."""
     optimizer, schedule = _optimizer(config, model, param_filter)
     trainable = [p for p in model.parameters() if p.requires_grad]
-    parts = {"model": model, "optimizer": optimizer, "schedule": schedule}
+    parts: Parts = {"model": model, "optimizer": optimizer, "schedule": schedule}
     path = None if config.out_dir is None else Path(config.out_dir) / CHECKPOINT
-    resumed = _resume(path, config, {**parts, "randomness": randomness})
+    resumed = _resume(path, config, parts, randomness)
     loss_history, eval_history, step, stopped = [], [], 0, False
     best: dict[str, Any] | None = None  # {"step", "value", "model"} of the best evaluation
     if resumed is not None:
@@ -530,7 +547,8 @@ def _fit(
         loss_history, eval_history = resumed["loss_history"], resumed["eval_history"]
         best = resumed.get("best")
     model.train()
-    window, window_steps = 0.0, 0
+    window: float | Tensor = 0.0  # the sum of the losses since the last evaluation
+    window_steps = 0
     start = time.perf_counter()
     bar = tqdm(
         total=config.steps, initial=step, desc=name, disable=not config.progress, leave=False
@@ -539,7 +557,8 @@ def _fit(
     while step < config.steps and not stopped:
         loss = batch_loss()
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        # torch leaves Tensor.backward unannotated
+        loss.backward()  # type: ignore[no-untyped-call]
         if config.grad_clip is not None:
             nn.utils.clip_grad_norm_(trainable, config.grad_clip)
         optimizer.step()
@@ -567,7 +586,7 @@ def _fit(
                 best = {"step": step, "value": value, "model": weights}
             bar.set_postfix(loss=f"{mean_loss:.4g}", eval=f"{value:.4g}")
             if path is not None:
-                state = {k: part.state_dict() for k, part in parts.items()}
+                state: dict[str, Any] = {k: part.state_dict() for k, part in parts.items()}
                 state |= {"config": train_key(config), "step": step, "stopped": stopped}
                 state |= {"loss_history": loss_history, "eval_history": eval_history}
                 if best is not None:
@@ -596,9 +615,9 @@ def _train_sequence(
     config: TrainConfig,
     task: SequenceTask,
     device: torch.device,
-    model: nn.Module | None,
+    model: SequenceModel | None,
     param_filter: ParamFilter | None,
-) -> tuple[nn.Module, dict]:
+) -> tuple[SequenceModel, dict[str, Any]]:
     train_max = task.train_max if config.train_max is None else config.train_max
     bins = default_bins(task, train_max) if config.bins is None else list(config.bins)
     test_sets = make_test_sets(task, bins, config.test_size, config.test_seed)
@@ -688,9 +707,9 @@ def _train_numeric(
     config: TrainConfig,
     task: NumericTask,
     device: torch.device,
-    model: nn.Module | None,
+    model: NumericModel | None,
     param_filter: ParamFilter | None,
-) -> tuple[nn.Module, dict]:
+) -> tuple[NumericModel, dict[str, Any]]:
     n = config.numeric_n
     if not config.scales:
         raise CraspError("scales is empty: give at least one scale factor")
@@ -752,7 +771,7 @@ def train(
     *,
     model: nn.Module | None = None,
     param_filter: ParamFilter | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Train, evaluate, write ``out_dir`` (see the module docstring) and return the results.
 
     ``model``: train this model (a :class:`SequenceModel` or :class:`NumericModel` of the
@@ -770,21 +789,27 @@ def train(
         raise CraspError(f"task {task.name!r} trains a {model_type.__name__}")
     if config.out_dir is not None:  # before training, so a bad path loses no work
         writable_dir(config.out_dir)
+    # a given model is a model_type (checked above)
+    trained: SequenceModel | NumericModel
     if isinstance(task, SequenceTask):
-        model, results = _train_sequence(config, task, device, model, param_filter)
+        trained, results = _train_sequence(
+            config, task, device, cast(SequenceModel | None, model), param_filter
+        )
     else:
-        model, results = _train_numeric(config, task, device, model, param_filter)
-    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+        trained, results = _train_numeric(
+            config, task, device, cast(NumericModel | None, model), param_filter
+        )
+    dtype = str(next(trained.parameters()).dtype).removeprefix("torch.")
     results = {
         "task": task.name,
         "family": task.family,
         "kind": "numeric" if isinstance(task, NumericTask) else "sequence",
-        "model_class": type(model).__name__,
+        "model_class": type(trained).__name__,
         "config": config.to_dict(),
-        "model_config": asdict(model.config),
+        "model_config": asdict(trained.config),
         "device": str(device),
-        "n_parameters": sum(p.numel() for p in model.parameters()),
-        "n_trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        "n_parameters": sum(p.numel() for p in trained.parameters()),
+        "n_trainable": sum(p.numel() for p in trained.parameters() if p.requires_grad),
         **results,
         "provenance": provenance(str(device), dtype),
     }
@@ -792,12 +817,17 @@ def train(
     if theory is not None:
         results["theory"] = theory
     if config.out_dir is not None:
-        save(model, config, results, config.out_dir)
+        save(trained, config, results, config.out_dir)
         (Path(config.out_dir) / CHECKPOINT).unlink(missing_ok=True)
     return results
 
 
-def save(model: nn.Module, config: TrainConfig, results: dict, out_dir: str | Path) -> None:
+def save(
+    model: SequenceModel | NumericModel,
+    config: TrainConfig,
+    results: dict[str, Any],
+    out_dir: str | Path,
+) -> None:
     """Write ``model.safetensors``, ``config.json`` and, last, ``results.json`` to
     ``out_dir``, each replaced whole (:func:`~crasp_compiler.files.write_bytes`); for a
     program task also the program's source under ``program/`` (``config.json`` then
@@ -838,15 +868,21 @@ def load(out_dir: str | Path, device: str = "cpu") -> SequenceModel | NumericMod
     name = meta.get("model_class")
     if name not in MODEL_CLASSES:
         raise CraspError(f"{out_dir}: unknown model class {name!r} in config.json")
-    model = MODEL_CLASSES[name](CONFIG_CLASSES[name](**meta["model"]))
+    config = meta["model"]
+    model: SequenceModel | NumericModel = (
+        SequenceModel(SequenceModelConfig(**config))
+        if name == "SequenceModel"
+        else NumericModel(NumericModelConfig(**config))
+    )
     model.load_state_dict(load_file(Path(out_dir) / "model.safetensors"))
     return model.to(device).eval()
 
 
-def _read_meta(out_dir: str | Path) -> dict:
+def _read_meta(out_dir: str | Path) -> dict[str, Any]:
     path = Path(out_dir) / "config.json"
     try:
-        return json.loads(path.read_text())
+        meta: dict[str, Any] = json.loads(path.read_text())
+        return meta
     except (OSError, json.JSONDecodeError) as exc:
         raise CraspError(
             [Diagnostic(f"cannot read {path}: {exc}", hint="a directory written by train()")]

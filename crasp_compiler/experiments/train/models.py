@@ -24,6 +24,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -149,7 +150,8 @@ class SelfAttention(nn.Module):
             dropout_p=self.dropout if self.training else 0.0,
             is_causal=causal,
         )
-        return self.out(y.transpose(1, 2).reshape(batch, width, d_model))
+        out: Tensor = self.out(y.transpose(1, 2).reshape(batch, width, d_model))
+        return out
 
 
 class Block(nn.Module):
@@ -175,7 +177,8 @@ class Block(nn.Module):
         x = x + self.drop(self.attn(self.ln1(x), causal, key_mask))
         if visit is not None:
             x = visit(x)
-        return x + self.drop(self.mlp(self.ln2(x)))
+        mlp: Tensor = self.drop(self.mlp(self.ln2(x)))
+        return x + mlp
 
 
 class SequenceModel(nn.Module):
@@ -197,12 +200,14 @@ class SequenceModel(nn.Module):
         self.pos_table = nn.Embedding(config.max_positions, d) if learned else None
         self.scale = math.sqrt(d) if config.pe in ("sin", "random") and not learned else 1.0
         self.drop = nn.Dropout(config.dropout)
-        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        blocks = [Block(config) for _ in range(config.n_layers)]
+        self.blocks = nn.ModuleList(blocks)
         self.ln_f = nn.LayerNorm(d)
         self.head = nn.Linear(d, config.n_labels)
         self.apply(self._init_weights)
-        for block in self.blocks:  # GPT-2: residual projections scaled by 1/sqrt(2·layers)
-            for proj in (block.attn.out, block.mlp[2]):
+        for block in blocks:  # GPT-2: residual projections scaled by 1/sqrt(2·layers)
+            # the MLP's last module is its output Linear
+            for proj in (block.attn.out, cast(nn.Linear, block.mlp[2])):
                 nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * config.n_layers))
 
     @staticmethod
@@ -255,7 +260,8 @@ class SequenceModel(nn.Module):
     def position_features(self, positions: Tensor) -> Tensor:
         """The vectors added to the token embeddings at ``positions``."""
         if self.pos_table is not None:
-            return self.pos_table(positions)
+            rows: Tensor = self.pos_table(positions)
+            return rows
         return sinusoid(positions, self.config.d_model)
 
     def forward(
@@ -271,19 +277,20 @@ class SequenceModel(nn.Module):
         key_mask = tokens != self.pad_id
         h = self.embed(tokens) * self.scale
         if self.config.pe != "nope":
-            if positions is None:
-                positions = self.sample_positions(key_mask.sum(1), tokens.shape[1])
+            if positions is None:  # sample_positions gives None for "nope" only
+                positions = cast(Tensor, self.sample_positions(key_mask.sum(1), tokens.shape[1]))
             h = h + self.position_features(positions.to(tokens.device))
         h = self.drop(h)
         if visit is None:
             for block in self.blocks:
                 h = block(h, self.config.causal, key_mask)
-            return self.head(self.ln_f(h))
-        h = visit(0, h)
-        for i, block in enumerate(self.blocks):
-            h = block(h, self.config.causal, key_mask, partial(visit, 2 * i + 1))
-            h = visit(2 * i + 2, h)
-        return self.head(self.ln_f(h))
+        else:
+            h = visit(0, h)
+            for i, block in enumerate(self.blocks):
+                h = block(h, self.config.causal, key_mask, partial(visit, 2 * i + 1))
+                h = visit(2 * i + 2, h)
+        logits: Tensor = self.head(self.ln_f(h))
+        return logits
 
 
 @dataclass
@@ -390,7 +397,8 @@ class NumericModel(nn.Module):
         positional = config.kind == "positional"
         self.embed = nn.Linear(1 if positional else 1 + nodes, d)
         d_source = nodes if positional else d
-        self.layers = nn.ModuleList(NumericLayer(config, d_source) for _ in range(config.n_layers))
+        n_layers = cast(int, config.n_layers)  # an int after NumericModelConfig.__post_init__
+        self.layers = nn.ModuleList(NumericLayer(config, d_source) for _ in range(n_layers))
         self.readout = nn.Linear(d, 1)
         for module in self.modules():
             if isinstance(module, nn.Linear):
@@ -404,7 +412,9 @@ class NumericModel(nn.Module):
         rows = list(range(n)) + ([self.config.nodes - 1] if self.config.scratchpad else [])
         return self.pos[rows]
 
-    def forward(self, values: Tensor, return_attention: bool = False) -> Tensor | tuple:
+    def forward(
+        self, values: Tensor, return_attention: bool = False
+    ) -> Tensor | tuple[Tensor, list[Tensor]]:
         """Outputs ``(batch, n)`` for inputs ``(batch, n)``; with ``return_attention`` also
         the attention weights of every layer, ``(batch, heads, nodes, nodes)`` each."""
         batch, n = values.shape

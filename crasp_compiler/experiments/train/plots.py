@@ -22,9 +22,10 @@ import math
 import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
+from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
@@ -36,9 +37,11 @@ MSE_FLOOR = 1e-16  # where an MSE of 0 (or below) is drawn on the log axis
 PE_COLORS = {"ape": "C0", "nope": "C1", "sin": "C2", "random": "C3"}
 KIND_COLORS = {"positional": "C0", "standard": "C1"}
 GRID_COLUMNS = 4  # overview figures: subplots per row
+Item = TypeVar("Item")
+Key = TypeVar("Key")
 
 
-def load_results(sources: Iterable[str | Path]) -> list[dict]:
+def load_results(sources: Iterable[str | Path]) -> list[dict[str, Any]]:
     """The results of every finished run under ``sources``: grid TOML files (each run's
     record in the grid's ``results`` directory, else its ``results.json``), ``results.json``
     files, run directories, or directories searched recursively for ``results.json``. Each
@@ -78,7 +81,7 @@ def load_results(sources: Iterable[str | Path]) -> list[dict]:
     return results
 
 
-def plot_length_bins(results: list[dict], out: Path) -> list[Path]:
+def plot_length_bins(results: list[dict[str, Any]], out: Path) -> list[Path]:
     """Accuracy per length bin of the sequence-task results, one figure per task in ``out``
     (``length_bins_<task>.png``) plus ``length_bins.png`` with every task when there are
     several; returns the written paths."""
@@ -86,7 +89,7 @@ def plot_length_bins(results: list[dict], out: Path) -> list[Path]:
     return _figures(by_task, _draw_length_bins, Path(out), "length_bins")
 
 
-def plot_value_scales(results: list[dict], out: Path) -> list[Path]:
+def plot_value_scales(results: list[dict[str, Any]], out: Path) -> list[Path]:
     """MSE per value scale of the numeric-task results, one figure per task in ``out``
     (``value_scales_<task>.png``) plus ``value_scales.png`` with every task when there
     are several; returns the written paths."""
@@ -94,9 +97,9 @@ def plot_value_scales(results: list[dict], out: Path) -> list[Path]:
     return _figures(by_task, _draw_value_scales, Path(out), "value_scales")
 
 
-def _group(items: Iterable[dict], key: Callable[[dict], object]) -> dict:
+def _group(items: Iterable[Item], key: Callable[[Item], Key]) -> dict[Key, list[Item]]:
     """Items by ``key``, in the order keys first appear."""
-    groups: dict = {}
+    groups: dict[Key, list[Item]] = {}
     for item in items:
         groups.setdefault(key(item), []).append(item)
     return groups
@@ -122,8 +125,8 @@ def _agreement(runs: list[dict[str, Any]]) -> bool:
 
 
 def _figures(
-    by_task: dict[str, list[dict]],
-    draw: Callable[[Axes, str, list[dict]], None],
+    by_task: dict[str, list[dict[str, Any]]],
+    draw: Callable[[Axes, str, list[dict[str, Any]]], None],
     out: Path,
     prefix: str,
 ) -> list[Path]:
@@ -142,7 +145,7 @@ def _figures(
         columns = min(GRID_COLUMNS, len(by_task))
         rows = math.ceil(len(by_task) / columns)
         figure = Figure(figsize=(4.2 * columns, 3.2 * rows), layout="constrained")
-        handles: dict[str, object] = {}
+        handles: dict[str, Artist] = {}
         for index, (task, runs) in enumerate(by_task.items()):
             axes = figure.add_subplot(rows, columns, index + 1)
             draw(axes, task, runs)
@@ -177,7 +180,7 @@ def _seeds(count: int) -> str:
     return "1 seed" if count == 1 else f"mean, min–max of {count} seeds"
 
 
-def _draw_length_bins(axes: Axes, task: str, runs: list[dict]) -> None:
+def _draw_length_bins(axes: Axes, task: str, runs: list[dict[str, Any]]) -> None:
     """x: the length bins (in order of their lower end); y: fraction of sequences right."""
     bins: dict[str, list[int]] = {}
     for run in runs:
@@ -210,7 +213,7 @@ def _draw_length_bins(axes: Axes, task: str, runs: list[dict]) -> None:
     axes.grid(alpha=0.3)
 
 
-def _draw_value_scales(axes: Axes, task: str, runs: list[dict]) -> None:
+def _draw_value_scales(axes: Axes, task: str, runs: list[dict[str, Any]]) -> None:
     """x: the scale factor c of the test values; y: MSE (log), floored at ``MSE_FLOOR``."""
     scales = sorted({float(c) for run in runs for c in run["metrics"]})
     several_n = len({run.get("n") for run in runs}) > 1
@@ -219,10 +222,10 @@ def _draw_value_scales(axes: Axes, task: str, runs: list[dict]) -> None:
         by_scale = {float(c): value for c, value in values.items()}
         return [max(by_scale.get(c, np.nan), MSE_FLOOR) for c in scales]
 
-    def mse(metrics: dict) -> list[float]:
+    def mse(metrics: dict[str, dict[str, float]]) -> list[float]:
         return on_axis({c: m["mse"] for c, m in metrics.items()})
 
-    def key(run: dict) -> str:
+    def key(run: dict[str, Any]) -> str:
         kind = run["config"].get("numeric_kind", "?")
         return f"{kind}, n={run.get('n')}" if several_n else kind
 

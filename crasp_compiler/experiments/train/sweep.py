@@ -92,7 +92,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, TypedDict
 
 from crasp_compiler.errors import CraspError, Diagnostic, Span, source_lines
 from crasp_compiler.experiments.train.evaluate import one_line
@@ -135,10 +135,21 @@ HASH_DIGITS = 8
 MAX_NAME = 200  # bytes in one directory name of out_dir (file systems allow 255)
 
 
+class GridSettings(TypedDict):
+    """A grid's settings (:func:`load_grid`): its paths resolved, the rest as given."""
+
+    out: Path
+    results: Path | None
+    workers: int
+    gpus: float
+    storage: Path | None
+    max_retries: int
+
+
 @dataclass
 class Run:
     name: str  # its directory under the grid's out (``<name>-<hash>``)
-    config: dict  # TrainConfig fields
+    config: dict[str, Any]  # TrainConfig fields
     record: Path | None = None  # its results under the grid's ``results`` directory
 
     @property
@@ -171,16 +182,20 @@ class _GridFile:
             raise self.error(f"invalid TOML: {err}") from None
 
     def error(
-        self, message: str, table: str | None = None, key: str | None = None, hint=None
+        self,
+        message: str,
+        table: str | None = None,
+        key: str | None = None,
+        hint: str | None = None,
     ) -> CraspError:
-        span = self._span(table, key) if self.source is not None else None
+        span = None if self.source is None else self._span(self.source, table, key)
         return CraspError([Diagnostic(message, span, hint)], self.source, str(self.path))
 
-    def _span(self, table: str | None, key: str | None) -> Span | None:
+    def _span(self, source: str, table: str | None, key: str | None) -> Span | None:
         """Where ``key`` is set in ``[table]`` (top level: None), or the table's header
         when ``key`` is None; None when not found (dotted keys, inline tables)."""
         current = None
-        for number, line in enumerate(source_lines(self.source), 1):
+        for number, line in enumerate(source_lines(source), 1):
             header = re.match(r"\s*\[([^\[\]]+)\]", line)
             if header:
                 current = re.sub(r"[\s\"']", "", header[1])
@@ -197,7 +212,7 @@ class _GridFile:
         # line that assigns the key after a dot, a brace or a comma, or at a line's start
         pattern = rf"(^\s*|[.{{,]\s*)([\"']?){re.escape(key)}\2\s*="
         near = table.rsplit(".", 1)[-1] if table else ""
-        lines = list(enumerate(source_lines(self.source), 1))
+        lines = list(enumerate(source_lines(source), 1))
         for number, line in [(n, t) for n, t in lines if near in t] + lines:
             found = re.search(pattern, line)
             if found:
@@ -245,12 +260,12 @@ def _check_value(
             raise fail(f": {err.diagnostics[0].message}", err.diagnostics[0].hint) from None
         return
     problem = field_problem(key, value)
-    bad = _bad_bin(value) if problem and key == "bins" else None
-    if bad:  # name the bin: bins[1] = [9, 3]: lo is above hi
-        raise fail(f"{bad[0]}: {bad[1]}", f"bins {problem.partition(', not ')[0]}")
     if problem:
+        bad = _bad_bin(value) if key == "bins" else None
+        if bad:  # name the bin: bins[1] = [9, 3]: lo is above hi
+            raise fail(f"{bad[0]}: {bad[1]}", f"bins {problem.partition(', not ')[0]}")
         raise fail(f" {problem}")
-    if key == "out_dir":
+    if key == "out_dir" and isinstance(value, str):  # a str: TOML has no null
         parts = PurePosixPath(value).parts
         if not parts or parts == (".",):
             raise fail(f": {value!r} names no directory inside the grid's out directory")
@@ -280,7 +295,7 @@ def _bad_bin(value: object) -> tuple[str, str] | None:
     return None
 
 
-def _readable(values: dict) -> str:
+def _readable(values: dict[str, object]) -> str:
     """A run's name from its grid values: ``d2-ape-seed0``, safe as one file name."""
     parts = [f"seed{v}" if k == "seed" else str(v) for k, v in values.items()]
     text = "-".join(re.sub(r"[^A-Za-z0-9._+=-]+", "_", part).strip("_") for part in parts)
@@ -415,7 +430,7 @@ def _origin(
     return "base", None
 
 
-def load_grid(path: str | Path) -> tuple[list[Run], dict]:
+def load_grid(path: str | Path) -> tuple[list[Run], GridSettings]:
     """The runs of a grid file and its settings (``out``, ``workers``, ``gpus``); a
     CraspError naming the key (and its line) for anything wrong in the file. A run with
     a ``program`` (relative to the grid file) has that program's task as its ``task``
@@ -504,18 +519,18 @@ def load_grid(path: str | Path) -> tuple[list[Run], dict]:
         task_name = _task_name(config)
         config.update(per_task.get(task_name, {}))
         if any(key in config for key in PROGRAM_KEYS):
-            where = functools.partial(
+            origin = functools.partial(
                 _origin, values=values, grid=grid, name=task_name, per_task=per_task
             )
-            _program_task(grid_file, config, where, programs)
+            _program_task(grid_file, config, origin, programs)
         given = config.pop("out_dir", None)
-        key = train_key({**config, "progress": False})  # every field was checked above
-        text = json.dumps({**key, "out_dir": given}, sort_keys=True)
+        run_key = train_key({**config, "progress": False})  # every field was checked above
+        text = json.dumps({**run_key, "out_dir": given}, sort_keys=True)
         digest = hashlib.sha256(text.encode()).hexdigest()[:HASH_DIGITS]
         name = f"{given if given is not None else _readable(_named(values))}-{digest}"
         directory = root / name
         if directory in runs:
-            if train_key(runs[directory].config) != key:  # a hash collision: never seen
+            if train_key(runs[directory].config) != run_key:  # a hash collision: never seen
                 raise error(f"two runs of different configurations would share {name}")
             continue  # the same configuration twice: one run
         record = None if records is None else records / f"{name}.json"
@@ -526,7 +541,7 @@ def load_grid(path: str | Path) -> tuple[list[Run], dict]:
     if unused:
         table = f"task.{unused[0]}"
         raise error(f"[{table}]: no run of the grid has task {unused[0]!r}", table)
-    settings = {
+    settings: GridSettings = {
         "out": root,
         "results": records,
         "workers": workers,
@@ -546,7 +561,7 @@ def _file_in_the_way(directory: Path) -> Path | None:
     return None
 
 
-def _read_results(path: Path, run: Run) -> dict | None:
+def _read_results(path: Path, run: Run) -> dict[str, Any] | None:
     """``path`` as the results of ``run``'s configuration; a missing file, one that is not
     a complete results.json (:func:`~.records.read_results`) or a foreign one: None."""
     try:
@@ -576,12 +591,12 @@ def unreadable(run: Run, records_only: bool = False) -> list[str]:
     return lines
 
 
-def recorded(run: Run) -> dict | None:
+def recorded(run: Run) -> dict[str, Any] | None:
     """The results in ``run``'s record (the grid's ``results`` directory), or None."""
     return None if run.record is None else _read_results(run.record, run)
 
 
-def finished(run: Run) -> dict | None:
+def finished(run: Run) -> dict[str, Any] | None:
     """The results of ``run`` when it is finished: its record under the grid's
     ``results`` directory, else its ``results.json``, reads as the results of the same
     configuration. None otherwise."""
@@ -607,10 +622,10 @@ def _flat(text: str) -> str:
 
 
 # What a run's worker sends back: what went wrong (None: nothing) and its results.
-Outcome = tuple[str | None, dict | None]
+Outcome = tuple[str | None, dict[str, Any] | None]
 
 
-def _run_one(config: dict) -> Outcome:
+def _run_one(config: dict[str, Any]) -> Outcome:
     """Train one run (in a worker: one torch thread); what went wrong if it failed, and
     its results (returned, so that a run on another machine loses nothing where the
     driver cannot read that machine's disk)."""
@@ -628,7 +643,7 @@ def _run_one(config: dict) -> Outcome:
     return None, results
 
 
-def keep_results(run: Run, results: dict) -> None:
+def keep_results(run: Run, results: dict[str, Any]) -> None:
     """Write the results a run returned to its ``results.json`` under the grid's ``out``
     (unless that file already holds this configuration's results: the run wrote it
     there) and to its record. A CraspError when they cannot be written."""
@@ -672,9 +687,9 @@ def run_sweep(
         error, results = outcome
         if error is None and results is None:  # nothing came back: not a finished run
             error = "the run returned no results"
-        elif error is None:
+        elif error is None and results is not None:
             try:
-                keep_results(todo[index], results)  # type: ignore[arg-type]
+                keep_results(todo[index], results)
             except CraspError as err:
                 error = one_line(err)
         errors[index] = error
@@ -709,7 +724,9 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _run_pool(configs: list[dict], count: int, done: Callable[[int, Outcome], None]) -> None:
+def _run_pool(
+    configs: list[dict[str, Any]], count: int, done: Callable[[int, Outcome], None]
+) -> None:
     """The runs on ``count`` worker processes, ``done(index, error)`` as each ends. A
     KeyboardInterrupt cancels the pending runs and terminates the workers before it
     propagates; a worker that dies (killed, e.g. out of memory) fails its run and those
@@ -762,7 +779,7 @@ def _connect_ray(address: str) -> Any:
 
 
 def _run_ray(
-    configs: list[dict],
+    configs: list[dict[str, Any]],
     address: str,
     gpus: float,
     retries: int,
@@ -795,7 +812,9 @@ def _run_ray(
         raise
 
 
-def _scale_metrics(metrics: dict | None, scale: float) -> dict | None:
+def _scale_metrics(
+    metrics: dict[str, dict[str, float]] | None, scale: float
+) -> dict[str, float] | None:
     """The metrics of one scale factor (keys are ``str(c)``: "1" or "1.0")."""
     for key, value in (metrics or {}).items():
         if float(key) == scale:
@@ -803,7 +822,7 @@ def _scale_metrics(metrics: dict | None, scale: float) -> dict | None:
     return None
 
 
-def summary_line(results: dict) -> str:
+def summary_line(results: dict[str, Any]) -> str:
     """A finished run in one line: steps, then accuracy per bin (sequence tasks) or MSE at
     c = 1 and 10 (numeric tasks, with the compiled model's)."""
     steps = f"{results['steps']:>6} steps"
@@ -887,7 +906,7 @@ class SweepProgress:
             print(row, file=self.out)
         self.out.flush()
 
-    def earlier(self, run: Run, results: dict) -> None:
+    def earlier(self, run: Run, results: dict[str, Any]) -> None:
         """A run finished by an earlier sweep."""
         self.reported.add(run.name)
         self.line(run.name, f"{summary_line(results)}  (earlier)")
@@ -932,7 +951,7 @@ class SweepProgress:
             self.bar = None
 
 
-def collect(path: str | Path, records_only: bool = False) -> list[dict]:
+def collect(path: str | Path, records_only: bool = False) -> list[dict[str, Any]]:
     """The results of every finished run of a grid file (``results.json`` contents, with
     the run's name under ``"run"``); with ``records_only``, of the recorded runs only
     (what a fresh clone of a repository committing the records has). A file that is not
