@@ -494,8 +494,8 @@ def test_torch_plans_follow_dtype_and_weight_edits() -> None:
     np.testing.assert_array_equal(got[..., 0].numpy(), want)
 
 
-# found by benchmarks/fuzz.py (crasp:25:1026): a hidden unit of mixed activations that
-# reads a residual column only the positional features write
+# found by the fuzz harness (tests/fuzz) (crasp:25:1026): a hidden unit of mixed
+# activations that reads a residual column only the positional features write
 POSITIONAL_UNITS = """alphabet "a", "b", "c"
 B0 = !"c"
 B1 = B0
