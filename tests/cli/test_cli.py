@@ -14,11 +14,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
 from crasp_compiler import CraspError
-from crasp_compiler.cli import main
 from crasp_compiler.languages.crasp.language import input_lines
+from tests.support.cli import invoke
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "crasp"
 
@@ -49,10 +49,6 @@ def outputs_program(tmp_path) -> Path:
     path = tmp_path / "outputs.crasp"
     path.write_text(OUTPUTS, encoding="utf-8")
     return path
-
-
-def invoke(*args, input: str | bytes | None = None) -> Result:
-    return CliRunner().invoke(main, [str(a) for a in args], input=input)
 
 
 def ok(*args, input: str | None = None) -> Result:

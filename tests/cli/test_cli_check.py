@@ -17,25 +17,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from click.testing import CliRunner, Result
+from click.testing import Result
 
 from crasp_compiler import interpret_batch
-from crasp_compiler.cli import main
 from crasp_compiler.export.torch_files import export_model
 from crasp_compiler.languages.registry import length_buckets as buckets
 from crasp_compiler.model import load_model, save_model
 from crasp_compiler.model.model import Model
 from crasp_compiler.runtime.numpy_exec import run
 from tests.languages.test_compiler import EXAMPLES, model, program
+from tests.support.cli import invoke
 
 DYCK = EXAMPLES / "dyck1.cr"
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-def invoke(*args) -> Result:
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def ok(*args) -> Result:

@@ -14,18 +14,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
 from crasp_compiler import load_program
-from crasp_compiler.cli import main
 from crasp_compiler.model import load_model
+from tests.support.cli import invoke
 from tests.support.recognizers import REGISTRY
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "crasp"
-
-
-def invoke(*args: str, input: str | None = None) -> Result:
-    return CliRunner().invoke(main, [str(a) for a in args], input=input)
 
 
 def ok(*args: str, input: str | None = None) -> Result:

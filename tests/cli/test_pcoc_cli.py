@@ -14,21 +14,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
-from crasp_compiler.cli import main
 from crasp_compiler.languages.pcoc import format_vector, load_pcoc
 from crasp_compiler.model import load_model
+from tests.support.cli import invoke
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "pcoc"
 NAMES = sorted(p.stem for p in EXAMPLES.glob("*.pcoc"))
 N = 8
-
-
-def invoke(*args, input: str | bytes | None = None) -> Result:
-    return CliRunner().invoke(main, [str(a) for a in args], input=input)
 
 
 def ok(*args, input: str | None = None) -> Result:

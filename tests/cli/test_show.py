@@ -17,10 +17,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
 from crasp_compiler import api
-from crasp_compiler.cli import main
 from crasp_compiler.errors import CraspError
 from crasp_compiler.show import (
     all_figures,
@@ -35,6 +34,7 @@ from crasp_compiler.show import (
     sites,
     trace,
 )
+from tests.support.cli import invoke
 
 pytest.importorskip("matplotlib")
 
@@ -42,10 +42,6 @@ ROOT = Path(__file__).resolve().parents[2]
 DYCK = ROOT / "examples" / "crasp" / "dyck1.cr"
 CUMSUM = ROOT / "examples" / "pcoc" / "cumsum.pcoc"
 PERMUTE = ROOT / "examples" / "pcoc_sends" / "permute.pcoc"
-
-
-def invoke(*args) -> Result:
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def ok(*args) -> Result:

@@ -15,10 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner, Result
 from matplotlib.figure import Figure
 
-from crasp_compiler.cli import main
 from crasp_compiler.errors import CraspError
 from crasp_compiler.experiments.tasks.numeric import PcocNumericTask
 from crasp_compiler.experiments.tasks.program import ProgramTask, load_program_task
@@ -31,6 +29,7 @@ from crasp_compiler.experiments.train.plots import (
 )
 from crasp_compiler.experiments.train.sweep import load_grid, run_sweep
 from crasp_compiler.languages.pcoc import interpret_pcoc_batch
+from tests.support.cli import invoke
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -48,10 +47,6 @@ for k in 0 .. ceil_log2(n) {
 TWO_INPUTS = "input x\ninput y\noutput x\nround { x = x + y }\n"
 DYCK1 = 'C_open = # "("\nC_close = # ")"\nV = C_open < C_close\nCV = # V\nD = (CV == 0) && (C_open == C_close)\n'
 TINY = ["--steps", "4", "--eval-every", "4", "--test-size", "16", "--device", "cpu", "--quiet"]
-
-
-def invoke(*args) -> Result:
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def user_error(*args) -> str:

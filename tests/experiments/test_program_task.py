@@ -13,14 +13,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
-from crasp_compiler.cli import main
 from crasp_compiler.errors import CraspError
 from crasp_compiler.experiments.tasks.program import ProgramTask
 from crasp_compiler.experiments.train.data import make_test_sets
 from crasp_compiler.experiments.train.evaluate import label_balance, position_scores
 from crasp_compiler.languages.crasp import interpret
+from tests.support.cli import invoke
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -41,10 +41,6 @@ EVEN := A == B
 output MORE_A, EVEN
 """
 TINY = ["--steps", "4", "--eval-every", "4", "--test-size", "12", "--device", "cpu", "--quiet"]
-
-
-def invoke(*args) -> Result:
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 @pytest.fixture

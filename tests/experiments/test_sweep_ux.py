@@ -14,9 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
 
-from crasp_compiler.cli import main
 from crasp_compiler.errors import CraspError, Diagnostic, Span
 from crasp_compiler.experiments.train import loop
 from crasp_compiler.experiments.train.evaluate import one_line
@@ -27,6 +25,7 @@ from crasp_compiler.experiments.train.sweep import (
     load_grid,
     run_sweep,
 )
+from tests.support.cli import invoke
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -49,10 +48,6 @@ compare_compiled = false
 [grid]
 pe = ["ape", "nope", "sin"]
 """
-
-
-def invoke(*args) -> Result:
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def user_error(*args) -> str:

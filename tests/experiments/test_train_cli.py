@@ -23,7 +23,7 @@ import click
 import numpy as np
 import pytest
 import torch
-from click.testing import CliRunner, Result
+from click.testing import Result
 from matplotlib.figure import Figure
 
 from crasp_compiler.cli import main
@@ -38,6 +38,7 @@ from crasp_compiler.experiments.train.plots import (
     plot_value_scales,
 )
 from crasp_compiler.experiments.train.sweep import load_grid
+from tests.support.cli import invoke
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -59,10 +60,6 @@ device = "cpu"
 [grid]
 pe = ["ape", "nope"]
 """
-
-
-def invoke(*args) -> Result:
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def ok(*args) -> Result:

@@ -16,14 +16,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
 from crasp_compiler import api
-from crasp_compiler.cli import main
 from crasp_compiler.errors import CraspError
 from crasp_compiler.model import Model, save_model
 from crasp_compiler.runtime import numpy_exec
 from crasp_compiler.runtime.memory import forward_bytes, model_layers
+from tests.support.cli import invoke
 
 ROOT = Path(__file__).resolve().parents[2]
 CUMSUM = ROOT / "examples" / "pcoc" / "cumsum.pcoc"
@@ -33,10 +33,6 @@ DYCK = ROOT / "examples" / "crasp" / "dyck1.cr"
 @cache
 def cumsum(n: int) -> Model:
     return api.compile(api.load(CUMSUM), n=n)
-
-
-def invoke(*args: object, input: str | None = None) -> Result:
-    return CliRunner().invoke(main, [str(a) for a in args], input=input)
 
 
 def refused(result: Result) -> str:
