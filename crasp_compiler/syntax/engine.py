@@ -30,7 +30,7 @@ from importlib import resources
 from pathlib import Path
 from typing import NamedTuple
 
-from lark import Lark, Tree
+from lark import Lark, Token, Tree
 from lark import __version__ as lark_version
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
@@ -207,13 +207,13 @@ class Frontend:
 
     # ------------------------------------------------------------------ parsing
 
-    def parse(self, text: str, filename: str) -> Tree:
+    def parse(self, text: str, filename: str) -> Tree[Token]:
         """The tree of ``text``; raise :class:`CraspError` listing every syntax error (or
         every statement nested too deeply)."""
         diagnostics: list[Diagnostic] = []
         blanked: set[int] = set()
         current = self._minus.sub(lambda m: m.group(1) or "-", text)  # one char for one
-        tree: Tree | None = None
+        tree: Tree[Token] | None = None
         while True:
             try:
                 tree = self.lark.parse(current)
@@ -403,7 +403,7 @@ class Frontend:
 
     # ------------------------------------------------------------------ nesting
 
-    def _too_deep(self, tree: Tree) -> list[Diagnostic]:
+    def _too_deep(self, tree: Tree[Token]) -> list[Diagnostic]:
         """One diagnostic per statement nested deeper than ``max_depth`` (iteratively: a
         recursive walk would itself overflow)."""
         diagnostics = []

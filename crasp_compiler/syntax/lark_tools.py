@@ -4,15 +4,20 @@ really accepts (for "expected ..." messages)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from copy import copy
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from lark import Token, Tree
 from lark.exceptions import UnexpectedToken
 
 from crasp_compiler.errors import Span
 
+if TYPE_CHECKING:  # the module moved between Lark versions: for the annotation only
+    from lark.parsers.lalr_parser_state import ParserState
+
 Leaf = TypeVar("Leaf")  # what a tree holds besides trees (a Token)
+State = TypeVar("State")  # a parse table's state
 
 
 class BracketContinuation:
@@ -24,7 +29,7 @@ class BracketContinuation:
     def __init__(self, opening: set[str], closing: set[str]) -> None:
         self.opening, self.closing = opening, closing
 
-    def process(self, stream):
+    def process(self, stream: Iterator[Token]) -> Iterator[Token]:
         depth = 0
         for token in stream:
             if token.type in self.opening:
@@ -36,12 +41,12 @@ class BracketContinuation:
             yield token
 
 
-def span(item: Tree | Token | None) -> Span | None:
+def span(item: Tree[Token] | Token | None) -> Span | None:
     """The source span of a token or a tree (None when Lark recorded no position)."""
     if item is None:
         return None
     if isinstance(item, Token):
-        if item.line is None:
+        if item.line is None or item.column is None:
             return None
         return Span(
             item.line, item.column, item.end_line or item.line, item.end_column or item.column + 1
@@ -52,7 +57,7 @@ def span(item: Tree | Token | None) -> Span | None:
     return Span(meta.line, meta.column, meta.end_line, meta.end_column)
 
 
-def accepted_terminals(state) -> set[str] | None:
+def accepted_terminals(state: ParserState[State] | None) -> set[str] | None:
     """The terminals that really let the parser advance from ``state``.
 
     Lark's own ``expected`` set is unreliable here: when the contextual lexer rejects a
@@ -60,6 +65,8 @@ def accepted_terminals(state) -> set[str] | None:
     include ``_NL`` (always accepted for the post-lexer). So ask the parse table, and keep
     only the terminals that survive the reductions they trigger.
     """
+    if state is None:
+        return None
     try:
         choices = state.parse_conf.states[state.position]
         conf = copy(state.parse_conf)

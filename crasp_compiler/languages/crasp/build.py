@@ -8,11 +8,11 @@ its source span, before raising one :class:`CraspError`.
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from math import lcm
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -82,6 +82,8 @@ _RELATION_CLASSES = (
 
 # A position, or every residue at once.
 Positions = int | npt.NDArray[np.int64]
+# What building each of several children gives (:meth:`_Builder._both`).
+Built = TypeVar("Built")
 
 
 class _Invalid(Exception):
@@ -112,7 +114,19 @@ def _unquote(text: str) -> str:
     return re.sub(r"\\(.)", r"\1", body)
 
 
-def _cmp(op: Tree) -> str:
+def _tree(child: Tree[Token] | Token) -> Tree[Token]:
+    """A child the grammar makes a tree (an expression, a positional term, a binder)."""
+    assert isinstance(child, Tree), child
+    return child
+
+
+def _token(child: Tree[Token] | Token) -> Token:
+    """A child the grammar makes a token (a name, a literal, an integer)."""
+    assert isinstance(child, Token), child
+    return child
+
+
+def _cmp(op: Tree[Token]) -> str:
     return _CMP_CANON[str(op.children[0])]
 
 
@@ -126,7 +140,7 @@ class _Builder:
         self.source = source
         self.filename = filename
         self.diagnostics: list[Diagnostic] = []
-        self.sorts: dict[str, Sort] = {}
+        self.sorts: dict[str, Sort | None] = {}  # None: a definition with errors
         self.defined_at: dict[str, Span | None] = {}
         self.definition_lines: dict[str, Span | None] = {}
         self.unary: dict[str, BoolExpr] = {}
@@ -138,15 +152,17 @@ class _Builder:
 
     # ------------------------------------------------------------ reporting
 
-    def error(self, message: str, where: Tree | Token | Span | None, hint: str | None = None):
+    def error(
+        self, message: str, where: Tree[Token] | Token | Span | None, hint: str | None = None
+    ) -> _Invalid:
         span = where if isinstance(where, Span) or where is None else _span(where)
         self.diagnostics.append(Diagnostic(message, span, hint))
         return _Invalid()
 
     # ------------------------------------------------------------ program
 
-    def program(self, tree: Tree) -> Program:
-        statements = list(tree.children)
+    def program(self, tree: Tree[Token]) -> Program:
+        statements = [_tree(st) for st in tree.children]
         for st in statements:
             if st.data == "definition":
                 name = str(st.children[0])
@@ -165,7 +181,7 @@ class _Builder:
                 if d is not None:
                     definitions.append(d)
             elif kind == "import_stmt":
-                self.import_stmt(st.children[1])
+                self.import_stmt(_token(st.children[1]))
             elif kind == "predicate_stmt":
                 self.predicate(st)
             elif kind == "alphabet_stmt":
@@ -190,9 +206,9 @@ class _Builder:
             elif kind == "accept_stmt":
                 if accept is not None:
                     self.error("`accept` is given twice", st)
-                accept = (str(st.children[0]), st.children[0])
+                accept = (str(st.children[0]), _token(st.children[0]))
             elif kind == "output_stmt":
-                outputs.extend((str(t), t) for t in st.children)
+                outputs.extend((str(t), _token(t)) for t in st.children)
 
         if alphabet is not None and not declared_ok:  # no cascade of token errors
             alphabet = list(dict.fromkeys([*alphabet, *self.literals]))
@@ -250,7 +266,7 @@ class _Builder:
             stand_in=tuple(stand_in),
         )
 
-    def symbol_range(self, tree: Tree) -> list[str | None]:
+    def symbol_range(self, tree: Tree[Token]) -> list[str | None]:
         """The symbols of ``range A..B``: "A" … "B" (at most :data:`MAX_RANGE`)."""
         low_tok, high_tok = tree.children
         low, high = int(str(low_tok)), int(str(high_tok))
@@ -303,8 +319,8 @@ class _Builder:
             return False
         return True
 
-    def definition(self, st: Tree) -> Definition | None:
-        name_tok = st.children[0]
+    def definition(self, st: Tree[Token]) -> Definition | None:
+        name_tok = _token(st.children[0])
         name = str(name_tok)
         rest = st.children[1:]
         var = "i"
@@ -321,15 +337,16 @@ class _Builder:
             return None
         if expr is None:
             # Record the name so later uses do not cascade into "undefined" errors.
-            self.sorts[name] = None  # type: ignore[assignment]
+            self.sorts[name] = None
             self.defined_at[name] = _span(name_tok)
             return None
         self.sorts[name] = expr.sort
         self.defined_at[name] = _span(name_tok)
         return Definition(name, expr, _span(name_tok))
 
-    def predicate(self, st: Tree) -> None:
-        name_tok, *vars_, body = st.children
+    def predicate(self, st: Tree[Token]) -> None:
+        first, *vars_, body = st.children
+        name_tok = _token(first)
         names = [str(v) for v in vars_]
         if not self._check_new_name(name_tok):
             return
@@ -350,38 +367,45 @@ class _Builder:
                     )
                 self.unary[str(name_tok)] = value
             else:
-                self.binary[str(name_tok)] = self.relation(body, outer=names[0], inner=names[1])
+                body_t = _tree(body)
+                self.binary[str(name_tok)] = self.relation(body_t, outer=names[0], inner=names[1])
         except _Invalid:
             self.failed.add(str(name_tok))
 
     # ------------------------------------------------------------ expressions
 
-    def expr(self, t: Tree | Token, scope: _Scope) -> Expr:
-        method = getattr(self, "e_" + t.data, None) if isinstance(t, Tree) else None
-        if method is None:  # pragma: no cover - the grammar has no other node kinds
+    def expr(self, t: Tree[Token] | Token, scope: _Scope) -> Expr:
+        if not isinstance(t, Tree) or not hasattr(self, "e_" + t.data):  # pragma: no cover
+            # the grammar has no other node kinds
             raise self.error(f"unsupported construct {getattr(t, 'data', t)!r}", t)
+        method: Callable[[Tree[Token], _Scope], Expr] = getattr(self, "e_" + t.data)
         node = method(t, scope)
         if node.span is None:
             object.__setattr__(node, "span", _span(t))
         return node
 
-    def boolean(self, t: Tree, scope: _Scope, what: str) -> BoolExpr:
+    def boolean(self, t: Tree[Token] | Token, scope: _Scope, what: str) -> BoolExpr:
         node = self.expr(t, scope)
-        if node.sort != Sort.BOOL:
+        if not isinstance(node, BoolExpr):
             hint = "compare it, e.g. `C > 0`, to get a Boolean"
             raise self.error(f"{what} needs a Boolean, but this is a count", t, hint)
-        return node  # type: ignore[return-value]
+        return node
 
-    def count(self, t: Tree, scope: _Scope, what: str) -> CountExpr:
+    def count(self, t: Tree[Token] | Token, scope: _Scope, what: str) -> CountExpr:
         node = self.expr(t, scope)
-        if node.sort != Sort.COUNT:
+        if not isinstance(node, CountExpr):
             hint = "count it with `#`, or use `P ? 1 : 0`, to get a count"
             raise self.error(f"{what} needs a count, but this is a Boolean", t, hint)
-        return node  # type: ignore[return-value]
+        return node
 
-    def _both(self, build, items):
+    def _both(
+        self,
+        build: Callable[[Tree[Token] | Token], Built],
+        items: Sequence[Tree[Token] | Token],
+    ) -> list[Built]:
         """Build every item, so errors in all of them are reported, then re-raise."""
-        results, failed = [], False
+        results: list[Built] = []
+        failed = False
         for item in items:
             try:
                 results.append(build(item))
@@ -391,7 +415,7 @@ class _Builder:
             raise _Invalid()
         return results
 
-    def _check_index(self, t: Tree, scope: _Scope) -> None:
+    def _check_index(self, t: Tree[Token], scope: _Scope) -> None:
         index = [c for c in t.children if isinstance(c, Tree) and c.data == "index"]
         if not index:
             return
@@ -407,8 +431,8 @@ class _Builder:
                 f"unknown position variable {var!r}", index[0], f"expected ({scope.var})"
             )
 
-    def e_ref(self, t: Tree, scope: _Scope) -> Expr:
-        name_tok = t.children[0]
+    def e_ref(self, t: Tree[Token], scope: _Scope) -> Expr:
+        name_tok = _token(t.children[0])
         name = str(name_tok)
         self._check_index(t, scope)
         if name in self.failed:
@@ -461,16 +485,16 @@ class _Builder:
             return f"did you mean {close[0]!r}?"
         return "expected a name defined on an earlier line"
 
-    def e_token(self, t: Tree, scope: _Scope) -> Expr:
-        symbol = self.symbol(t.children[0])
+    def e_token(self, t: Tree[Token], scope: _Scope) -> Expr:
+        symbol = self.symbol(_token(t.children[0]))
         if symbol is None:
             raise _Invalid()
         self.literals.setdefault(symbol, _span(t))
         return TokenIs(symbol)
 
-    def e_qtoken(self, t: Tree, scope: _Scope) -> Expr:
+    def e_qtoken(self, t: Tree[Token], scope: _Scope) -> Expr:
         self._check_index(t, scope)
-        tok = t.children[0]
+        tok = _token(t.children[0])
         quoted = Token(
             "STRING",
             str(tok)[2:],
@@ -496,30 +520,34 @@ class _Builder:
             raise self.error(f"{what} {value} is too large", tok, f"expected at most {bound}")
         return value
 
-    def e_int_(self, t: Tree, scope: _Scope) -> Expr:
-        return CountConst(self._int(t.children[0]))
+    def e_int_(self, t: Tree[Token], scope: _Scope) -> Expr:
+        return CountConst(self._int(_token(t.children[0])))
 
-    def e_true_(self, t: Tree, scope: _Scope) -> Expr:
+    def e_true_(self, t: Tree[Token], scope: _Scope) -> Expr:
         return BoolConst(True)
 
-    def e_false_(self, t: Tree, scope: _Scope) -> Expr:
+    def e_false_(self, t: Tree[Token], scope: _Scope) -> Expr:
         return BoolConst(False)
 
-    def e_paren(self, t: Tree, scope: _Scope) -> Expr:
+    def e_paren(self, t: Tree[Token], scope: _Scope) -> Expr:
         self._check_index(t, scope)
         return self.expr(t.children[0], scope)
 
-    def e_not_(self, t: Tree, scope: _Scope) -> Expr:
+    def e_not_(self, t: Tree[Token], scope: _Scope) -> Expr:
         arg = self.boolean(t.children[0], scope, "`!`")
         return fold_periodic("not", [arg]) or Not(arg)
 
-    def _logic(self, t: Tree, scope: _Scope, op: str, cls) -> Expr:
+    def _logic(self, t: Tree[Token], scope: _Scope, op: str, cls: type[And | Or]) -> Expr:
         """A chain ``a && b && …`` (or ``||``), built as a balanced tree (:func:`_balanced`);
         a leading run of periodic operands is folded into one, as the left-nested chain
         folds them."""
         operands = chain_operands(t)
         parts = self._both(lambda c: self.boolean(c, scope, f"`{op}`"), operands)
-        periodic = list(itertools.takewhile(lambda p: isinstance(p, Periodic), parts))
+        periodic: list[Periodic] = []
+        for part in parts:  # the leading run
+            if not isinstance(part, Periodic):
+                break
+            periodic.append(part)
         run = len(periodic)
         if run > 1:
             modulus = 1
@@ -537,15 +565,15 @@ class _Builder:
             parts, operands = [folded, *parts[run:]], [t, *operands[run:]]
         return _balanced(cls, parts, operands)
 
-    def e_and_(self, t: Tree, scope: _Scope) -> Expr:
+    def e_and_(self, t: Tree[Token], scope: _Scope) -> Expr:
         return self._logic(t, scope, "and", And)
 
-    def e_or_(self, t: Tree, scope: _Scope) -> Expr:
+    def e_or_(self, t: Tree[Token], scope: _Scope) -> Expr:
         return self._logic(t, scope, "or", Or)
 
-    def e_compare(self, t: Tree, scope: _Scope) -> Expr:
+    def e_compare(self, t: Tree[Token], scope: _Scope) -> Expr:
         operands = t.children[0::2]
-        ops = [_cmp(o) for o in t.children[1::2]]
+        ops = [_cmp(_tree(o)) for o in t.children[1::2]]
         counts = self._both(lambda c: self.count(c, scope, "a comparison"), operands)
         result: BoolExpr | None = None
         for op, left, right in zip(ops, counts, counts[1:], strict=False):
@@ -554,15 +582,15 @@ class _Builder:
         assert result is not None
         return result
 
-    def _literal(self, t: Tree) -> int | None:
+    def _literal(self, t: Tree[Token]) -> int | None:
         if t.data == "int_":
-            return self._int(t.children[0])
+            return self._int(_token(t.children[0]))
         if t.data == "neg" and isinstance(t.children[0], Tree) and t.children[0].data == "int_":
-            return -self._int(t.children[0].children[0])
+            return -self._int(_token(t.children[0].children[0]))
         if t.data == "paren" and len(t.children) == 1:
-            return self._literal(t.children[0])
+            return self._literal(_tree(t.children[0]))
         if t.data == "mul":  # a constant factor may itself be a product: `2 * 3 * C`
-            a, b = self._literal(t.children[0]), self._literal(t.children[1])
+            a, b = self._literal(_tree(t.children[0])), self._literal(_tree(t.children[1]))
             if a is not None and b is not None:
                 if abs(a * b) > MAX_CONSTANT:
                     raise self.error(
@@ -573,25 +601,25 @@ class _Builder:
                 return a * b
         return None
 
-    def e_neg(self, t: Tree, scope: _Scope) -> Expr:
+    def e_neg(self, t: Tree[Token], scope: _Scope) -> Expr:
         literal = self._literal(t)
         if literal is not None:
             return CountConst(literal)
         return Scale(-1, self.count(t.children[0], scope, "`-`"))
 
-    def e_add(self, t: Tree, scope: _Scope) -> Expr:
+    def e_add(self, t: Tree[Token], scope: _Scope) -> Expr:
         operands = chain_operands(t)
         parts = self._both(lambda c: self.count(c, scope, "`+`"), operands)
         return _balanced(Add, parts, operands)
 
-    def e_sub(self, t: Tree, scope: _Scope) -> Expr:
+    def e_sub(self, t: Tree[Token], scope: _Scope) -> Expr:
         left, right = self._both(lambda c: self.count(c, scope, "`-`"), t.children)
         return Sub(left, right)
 
-    def e_mul(self, t: Tree, scope: _Scope) -> Expr:
+    def e_mul(self, t: Tree[Token], scope: _Scope) -> Expr:
         a, b = t.children
         for factor_tree, other in ((a, b), (b, a)):
-            factor = self._literal(factor_tree)
+            factor = self._literal(_tree(factor_tree))
             if factor is not None:
                 return Scale(factor, self.count(other, scope, "`*`"))
         raise self.error(
@@ -600,53 +628,61 @@ class _Builder:
             "expected `k * C` with k an integer literal; a product of two counts is not C-RASP",
         )
 
-    def _minmax(self, t: Tree, scope: _Scope, cls) -> Expr:
+    def _minmax(self, t: Tree[Token], scope: _Scope, cls: type[Min | Max]) -> Expr:
         args = self._both(lambda c: self.count(c, scope, f"`{cls.__name__.lower()}`"), t.children)
         result = args[0]
         for arg in args[1:]:
             result = cls(result, arg)
         return result
 
-    def e_min_(self, t: Tree, scope: _Scope) -> Expr:
+    def e_min_(self, t: Tree[Token], scope: _Scope) -> Expr:
         return self._minmax(t, scope, Min)
 
-    def e_max_(self, t: Tree, scope: _Scope) -> Expr:
+    def e_max_(self, t: Tree[Token], scope: _Scope) -> Expr:
         return self._minmax(t, scope, Max)
 
-    def _conditional(self, t: Tree, cond_t, then_t, else_t, scope: _Scope) -> Expr:
+    def _conditional(
+        self,
+        t: Tree[Token],
+        cond_t: Tree[Token] | Token,
+        then_t: Tree[Token] | Token,
+        else_t: Tree[Token] | Token,
+        scope: _Scope,
+    ) -> Expr:
         cond, then, orelse = self._both(lambda c: self.expr(c, scope), [cond_t, then_t, else_t])
-        if cond.sort != Sort.BOOL:
+        if not isinstance(cond, BoolExpr):
             raise self.error("the condition needs a Boolean, but this is a count", cond_t)
-        if then.sort != orelse.sort:
-            raise self.error(
-                "both branches of a conditional need the same sort",
-                t,
-                f"the first branch is a {then.sort.value}, the second a {orelse.sort.value}",
-            )
-        if then.sort == Sort.BOOL:
-            # Fold periodic parts as `!`, `&&` and `||` do, so the IR stays canonical.
-            negated = fold_periodic("not", [cond]) or Not(cond)
-            left = fold_periodic("and", [cond, then]) or And(cond, then)
-            right = fold_periodic("and", [negated, orelse]) or And(negated, orelse)
-            return fold_periodic("or", [left, right]) or Or(left, right)
-        return Cond(cond, then, orelse)
+        match then, orelse:
+            case BoolExpr(), BoolExpr():
+                # Fold periodic parts as `!`, `&&` and `||` do, so the IR stays canonical.
+                negated = fold_periodic("not", [cond]) or Not(cond)
+                left = fold_periodic("and", [cond, then]) or And(cond, then)
+                right = fold_periodic("and", [negated, orelse]) or And(negated, orelse)
+                return fold_periodic("or", [left, right]) or Or(left, right)
+            case CountExpr(), CountExpr():
+                return Cond(cond, then, orelse)
+        raise self.error(
+            "both branches of a conditional need the same sort",
+            t,
+            f"the first branch is a {then.sort.value}, the second a {orelse.sort.value}",
+        )
 
-    def e_if_else(self, t: Tree, scope: _Scope) -> Expr:
+    def e_if_else(self, t: Tree[Token], scope: _Scope) -> Expr:
         then_t, cond_t, else_t = t.children
         return self._conditional(t, cond_t, then_t, else_t, scope)
 
-    def e_ternary(self, t: Tree, scope: _Scope) -> Expr:
+    def e_ternary(self, t: Tree[Token], scope: _Scope) -> Expr:
         cond_t, then_t, else_t = t.children
         return self._conditional(t, cond_t, then_t, else_t, scope)
 
     # ------------------------------------------------------------ counting
 
-    def e_count_plain(self, t: Tree, scope: _Scope) -> Expr:
+    def e_count_plain(self, t: Tree[Token], scope: _Scope) -> Expr:
         return Count(self.boolean(t.children[0], scope, "`#`"))
 
-    def e_count_named(self, t: Tree, scope: _Scope) -> Expr:
+    def e_count_named(self, t: Tree[Token], scope: _Scope) -> Expr:
         name_tok, body = t.children
-        offsets = self.named_relation(name_tok)
+        offsets = self.named_relation(_token(name_tok))
         arg = self.boolean(body, scope, "`#`")
         return Count(arg, offsets)
 
@@ -669,10 +705,10 @@ class _Builder:
             )
         raise self.error(f"unknown relation {name!r}", name_tok, _RELATION_CLASSES)
 
-    def e_count_binder(self, t: Tree, scope: _Scope) -> Expr:
+    def e_count_binder(self, t: Tree[Token], scope: _Scope) -> Expr:
         binder, *rest = t.children
-        inner_tok, op_tree, outer_tok = binder.children
-        inner, outer, op = str(inner_tok), str(outer_tok), str(op_tree.children[0])
+        inner_tok, op_tree, outer_tok = _tree(binder).children
+        inner, outer, op = str(inner_tok), str(outer_tok), str(_tree(op_tree).children[0])
         if outer != scope.var:
             raise self.error(
                 f"the count must range up to the current position {scope.var}",
@@ -686,9 +722,9 @@ class _Builder:
                 "for example #[j <= i] inside a definition over i",
             )
         inner_scope = _Scope(inner, (*scope.outer, scope.var))
-        relation_t = rest[0] if len(rest) == 2 else None
+        relation_t = _tree(rest[0]) if len(rest) == 2 else None
         body_t = rest[-1]
-        offsets = None
+        offsets: frozenset[int] | None = None
         if relation_t is not None:
             try:
                 offsets = self.relation(relation_t, outer=outer, inner=inner)
@@ -706,19 +742,19 @@ class _Builder:
             return Sub(Count(arg), Cond(arg, CountConst(1), CountConst(0)))
         return Count(arg)
 
-    def e_exists(self, t: Tree, scope: _Scope) -> Expr:
+    def e_exists(self, t: Tree[Token], scope: _Scope) -> Expr:
         arg = self.boolean(t.children[1], scope, "`∃←`")
         return Compare(">=", Count(arg), CountConst(1))
 
     # ------------------------------------------------------------ positions
 
-    def e_pos_compare(self, t: Tree, scope: _Scope) -> Expr:
+    def e_pos_compare(self, t: Tree[Token], scope: _Scope) -> Expr:
         return self.periodic(t, scope)
 
-    def e_pos_congruent(self, t: Tree, scope: _Scope) -> Expr:
+    def e_pos_congruent(self, t: Tree[Token], scope: _Scope) -> Expr:
         return self.periodic(t, scope)
 
-    def _pos_atoms(self, t: Tree) -> list[tuple[str, _Linear, _Linear]]:
+    def _pos_atoms(self, t: Tree[Token]) -> list[tuple[str, _Linear, _Linear]]:
         """The comparisons of a positional atom as (op, left, right) linear terms."""
         if t.data == "pos_congruent":
             self.warnings.append(
@@ -732,27 +768,29 @@ class _Builder:
                 )
             )
             left, right, modulus_tok = t.children
-            m = self._int(modulus_tok, MAX_MODULUS, "modulus")
+            m = self._int(_token(modulus_tok), MAX_MODULUS, "modulus")
             if m <= 0:
                 raise self.error("the modulus must be positive", modulus_tok)
-            a, b = self._term(left), self._term(right)
+            a, b = self._term(_tree(left)), self._term(_tree(right))
             if a.modulus or b.modulus:
                 raise self.error("unsupported positional expression", t, _RELATION_CLASSES)
             a.modulus = b.modulus = m
             return [("==", a, b)]
-        sides = [self._term(c) for c in t.children[0::2]]
-        ops = [_cmp(o) for o in t.children[1::2]]
+        sides = [self._term(_tree(c)) for c in t.children[0::2]]
+        ops = [_cmp(_tree(o)) for o in t.children[1::2]]
         return [(op, a, b) for op, a, b in zip(ops, sides, sides[1:], strict=False)]
 
-    def _term(self, t: Tree) -> _Linear:
+    def _term(self, t: Tree[Token]) -> _Linear:
         if t.data == "pos_var":
             return _Linear({str(t.children[0]): 1})
         if t.data in ("int_", "pos_int"):
             sign = -1 if len(t.children) == 2 else 1  # pos_int: "-" INT
-            return _Linear({}, sign * self._int(t.children[-1], MAX_POSITIONAL, "integer"))
+            integer = _token(t.children[-1])
+            return _Linear({}, sign * self._int(integer, MAX_POSITIONAL, "integer"))
         if t.data == "mod":
-            inner, m_tok = t.children
-            base = self._term(inner)
+            inner, m = t.children
+            m_tok = _token(m)
+            base = self._term(_tree(inner))
             if self._int(m_tok, MAX_MODULUS, "modulus") <= 0:
                 raise self.error("the modulus must be positive", m_tok)
             if base.modulus:
@@ -760,7 +798,7 @@ class _Builder:
             return _Linear(base.coefs, base.const, int(m_tok))
         # a chain `i + 1 + 1 + …` is summed in a loop (the parser admits any length)
         operands = chain_operands(t) if t.data == "add" else t.children
-        terms = [self._term(operand) for operand in operands]
+        terms = [self._term(_tree(operand)) for operand in operands]
         if any(term.modulus for term in terms):
             raise self.error(
                 "unsupported positional expression: `%` must come last",
@@ -775,7 +813,7 @@ class _Builder:
         const = terms[0].const + sign * sum(term.const for term in terms[1:])
         return _Linear({v: c for v, c in coefs.items() if c}, const)
 
-    def periodic(self, t: Tree, scope: _Scope) -> Expr:
+    def periodic(self, t: Tree[Token], scope: _Scope) -> Expr:
         atoms = self._pos_atoms(t)
         moduli = [term.modulus for _, a, b in atoms for term in (a, b) if term.modulus]
         for _, a, b in atoms:
@@ -806,22 +844,22 @@ class _Builder:
             holds &= _holds(op, a.value(env), b.value(env))
         return Periodic.make(modulus, frozenset(np.flatnonzero(holds).tolist()))
 
-    def relation(self, t: Tree, outer: str, inner: str) -> frozenset[int]:
+    def relation(self, t: Tree[Token], outer: str, inner: str) -> frozenset[int]:
         """Offsets d = outer - inner >= 0 where a binary relation holds; it must be local."""
         constants: list[int] = [0]
 
-        def truth(node: Tree) -> callable:
+        def truth(node: Tree[Token]) -> Callable[[int], bool]:
             data = node.data
             if data in ("or_", "and_"):  # a chain: the operands, not nested closures
-                parts = [truth(c) for c in chain_operands(node)]
+                parts = [truth(_tree(c)) for c in chain_operands(node)]
                 if data == "or_":
                     return lambda d: any(part(d) for part in parts)
                 return lambda d: all(part(d) for part in parts)
             if data == "not_":
-                a = truth(node.children[0])
-                return lambda d: not a(d)
+                negated = truth(_tree(node.children[0]))
+                return lambda d: not negated(d)
             if data == "rel_name":
-                name_tok = node.children[0]
+                name_tok = _token(node.children[0])
                 if len(node.children) == 3:
                     x, y = str(node.children[1]), str(node.children[2])
                     if (x, y) != (outer, inner):
@@ -832,8 +870,8 @@ class _Builder:
             # The body of `predicate P(i, j) := ...` is parsed as an expression.
             if data in ("ref", "paren") and len(node.children) == 1:
                 if data == "paren":
-                    return truth(node.children[0])
-                offsets = self.named_relation(node.children[0])
+                    return truth(_tree(node.children[0]))
+                offsets = self.named_relation(_token(node.children[0]))
                 constants.extend(offsets)
                 return lambda d: d in offsets
             if data in ("true_", "false_"):
@@ -846,7 +884,7 @@ class _Builder:
                     "relation names with `&&`, `||` and `!`",
                 )
             atoms = self._pos_atoms(node)
-            checks = []
+            checks: list[tuple[str, int, int]] = []
             for op, a, b in atoms:
                 if a.modulus or b.modulus:
                     raise self.error(
@@ -925,6 +963,6 @@ def _shown_int(text: str) -> str:
     return text if len(text) <= 24 else f"{text[:12]}…{text[-6:]} ({len(text)} digits)"
 
 
-def build_program(tree: Tree, source: str, filename: str = "<string>") -> Program:
+def build_program(tree: Tree[Token], source: str, filename: str = "<string>") -> Program:
     """Check a parse tree and build its typed IR; raise :class:`CraspError` on any error."""
     return _Builder(source, filename).program(tree)

@@ -128,14 +128,14 @@ def _precision_hint(max_len: int | None) -> str:
     )
 
 
-def _labels(program: Program, forms: dict, builder: Builder) -> dict[str, str]:
+def _labels(program: Program, forms: dict[str, Form], builder: Builder) -> dict[str, str]:
     """Residual labels: a variable that *is* a definition takes the definition's name,
     any other compiled variable (an internal id such as ``cmp#5``) the source expression
     of the block that writes it, numbered ``[2]``, ``[3]`` … where several share one;
     inputs and features keep their names."""
     names = {}
     for definition in program.definitions:
-        form = forms.get(definition.name, {})
+        form = forms.get(definition.name, Form())
         if len(form) == 1:
             ((var, coef),) = form.items()
             if coef == 1.0 and var not in names and "#" in var:

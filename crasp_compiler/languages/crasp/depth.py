@@ -330,9 +330,9 @@ class Depth:
                 plan = Plan("gate", formula, next_slot(latest, attention=False))
         elif (leaves := _leaves(formula, TABLE_LEAVES)) is not None:
             latest = max(self.slot(leaf) for leaf in leaves)
-            fresh = [leaf for leaf in leaves if self.slot(leaf) == latest]
-            if latest > 0 and len(fresh) == 1 and self.is_comparison(Lit(fresh[0], True)):
-                plan = Plan("fused-table", formula, latest, Lit(fresh[0], True))
+            late = [leaf for leaf in leaves if self.slot(leaf) == latest]
+            if latest > 0 and len(late) == 1 and self.is_comparison(Lit(late[0], True)):
+                plan = Plan("fused-table", formula, latest, Lit(late[0], True))
             else:
                 plan = Plan("table", formula, next_slot(latest, attention=False))
         else:
@@ -400,8 +400,8 @@ class Depth:
             gates = [c for c in gate.children if isinstance(c, Gate)]
             if gates:
                 heavy: Formula = max(gates, key=self.size)
-            else:
-                heavy = max(gate.children, key=self.time)  # type: ignore[arg-type]
+            else:  # only literals
+                heavy = max([c for c in gate.children if isinstance(c, Lit)], key=self.time)
             others = tuple(c for c in gate.children if c is not heavy)
             self.splits[id(gate)] = (heavy, others)
         return self.splits[id(gate)]
@@ -576,7 +576,7 @@ class Depth:
                 return 1 if v else 0
             case Count(arg, None):
                 return next_slot(self.slot(arg), attention=True)
-            case Count(arg, offsets):
+            case Count(arg, frozenset() as offsets):
                 lookup = next_slot(self.slot(arg), attention=True)
                 shifted = next_slot(lookup, attention=False) if self.mode == "relu" else lookup
                 return max(

@@ -173,49 +173,53 @@ class _Evaluator:
     def eval(self, node: Node) -> np.ndarray:
         shape = self.ids.shape
         size = shape[1]
+        value: np.ndarray
         match node:
             case TokenIs(symbol):
-                return self.ids == self.index[symbol]
-            case BoolConst(value):
-                return np.full(shape, value, dtype=bool)
+                value = self.ids == self.index[symbol]
+            case BoolConst(constant):
+                value = np.full(shape, constant, dtype=bool)
             case Periodic(modulus, residues):
                 row = np.isin(self.positions % modulus, list(residues))
-                return np.broadcast_to(row, shape)
+                value = np.broadcast_to(row, shape)
             case Not(arg):
-                return ~self.eval(arg)
+                value = ~self.eval(arg)
             case And(a, b):
-                return self.eval(a) & self.eval(b)
+                value = self.eval(a) & self.eval(b)
             case Or(a, b):
-                return self.eval(a) | self.eval(b)
+                value = self.eval(a) | self.eval(b)
             case Compare(op, a, b):
-                return _COMPARE[op](self.eval(a), self.eval(b))
+                value = _COMPARE[op](self.eval(a), self.eval(b))
             case BoolRef(name) | CountRef(name):
-                return self.values[name]
+                value = self.values[name]
             case Count(arg, offsets):
                 held = self.eval(arg).astype(np.int64)
                 held[:, 0] = 0  # the empty prefix is not a token position
                 if offsets is None:
-                    return np.cumsum(held, axis=1).astype(self.int_type)
-                out = np.zeros(shape, dtype=np.int64)
-                for d in offsets:
-                    if d < size - 1:
-                        out[:, d + 1 :] += held[:, 1 : size - d]
-                return out.astype(self.int_type)
-            case CountConst(value):
-                return np.full(shape, value, dtype=self.int_type)
+                    value = np.cumsum(held, axis=1).astype(self.int_type)
+                else:
+                    out = np.zeros(shape, dtype=np.int64)
+                    for d in offsets:
+                        if d < size - 1:
+                            out[:, d + 1 :] += held[:, 1 : size - d]
+                    value = out.astype(self.int_type)
+            case CountConst(constant):
+                value = np.full(shape, constant, dtype=self.int_type)
             case Add(a, b):
-                return self.eval(a) + self.eval(b)
+                value = self.eval(a) + self.eval(b)
             case Sub(a, b):
-                return self.eval(a) - self.eval(b)
+                value = self.eval(a) - self.eval(b)
             case Scale(factor, arg):
-                return factor * self.eval(arg)
+                value = factor * self.eval(arg)
             case Min(a, b):
-                return np.minimum(self.eval(a), self.eval(b))
+                value = np.minimum(self.eval(a), self.eval(b))
             case Max(a, b):
-                return np.maximum(self.eval(a), self.eval(b))
+                value = np.maximum(self.eval(a), self.eval(b))
             case Cond(c, a, b):
-                return np.where(self.eval(c), self.eval(a), self.eval(b))
-        raise TypeError(f"not an IR node: {node!r}")  # pragma: no cover
+                value = np.where(self.eval(c), self.eval(a), self.eval(b))
+            case _:  # pragma: no cover
+                raise TypeError(f"not an IR node: {node!r}")
+        return value
 
 
 def interpreter_bytes(program: Program, batch: int, length: int, exact_ints: bool) -> int:

@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import product
 from math import gcd
+from typing import Concatenate, ParamSpec
 
 from crasp_compiler.assemble.builder import BOS_VAR, NONBOS_VAR, Builder, token_var
 from crasp_compiler.cookbook import attention, ffn, layernorm
@@ -75,7 +76,7 @@ from crasp_compiler.languages.crasp.nodes import (
     children,
 )
 from crasp_compiler.languages.crasp.printer import format_expr, offset_runs
-from crasp_compiler.languages.crasp.rounding import UNIT_ROUNDOFF, Analysis, Pair, Poly
+from crasp_compiler.languages.crasp.rounding import UNIT_ROUNDOFF, Analysis, Poly
 from crasp_compiler.model.features import feature_matrix
 from crasp_compiler.model.features import periodic as periodic_feature
 
@@ -93,16 +94,12 @@ NEGATED = {"<=": ">", "<": ">=", "==": "!=", "!=": "==", ">=": "<", ">": "<="}
 # Count coefficients beyond this are refused (float64 ends near 1.8e308).
 MAX_COEFFICIENT = 10**300
 
+Args = ParamSpec("Args")  # the arguments of a rule of the rounding analysis
+
 
 def _flip(want: int | None) -> int | None:
     """The side a negation must be exact on for its argument to be exact on ``want``."""
     return None if want is None else 1 - want
-
-
-def _exclusive(pairs: Sequence[Pair]) -> Pair:
-    """The bit errors of a sum of exclusive parts (at most one part's guards hold, the
-    others are an exact 0): the worst part's, on each side."""
-    return (max((p[0] for p in pairs), default=0.0), max((p[1] for p in pairs), default=0.0))
 
 
 def _apply_row(row: tuple[bool, ...]) -> bool:
@@ -133,13 +130,13 @@ class _Lowerer:
         self.counter = 0
         self.one_made = False
         self.rounding = {dtype: Analysis(dtype) for dtype in UNIT_ROUNDOFF}
-        self.track(lambda a: a.exact_input(BOS, Poly()))  # 0 at every token
-        self.track(lambda a: a.exact_input(NONBOS, ones=True))
+        self.track(Analysis.exact_input, BOS, Poly())  # 0 at every token
+        self.track(Analysis.exact_input, NONBOS, ones=True)
         for symbol in program.alphabet:
-            self.track(lambda a, s=symbol: a.exact_input(token_var(s), token=True))
+            self.track(Analysis.exact_input, token_var(symbol), token=True)
         # the Boolean forms made, by node and the side they are exact on (relu mode)
         self.bools: dict[tuple[Node, int | None], Form] = {}
-        self.shifted: dict[tuple[frozenset, int], Form] = {}
+        self.shifted: dict[tuple[frozenset[tuple[str, float]], int], Form] = {}
         self.depth = Depth(program, mode)
         self.bounds: dict[Node, Poly] = {}
         self.wired: dict[tuple[int, int], Form] = {}  # balanced circuits' wires, by id, side
@@ -156,18 +153,21 @@ class _Lowerer:
         self.at_bos.add(block)
         self.var_bounds.update(outputs)
 
-    def track(self, step: Callable[[Analysis], object]) -> None:
-        """Apply one step of the rounding analysis to the analysis of every float type."""
+    def track(
+        self, rule: Callable[Concatenate[Analysis, Args], None], *args: Args.args, **kw: Args.kwargs
+    ) -> None:
+        """Apply one rule of the rounding analysis, a method of :class:`Analysis` such as
+        ``Analysis.table``, to the analysis of every float type, with these arguments."""
         for analysis in self.rounding.values():
-            step(analysis)
+            rule(analysis, *args, **kw)
 
     def bound(self, form: Form) -> float:
         return sum(abs(c) * self.var_bounds[v] for v, c in form.items())
 
     def one(self) -> Form:
         if not self.one_made:
-            self.add(attention.causal_average({BOS: 1}, ONE, label="ONE = 1/(t+1)"), {ONE: 1})
-            self.track(lambda a: a.one(ONE))
+            self.add(attention.causal_average(Form({BOS: 1}), ONE, label="ONE = 1/(t+1)"), {ONE: 1})
+            self.track(Analysis.one, ONE)
             self.one_made = True
         return Form({ONE: 1})
 
@@ -187,18 +187,18 @@ class _Lowerer:
             want = 0
         match node:
             case TokenIs(symbol):
-                form = {token_var(symbol): 1.0}
+                form = Form({token_var(symbol): 1.0})
             case BoolConst(value):
-                form = {NONBOS: 1} if value else {}
+                form = Form({NONBOS: 1}) if value else Form()
             case Periodic(modulus, residues):
                 # the features hold their value at position −1 on BOS; a Boolean is 0 there
-                form = {BOS: -1} if modulus - 1 in residues else {}
+                form = Form({BOS: -1}) if modulus - 1 in residues else Form()
                 for r in sorted(residues):
                     name = periodic_feature(modulus, r)
                     form = form_add((1, form), (1, self.builder.feature(name)))
                     self.var_bounds[name] = 1
                     self.at_bos.set(name, feature_matrix([name], 1)[0, 0])
-                    self.track(lambda a, n=name: a.exact_input(n))
+                    self.track(Analysis.exact_input, name)
             case Not(arg):
                 form = form_add((1, {NONBOS: 1}), (-1, self.boolean(arg, _flip(want))))
             case BoolRef(name):
@@ -283,7 +283,7 @@ class _Lowerer:
             make = ffn.all_of if op == "and" else ffn.any_of
             block = make(inputs, out, nonbos=NONBOS, exact_at=side, label=label)
         self.add(block, {out: 1})
-        self.track(lambda a: a.table(out, inputs, node, side))
+        self.track(Analysis.table, out, inputs, node, side)
         return Form({out: 1})
 
     def balanced(self, root: Signal, node: Node, label: str, want: int | None = None) -> Form:
@@ -326,7 +326,7 @@ class _Lowerer:
             for bits in product((False, True), repeat=len(leaves))
         }
         if len(set(rows.values())) == 1:  # a contradiction or a tautology needs no block
-            return {NONBOS: 1} if rows[(False,) * len(leaves)] else {}
+            return Form({NONBOS: 1}) if rows[(False,) * len(leaves)] else Form()
         out = self.fresh("bool")
         # the side asked for, else the smaller table (the false rows where most are true)
         complement = 2 * sum(rows.values()) > len(rows) if want is None else want == 1
@@ -335,8 +335,8 @@ class _Lowerer:
         )
         self.add(block, {out: 1})
         side = 1 if complement else 0
-        self.track(lambda a: a.table(out, forms, node, side))
-        return {out: 1}
+        self.track(Analysis.table, out, forms, node, side)
+        return Form({out: 1})
 
     def fused_table(
         self, formula: Formula, fresh: Node, node: Node, label: str, want: int | None = None
@@ -362,7 +362,7 @@ class _Lowerer:
             if when == (True, True):
                 out = self.fresh("bool")
                 self.add(ffn.all_of(guard, out, nonbos=NONBOS, label=label), {out: 1})
-                self.track(lambda a, o=out, g=guard: a.table(o, g, node, 0))
+                self.track(Analysis.table, out, guard, node, 0)
                 part: Form = Form({out: 1})
             else:
                 part = self.compare(
@@ -370,7 +370,7 @@ class _Lowerer:
                 )
             parts.append(part)
             total = form_add((1, total), (1, part))
-        self.track(lambda a: a.register(total, _exclusive([a.pair(p) for p in parts])))
+        self.track(Analysis.exclusive, total, parts)
         return total
 
     def fused(
@@ -381,8 +381,9 @@ class _Lowerer:
         ``or`` is ``¬(¬c ∧ ¬ℓ₁ ∧ …)``."""
         negate = gate.op == "or"
         others = [c for c in gate.children if c != fresh]
-        assert all(isinstance(c, Lit) for c in others)
-        guard = [self.literal(Lit(c.node, c.positive != negate), 1) for c in others]  # type: ignore[union-attr]
+        lits = [c for c in others if isinstance(c, Lit)]
+        assert len(lits) == len(others)
+        guard = [self.literal(Lit(c.node, c.positive != negate), 1) for c in lits]
         compare = self.depth.resolve(fresh.node)
         assert isinstance(compare, Compare)
         form = self.compare(
@@ -447,12 +448,12 @@ class _Lowerer:
                 else:
                     out = self.fresh("bool")
                     self.add(ffn.all_of(guard, out, nonbos=NONBOS, label=text), {out: 1})
-                    self.track(lambda a: a.table(out, list(guard), node, 0))
+                    self.track(Analysis.table, out, guard, node, 0)
                     made.append(Form({out: 1}))
             return made[0]
 
         if not d:  # a constant comparison
-            return conjunction() if COMPARE[op](beta, 0) else {}
+            return conjunction() if COMPARE[op](beta, 0) else Form()
         g = _gcd(d)
         rest = Form({v: int(c) // g for v, c in d.items()})
         half = {v: c / 2 for v, c in one.items()}
@@ -484,7 +485,7 @@ class _Lowerer:
         high = ge(-beta // g, " (>= half)", 1)
         eq = form_add((1, low), (1, high), (-1, conj))
         neq = form_add((1, conj), (-1, eq))
-        self.track(lambda a: a.equality(eq, neq, low, high, conj))
+        self.track(Analysis.equality, eq, neq, low, high, conj)
         return eq if op == "==" else neq
 
     def step(
@@ -541,22 +542,21 @@ class _Lowerer:
         self.add(block, {out: 1})
         what = f"the comparison `{format_expr(node)}`"
         self.track(
-            lambda a: a.threshold(
-                out,
-                z,
-                row,
-                node,
-                what,
-                mode=self.mode,
-                guards=guard,
-                push=push,
-                bos_push=push,
-                width=width,
-                exact_at=exact_at,
-                length=self.max_len,
-            )
+            Analysis.threshold,
+            out,
+            z,
+            row,
+            node,
+            what,
+            mode=self.mode,
+            guards=guard,
+            push=push,
+            bos_push=push,
+            width=width,
+            exact_at=exact_at,
+            length=self.max_len,
         )
-        return {out: 1}
+        return Form({out: 1})
 
     # -------------------------------------------------------------- counts
 
@@ -566,10 +566,12 @@ class _Lowerer:
         match node:
             case Count(arg, None):
                 form = self.prefix_count(self.boolean(arg, 0), node)
-            case Count(arg, offsets):
+            case Count(arg, frozenset() as offsets):
                 form = self.local_count(self.boolean(arg), offsets, node)
-            case CountConst(value):
-                form = {v: value * c for v, c in self.one().items()} if value else {}
+            case CountConst(constant):
+                form = (
+                    Form({v: constant * c for v, c in self.one().items()}) if constant else Form()
+                )
             case CountRef(name):
                 form = self.count(self.defs[name])
             case Add(a, b):
@@ -593,7 +595,7 @@ class _Lowerer:
                 value = (self.ir(a) + self.ir(b)).scale(1 / g)
                 bound = min(self.bound(z), value.stored_max())
                 self.add(block, {out: bound})
-                self.track(lambda a: a.relu(out, z, value))
+                self.track(Analysis.relu, out, z, value)
             case Cond(c, a, b):
                 # c ? x : y  =  y + g·c·((x − y)/g), by big-M gating
                 x, y, bit = self.count(a), self.count(b), self.boolean(c, 1)
@@ -610,7 +612,7 @@ class _Lowerer:
                     bit, diff, Form(), out, bound=big, label=format_expr(node)
                 )
                 self.add(gate, {out: bound})
-                self.track(lambda a: a.gate(out, bit, diff, big, value, node=node))
+                self.track(Analysis.gate, out, bit, diff, big, value, node=node)
                 form = form_add((1, y), (g, {out: 1}))
             case _:  # pragma: no cover
                 raise TypeError(node)
@@ -639,7 +641,7 @@ class _Lowerer:
             match node:
                 case Count(_, None):
                     value = Poly.linear(0, 1)
-                case Count(_, offsets):
+                case Count(_, frozenset() as offsets):
                     value = Poly.const(len(offsets))
                 case CountConst(value=v):
                     value = Poly.const(abs(v))
@@ -665,7 +667,7 @@ class _Lowerer:
             if label is None:
                 label = format_expr(node) if node is not None else f"# -> {out}"
             self.add(attention.causal_average(arg, out, label=label), {out: 1})
-            self.track(lambda a: a.average(out, arg, node))
+            self.track(Analysis.average, out, arg, node)
             self.shifted[key] = Form({out: 1})
         return self.shifted[key]
 
@@ -679,19 +681,19 @@ class _Lowerer:
             return self.prefix_count(arg, node, label=format_expr(Count(node.arg)))
         if key in self.shifted:
             return self.shifted[key]
-        constant = {BOS: 1.0, NONBOS: 1.0}  # 1 at every position
+        constant = Form({BOS: 1.0, NONBOS: 1.0})  # 1 at every position
         bit = self.fresh(f"prev{shift}")
         label = f"P(i-{shift}) in {format_expr(node)}"
         if self.mode == "relu":
             soft = self.fresh(f"soft{shift}")
             self.add(self.soft_lookup(arg, shift, soft, label), {soft: 1})
-            self.track(lambda a: a.soft_lookup(soft, arg, shift, node))
-            clean = ffn.clean_bit({soft: 1}, bit, label=f"{label} (clean)")
+            self.track(Analysis.soft_lookup, soft, arg, shift, node)
+            clean = ffn.clean_bit(Form({soft: 1}), bit, label=f"{label} (clean)")
             self.add(clean, {bit: 1})
-            self.track(lambda a: a.clean(bit, soft, node))
+            self.track(Analysis.clean, bit, soft, node)
         else:
             self.add(attention.offset_lookup(arg, shift, bit, constant, BOS, label), {bit: 1})
-            self.track(lambda a: a.lookup(bit, arg))
+            self.track(Analysis.lookup, bit, arg)
         form = self.prefix_count(Form({bit: 1}), node, label=f"# {label}")
         self.shifted[key] = form
         return form
@@ -700,7 +702,7 @@ class _Lowerer:
         """The relu-mode offset lookup: softmax on absolute positions (features
         ``index`` and ``index^2``, 0 at BOS), which standard architectures can hold."""
         index, index_sq = (self.position_feature(name) for name in ("index", "index^2"))
-        constant = {BOS: 1.0, NONBOS: 1.0}  # 1 at every position
+        constant = Form({BOS: 1.0, NONBOS: 1.0})  # 1 at every position
         return attention.soft_offset_lookup(
             arg, offset, out, constant, index=index, index_sq=index_sq, label=label
         )
@@ -718,7 +720,7 @@ class _Lowerer:
         gate: hard lookups (a relative bias) and big-M gates in heaviside and layernorm
         modes, softmax lookups on absolute positions and soft gates in relu mode."""
         one = self.one()
-        constant = {BOS: 1.0, NONBOS: 1.0}  # 1 at every position
+        constant = Form({BOS: 1.0, NONBOS: 1.0})  # 1 at every position
         form: Form = Form()
         for start, stop in offset_runs(offsets):
             if stop - start + 1 >= WINDOW_RUN:
@@ -735,19 +737,19 @@ class _Lowerer:
                 gate_label = f"ONE·P(i-{offset}) in {format_expr(node)}"
                 if self.mode == "relu":
                     self.add(self.soft_lookup(arg, offset, bit, lookup_label), {bit: 1})
-                    self.track(lambda a, b=bit, c=offset: a.soft_lookup(b, arg, c, node))
-                    gate = ffn.soft_gate({bit: 1.0}, one, out, bound=1.0, label=gate_label)
+                    self.track(Analysis.soft_lookup, bit, arg, offset, node)
+                    gate = ffn.soft_gate(Form({bit: 1.0}), one, out, bound=1.0, label=gate_label)
                     self.add(gate, {out: 1})
-                    self.track(lambda a, o=out, b=bit: a.soft_gate(o, b, one, node))
+                    self.track(Analysis.soft_gate, out, bit, one, node)
                 else:
                     lookup = attention.offset_lookup(arg, offset, bit, constant, BOS, lookup_label)
                     self.add(lookup, {bit: 1})
-                    self.track(lambda a, b=bit: a.lookup(b, arg))
+                    self.track(Analysis.lookup, bit, arg)
                     gate = ffn.conditional_bigm(
-                        {bit: 1.0}, one, Form(), out, bound=1.0, label=gate_label
+                        Form({bit: 1.0}), one, Form(), out, bound=1.0, label=gate_label
                     )
                     self.add(gate, {out: 1})
-                    self.track(lambda a, o=out, b=bit: a.gate(o, {b: 1.0}, one, 1.0, nonneg=True))
+                    self.track(Analysis.gate, out, {bit: 1.0}, one, 1.0, nonneg=True)
                 form = form_add((1, form), (1, {out: 1}))
         return form
 
@@ -802,7 +804,7 @@ class _Lowerer:
             definition = self.program[name]
             rule = "bool" if definition.sort.value == "bool" else "count"
             form, what = self.forms[name], f"the output {name!r}"
-            self.track(lambda a, f=form, r=rule, d=definition, w=what: a.output(f, r, d, w))
+            self.track(Analysis.output, form, rule, definition, what)
         return Lowered(self.builder, self.forms, self.rounding, self.at_bos, self.depth)
 
 

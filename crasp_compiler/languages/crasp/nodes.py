@@ -12,6 +12,7 @@ token tests are false, every count is 0 and a periodic predicate takes its value
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from math import isqrt, lcm
@@ -196,7 +197,7 @@ def children(node: Node) -> tuple[Node, ...]:
     return ()
 
 
-def walk(node: Node):
+def walk(node: Node) -> Iterator[Node]:
     """Every node of an expression, parents before children, in source order (with an
     explicit stack: no expression is too deep to walk)."""
     stack = [node]
@@ -209,10 +210,11 @@ def walk(node: Node):
 def fold_periodic(op: str, parts: list[BoolExpr]) -> BoolExpr | None:
     """Combine periodic predicates with not (one part) or an and/or of any number of
     parts into one, or None if not all periodic."""
-    if not all(isinstance(p, Periodic) for p in parts):
+    periodic = [p for p in parts if isinstance(p, Periodic)]
+    if len(periodic) < len(parts):
         return None
-    modulus = lcm(*(p.modulus for p in parts))
-    sets = [p.lift(modulus) for p in parts]
+    modulus = lcm(*(p.modulus for p in periodic))
+    sets = [p.lift(modulus) for p in periodic]
     everything = frozenset(range(modulus))
     if op == "not":
         return Periodic.make(modulus, everything - sets[0])
@@ -254,21 +256,22 @@ class Program:
     # the alphabet's symbols declared by `range A..B`: standing in for an alphabet that
     # grows with the input (crasp_compiler.languages.crasp.theory)
     stand_in: tuple[str, ...] = ()
+    _by_name: dict[str, Definition] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_name", {d.name: d for d in self.definitions})
 
     def __getitem__(self, name: str) -> Definition:
-        return self._by_name[name]  # type: ignore[attr-defined]
+        return self._by_name[name]
 
     def __contains__(self, name: object) -> bool:
-        return name in self._by_name  # type: ignore[attr-defined]
+        return name in self._by_name
 
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(d.name for d in self.definitions)
 
-    def nodes(self):
+    def nodes(self) -> Iterator[Node]:
         for definition in self.definitions:
             yield from walk(definition.expr)
 

@@ -122,7 +122,7 @@ def _join(node: Node, depth: int, parts: list[tuple[str, int]], lead: bool) -> t
             return f"{at(0, SUM)} {op} {at(1, SUM)}", CMP
         case Count(_, None):
             return f"# {at(0, UNARY)}", UNARY
-        case Count(_, offsets):
+        case Count(_, frozenset() as offsets):
             outer, inner = _var(depth), _var(depth + 1)
             relation = [
                 f"{inner} == {_minus(outer, a)}"

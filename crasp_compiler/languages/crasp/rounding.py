@@ -401,7 +401,7 @@ class Analysis:
             if self.vars[v].bits != EXACT or not float(c).is_integer():
                 return False
             size += abs(c)
-        return size < 2 ** PRECISION[self.dtype]
+        return size < 2.0 ** PRECISION[self.dtype]
 
     def row(
         self,
@@ -490,6 +490,14 @@ class Analysis:
     def register(self, form: Mapping[str, float], pair: Pair) -> None:
         """The bit errors of a Boolean form the lowering built from exclusive parts."""
         self.forms[frozenset(form.items())] = pair
+
+    def exclusive(self, form: Mapping[str, float], parts: Sequence[Mapping[str, float]]) -> None:
+        """The bit errors of ``form``, the sum of the Boolean forms ``parts`` that are
+        exclusive (at most one part's guards hold, the others are an exact 0): the worst
+        part's, on each side."""
+        pairs = [self.pair(part) for part in parts]
+        worst = (max((p[0] for p in pairs), default=0.0), max((p[1] for p in pairs), default=0.0))
+        self.register(form, worst)
 
     def equality(
         self,
