@@ -18,6 +18,7 @@ import pytest
 from crasp_compiler.model import Model
 from crasp_compiler.runtime import run
 from tests.support.reference_model import (
+    SEEDS,
     Probe,
     decide,
     naive_forward,
@@ -35,16 +36,22 @@ def _numpy(model: Model, inputs: list[list[str]]) -> tuple[Raw, Raw]:
     return result.outputs, result.values
 
 
-def _torch(model: Model, inputs: list[list[str]]) -> tuple[Raw, Raw]:
+def _torch(model: Model, inputs: list[list[str]], device: str = "cpu") -> tuple[Raw, Raw]:
     torch = pytest.importorskip("torch")
     from crasp_compiler.runtime.torch_module import TorchTransformer
 
-    module = TorchTransformer(model)
-    ids, lengths = module.encode(inputs)
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    module = TorchTransformer(model).to(device)
+    ids, lengths = module.encode(inputs, device=device)
     with torch.no_grad():
         raw = module(ids, lengths)
-    decided = {name: v.numpy() for name, v in module.decide(raw, lengths).items()}
-    return {o.name: raw[..., k].numpy() for k, o in enumerate(model.outputs)}, decided
+    decided = {name: v.cpu().numpy() for name, v in module.decide(raw, lengths).items()}
+    return {o.name: raw[..., k].cpu().numpy() for k, o in enumerate(model.outputs)}, decided
+
+
+def _torch_cuda(model: Model, inputs: list[list[str]]) -> tuple[Raw, Raw]:
+    return _torch(model, inputs, "cuda")
 
 
 def _torch_observed(model: Model, inputs: list[list[str]]) -> tuple[Raw, Raw]:
@@ -67,7 +74,9 @@ RUNTIMES: dict[str, Callable[[Model, list[list[str]]], tuple[Raw, Raw]]] = {
     "numpy": _numpy,
     "torch": _torch,
     "torch-observed": _torch_observed,
+    "torch-cuda": _torch_cuda,
 }
+CHUNKS = 8  # each runtime runs the random models of SEEDS in 8 tests
 
 
 def _conform(runtime: str, model: Model, inputs: list[list[str]]) -> int:
@@ -92,11 +101,14 @@ def _conform(runtime: str, model: Model, inputs: list[list[str]]) -> int:
     return compared
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-@pytest.mark.parametrize("chunk", range(4))
+@pytest.mark.parametrize(
+    "runtime",
+    [pytest.param(name, marks=[pytest.mark.gpu] if "cuda" in name else []) for name in RUNTIMES],
+)
+@pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_random_models_conform(runtime, chunk):
     compared = total = 0
-    for seed in range(chunk * 10, chunk * 10 + 10):
+    for seed in SEEDS[chunk::CHUNKS]:
         rng = np.random.default_rng(seed)
         model = random_model(rng)
         inputs = random_inputs(rng, model, count=4, max_len=9)
@@ -105,7 +117,10 @@ def test_random_models_conform(runtime, chunk):
     assert compared >= 0.8 * total  # near-threshold inputs are rare
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize(
+    "runtime",
+    [pytest.param(name, marks=[pytest.mark.gpu] if "cuda" in name else []) for name in RUNTIMES],
+)
 @pytest.mark.parametrize("example", ["dyck1.cr", "c_near_a.cr", "tomita7_local.cr"])
 def test_compiled_models_conform(runtime, example):
     from crasp_compiler import compile, load

@@ -46,6 +46,7 @@ from crasp_compiler.runtime.backend import NUMPY
 from crasp_compiler.runtime.forward import Observer, Path, forward, head_path
 from crasp_compiler.runtime.numpy_exec import RunResult, run
 from tests.support.reference_model import (
+    SEEDS,
     Probe,
     decide,
     gelu,
@@ -143,18 +144,6 @@ def assert_matches_reference(model: Model, inputs: list[list[str]], what: str) -
 # ---------------------------------------------------------------- random models
 
 
-@pytest.mark.parametrize("chunk", range(12))
-def test_random_models_match_reference(chunk):
-    compared = total = 0
-    for seed in range(chunk * 10, chunk * 10 + 10):
-        rng = np.random.default_rng(seed)
-        model = random_model(rng)
-        inputs = draw_batch(rng, model)
-        compared += assert_matches_reference(model, inputs, f"seed {seed}")
-        total += len(inputs)
-    assert compared >= 0.8 * total  # the rejection of near-threshold inputs stays rare
-
-
 def test_random_models_exercise_the_family():
     """The generator covers what the comparisons are meant to exercise, ties included."""
     seen: dict[str, int] = {}
@@ -163,7 +152,7 @@ def test_random_models_exercise_the_family():
     def note(key: str) -> None:
         seen[key] = seen.get(key, 0) + 1
 
-    for seed in range(80):
+    for seed in SEEDS:  # the seeds of the conformance suite
         rng = np.random.default_rng(seed)
         model = random_model(rng)
         for layer in model.layers:

@@ -344,6 +344,11 @@ def _small_integers(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndar
     return rng.choice([-2.0, -1.0, 0.0, 0.0, 1.0, 1.0, 2.0], size=shape)
 
 
+# The seeds of the random models every runtime runs in tests/runtime/test_conformance.py
+# (the family-coverage tests check that these seeds exercise the whole family).
+SEEDS = range(80)
+
+
 def random_model(
     rng: np.random.Generator,
     *,
