@@ -16,7 +16,7 @@ the program's static checks for that n are skipped and listed):
   the numpy executor in float64: max |softmax output − hard output| (against the sum of
   both models' recorded bounds) and max |hard output − interpreter|. Inputs
   that break a promise of the program (a data comparison within its margin, a slot past
-  its bound, as ``interpret_pcoc(..., check_promises=True)`` reports) are redrawn; the
+  its bound, as ``interpret(..., check_promises=True)`` reports) are redrawn; the
   number redrawn is recorded.
 
 Usage::
@@ -47,13 +47,10 @@ import numpy as np  # noqa: E402
 from _common import ROOT, load_average, machine, provenance_line, revision  # noqa: E402
 
 from crasp_compiler.errors import CraspError  # noqa: E402
-from crasp_compiler.languages.pcoc.compile import compile_pcoc, run_pcoc  # noqa: E402
-from crasp_compiler.languages.pcoc.interpret import (  # noqa: E402
-    check_pcoc,
-    interpret_pcoc,
-    interpret_pcoc_batch,
-)
-from crasp_compiler.languages.pcoc.parse import load_pcoc  # noqa: E402
+from crasp_compiler.languages.pcoc.check import check_pcoc  # noqa: E402
+from crasp_compiler.languages.pcoc.compile import compile_program, run_pcoc  # noqa: E402
+from crasp_compiler.languages.pcoc.interpret import interpret, interpret_batch  # noqa: E402
+from crasp_compiler.languages.pcoc.program import load_program  # noqa: E402
 
 PCOC_DIR = ROOT / "examples" / "pcoc"
 NS = (4, 8, 16, 32, 64)
@@ -69,7 +66,7 @@ def timed_compile(program, n: int, mode: str, repeats: int, tolerance: float | N
     times, model = [], None
     for _ in range(repeats):
         start = time.perf_counter()
-        model = compile_pcoc(program, n, mode=mode, tolerance=tolerance)
+        model = compile_program(program, n, mode=mode, tolerance=tolerance)
         times.append(time.perf_counter() - start)
     return model, round(1000 * statistics.median(times), 3)
 
@@ -96,7 +93,7 @@ def shape(model) -> dict:
 
 def _satisfies(program, n: int, x: np.ndarray) -> bool:
     try:
-        interpret_pcoc(program, n, x, check_promises=True)
+        interpret(program, n, x, check_promises=True)
     except CraspError:
         return False
     return True
@@ -111,7 +108,7 @@ def draw(program, n: int, scale: float, samples: int, rng) -> tuple[np.ndarray |
     for _ in range(MAX_DRAWS):
         batch = rng.uniform(-scale, scale, size=(samples, k, n))
         try:
-            interpret_pcoc_batch(program, n, batch, check_promises=True)
+            interpret_batch(program, n, batch, check_promises=True)
             good = list(batch)
         except CraspError:
             good = [x for x in batch if _satisfies(program, n, x)]
@@ -138,7 +135,7 @@ def measure(program, n, hard, soft, scale, samples, seed) -> dict:
     out_hard = run_pcoc(hard, list(x), dtype=np.float64)
     out_soft = run_pcoc(soft, list(x), dtype=np.float64)
     entry["run_s"] = round(time.perf_counter() - start, 3)
-    reference = interpret_pcoc_batch(program, n, x).outputs
+    reference = interpret_batch(program, n, x).outputs
     per_output = {}
     for name in program.outputs:
         soft_err = float(np.max(np.abs(out_soft[name] - out_hard[name])))
@@ -168,7 +165,7 @@ def measure(program, n, hard, soft, scale, samples, seed) -> dict:
 
 
 def row(name: str, n: int, args, seed_base: int) -> dict:
-    program = load_pcoc(PCOC_DIR / name)
+    program = load_program(PCOC_DIR / name)
     entry: dict = {"example": name, "n": n}
     try:
         check_pcoc(program, n)

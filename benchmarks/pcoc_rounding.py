@@ -14,7 +14,7 @@ For every PCOC example (``examples/pcoc/*.pcoc`` and ``examples/pcoc_sends/permu
 Inputs: every input number uniform in [−B·s, B·s] (B its declared bound; a destination
 ``d``: a permutation of 0..n−1), with s = 1, 1/2, 1/4, … the largest scale at which at
 least half of a trial batch keeps every promise of the program (data comparisons outside
-their margins, slots within their bounds: ``interpret_pcoc(..., check_promises=True)``);
+their margins, slots within their bounds: ``interpret(..., check_promises=True)``);
 inputs that break one are redrawn. The scale is recorded.
 
 Usage::
@@ -44,9 +44,9 @@ import numpy as np  # noqa: E402
 from _common import ROOT, load_average, machine, provenance_line, revision  # noqa: E402
 
 from crasp_compiler.errors import CraspError  # noqa: E402
-from crasp_compiler.languages.pcoc.compile import compile_pcoc, run_pcoc  # noqa: E402
-from crasp_compiler.languages.pcoc.interpret import interpret_pcoc_batch  # noqa: E402
-from crasp_compiler.languages.pcoc.parse import load_pcoc  # noqa: E402
+from crasp_compiler.languages.pcoc.compile import compile_program, run_pcoc  # noqa: E402
+from crasp_compiler.languages.pcoc.interpret import interpret_batch  # noqa: E402
+from crasp_compiler.languages.pcoc.program import load_program  # noqa: E402
 
 EXAMPLES = [
     *sorted((ROOT / "examples" / "pcoc").glob("*.pcoc")),
@@ -61,7 +61,7 @@ def keeps_promises(program, n: int, batch: np.ndarray) -> list[np.ndarray]:
     if len(batch) == 0:
         return []
     try:
-        interpret_pcoc_batch(program, n, batch, check_promises=True)
+        interpret_batch(program, n, batch, check_promises=True)
     except CraspError:
         if len(batch) == 1:
             return []
@@ -106,7 +106,7 @@ CHUNK = 50
 
 
 def largest_error(model, program, n: int, x: np.ndarray, dtype: str) -> float:
-    want = interpret_pcoc_batch(program, n, x).outputs
+    want = interpret_batch(program, n, x).outputs
     worst = 0.0
     for start in range(0, len(x), CHUNK):
         got = run_pcoc(model, list(x[start : start + CHUNK]), dtype=DTYPES[dtype])
@@ -116,10 +116,10 @@ def largest_error(model, program, n: int, x: np.ndarray, dtype: str) -> float:
 
 
 def hard_row(path: Path, n: int, samples: int, seed: int) -> dict:
-    program = load_pcoc(path)
+    program = load_program(path)
     entry: dict = {"example": path.name, "n": n, "mode": "hard"}
     start = time.process_time()
-    model = compile_pcoc(program, n)
+    model = compile_program(program, n)
     entry["compile_cpu_s"] = round(time.process_time() - start, 2)
     x, scale, redrawn = inputs_within_bounds(
         program, n, samples, [seed, n, zlib.crc32(path.name.encode())]
@@ -144,11 +144,11 @@ def hard_row(path: Path, n: int, samples: int, seed: int) -> dict:
 
 
 def softmax_row(path: Path, n: int, tolerance: float, samples: int, seed: int) -> dict:
-    program = load_pcoc(path)
+    program = load_program(path)
     entry: dict = {"example": path.name, "n": n, "mode": "softmax", "tolerance": tolerance}
     start = time.process_time()
     try:
-        model = compile_pcoc(program, n, mode="softmax", tolerance=tolerance)
+        model = compile_program(program, n, mode="softmax", tolerance=tolerance)
     except CraspError as err:
         lines = str(err).replace(f"{ROOT}/", "").splitlines()  # no machine paths
         entry["refused"], entry["hint"] = lines[0], lines[-1].strip()

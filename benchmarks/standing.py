@@ -201,7 +201,7 @@ def _peak_rss_mib() -> float | None:
 def pcoc_case(n: int) -> dict:
     """One row of the PCOC table (module docstring, item 3), measured in this process:
     meant for a fresh one (``--pcoc-case N``), so that its peak resident size is this n's."""
-    from crasp_compiler.languages.pcoc.interpret import interpret_pcoc_batch
+    from crasp_compiler.languages.pcoc.interpret import interpret_batch
 
     program = crasp_compiler.load(PERMUTE)
     crasp_compiler.compile(program, n=4)  # the compiler's modules imported before timing
@@ -218,7 +218,7 @@ def pcoc_case(n: int) -> dict:
     start = time.process_time()
     got = crasp_compiler.run(model, inputs)  # the first call: the execution plan is built
     first_s = time.process_time() - start
-    want = interpret_pcoc_batch(program, n, inputs).outputs["x"]
+    want = interpret_batch(program, n, inputs).outputs["x"]
     error = float(np.abs(got.values["x"] - want).max())
     # interleaved rounds, about 3 CPU-s of forward passes in all (one at least); the
     # interpreter, about a thousandth of that, five samples a round
@@ -230,7 +230,7 @@ def pcoc_case(n: int) -> dict:
         forward.append(time.process_time() - start)
         for _ in range(5):
             start = time.process_time()
-            interpret_pcoc_batch(program, n, inputs)
+            interpret_batch(program, n, inputs)
             interpreter.append(time.process_time() - start)
     forward_s, interpreter_s = statistics.median(forward), statistics.median(interpreter)
     return {

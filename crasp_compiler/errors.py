@@ -148,6 +148,33 @@ class CraspError(Exception):
         return "\n".join(parts)
 
 
+class Invalid(Exception):
+    """Raised while a front end builds a construct whose error it has recorded: the
+    construct is abandoned and building goes on with the next (:class:`Diagnostics`)."""
+
+
+class Diagnostics(list[Diagnostic]):
+    """The errors found in one program text, raised together in source order: a front
+    end records each one (:meth:`error`) and goes on, and raises them all at the end
+    (:meth:`raise_any`)."""
+
+    def __init__(self, source: str, filename: str) -> None:
+        super().__init__()
+        self.source, self.filename = source, filename
+
+    def error(self, message: str, span: Span | None, hint: str | None = None) -> Invalid:
+        """Record an error; the :class:`Invalid` to raise where building cannot go on."""
+        self.append(Diagnostic(message, span, hint))
+        return Invalid()
+
+    def raise_any(self, limit: int | None = None) -> None:
+        """Raise the errors recorded (the first ``limit`` of them), sorted by position, as
+        one :class:`CraspError`; nothing when there are none."""
+        if self:
+            self.sort(key=lambda d: (d.span is None, d.span and (d.span.line, d.span.column)))
+            raise CraspError(self[:limit], self.source, self.filename)
+
+
 def spacing_hint(token: str, symbols: Iterable[str]) -> str | None:
     """A hint when ``token`` is several alphabet symbols written without spaces (``(())``
     for ``( ( ) )``): inputs are whitespace-separated tokens."""

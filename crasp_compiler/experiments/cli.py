@@ -275,9 +275,9 @@ def train_command(ctx: click.Context, /, task: str | None, **options: Any) -> No
         raise click.UsageError("give a TASK (see `crasp tasks`) or --program PROG.cr")
     alphabet, lengths = options.pop("alphabet"), options.pop("lengths")
     generator = options.pop("generator")
-    from crasp_compiler.languages.pcoc import PCOC_SUFFIXES
+    from crasp_compiler.languages.pcoc import PROGRAM_SUFFIXES
 
-    pcoc = program is not None and Path(program).suffix in PCOC_SUFFIXES
+    pcoc = program is not None and Path(program).suffix in PROGRAM_SUFFIXES
     given = [
         "--" + name
         for name in _PROGRAM_ONLY

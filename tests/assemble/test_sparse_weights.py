@@ -18,8 +18,9 @@ from scipy import sparse
 from crasp_compiler import Builder, CraspError, load_program
 from crasp_compiler.cookbook import attention
 from crasp_compiler.languages.crasp.compile import compile_program
-from crasp_compiler.languages.pcoc.compile import compile_pcoc, run_pcoc
-from crasp_compiler.languages.pcoc.parse import load_pcoc
+from crasp_compiler.languages.pcoc.compile import compile_program as compile_pcoc
+from crasp_compiler.languages.pcoc.compile import run_pcoc
+from crasp_compiler.languages.pcoc.program import load_program as load_pcoc
 from crasp_compiler.model import load_model, save_model
 from crasp_compiler.model import model as model_module
 from crasp_compiler.model.model import Model, dense

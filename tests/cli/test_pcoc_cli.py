@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from click.testing import Result
 
-from crasp_compiler.languages.pcoc import format_vector, load_pcoc
+from crasp_compiler.languages.pcoc import format_vector, load_program
 from crasp_compiler.model import load_model
 from tests.support.cli import invoke
 
@@ -69,7 +69,7 @@ def model_file(name: str, n: int = N, mode: str = "hard") -> Path:
 
 def vectors_text(name: str, n: int = N, lines: int = 4, seed: int = 0) -> str:
     """Integer input vectors within the example's bounds, with a comment and a blank line."""
-    prog = load_pcoc(EXAMPLES / f"{name}.pcoc")
+    prog = load_program(EXAMPLES / f"{name}.pcoc")
     bound = min(prog.slot(slot).bound for slot in prog.inputs)
     scale = int(min(1e6, bound // n))
     rng = np.random.default_rng(seed)
@@ -139,7 +139,7 @@ def test_run_and_interpret_agree_on_every_example(name, tmp_path):
     text = vectors_text(name)
     path = tmp_path / "vectors.txt"
     path.write_text(text, encoding="utf-8")
-    prog = load_pcoc(EXAMPLES / f"{name}.pcoc")
+    prog = load_program(EXAMPLES / f"{name}.pcoc")
     interpreted = ok("interpret", EXAMPLES / f"{name}.pcoc", "--n", N, input=text).stdout
     ran = ok("run", model_file(name), input=text).stdout
     assert ran == interpreted

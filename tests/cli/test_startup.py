@@ -43,7 +43,7 @@ PROBE = (
 NEVER = {"torch", "scipy", "matplotlib", "tqdm", "ray", "crasp_compiler.experiments"}
 PCOC = {
     "crasp_compiler.languages.pcoc.language",
-    "crasp_compiler.languages.pcoc.parse",
+    "crasp_compiler.languages.pcoc.build",
     "crasp_compiler.languages.pcoc.syntax",
 }
 COMPILER = {

@@ -41,7 +41,7 @@ from crasp_compiler.cookbook.blocks import (
 )
 from crasp_compiler.languages.crasp.lower import lower_program
 from crasp_compiler.languages.crasp.program import load_program
-from crasp_compiler.languages.pcoc import load_pcoc
+from crasp_compiler.languages.pcoc import load_program as load_pcoc
 from crasp_compiler.languages.pcoc.lower import lower_pcoc
 from crasp_compiler.model.features import feature_matrix
 from crasp_compiler.model.model import ACTIVATIONS, MASKS, WEIGHTINGS

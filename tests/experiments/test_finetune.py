@@ -20,7 +20,7 @@ from crasp_compiler.experiments.train.finetune import (
     load_records,
     rebound_program,
 )
-from crasp_compiler.languages.pcoc import parse_pcoc
+from crasp_compiler.languages.pcoc import parse_program
 from crasp_compiler.languages.pcoc.nodes import For
 
 SMALL = {"n": 4, "steps": 20, "test_size": 32, "scales": [1.0, 10.0], "batch_size": 16}
@@ -88,7 +88,7 @@ def test_rebound_program_replaces_the_bound_and_the_defaults_that_dominate():
 )
 def test_rebound_program_refuses(text, bound, message):
     with pytest.raises(CraspError, match=message):
-        rebound_program(parse_pcoc(text), bound)
+        rebound_program(parse_program(text), bound)
 
 
 @pytest.mark.parametrize(("task", "bound"), [("num_cummin", 1e2), ("num_sort", 1e2)])

@@ -28,7 +28,7 @@ from crasp_compiler.experiments.train.plots import (
     load_results,
 )
 from crasp_compiler.experiments.train.sweep import load_grid, run_sweep
-from crasp_compiler.languages.pcoc import interpret_pcoc_batch
+from crasp_compiler.languages.pcoc import interpret_batch
 from tests.support.cli import invoke
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -75,7 +75,7 @@ def test_a_pcoc_file_is_a_numeric_task_with_the_interpreters_targets(cummax):
     rng = np.random.default_rng(0)
     examples = [task.sample(rng, 8, scale) for scale in (1, 3, 7)]
     inputs = np.stack([ex.inputs for ex in examples])
-    expected = interpret_pcoc_batch(task.pcoc_program(), 8, inputs).outputs["x"]
+    expected = interpret_batch(task.pcoc_program(), 8, inputs).outputs["x"]
     np.testing.assert_array_equal(np.stack([ex.targets for ex in examples]), expected)
     np.testing.assert_allclose(expected, np.maximum.accumulate(inputs, axis=1))
     compiled = task.compiled_values(inputs)

@@ -12,7 +12,7 @@ import pytest
 from crasp_compiler.errors import CraspError
 from crasp_compiler.experiments.tasks.base import NumericExample
 from crasp_compiler.experiments.tasks.numeric import TASKS
-from crasp_compiler.languages.pcoc import interpret_pcoc_batch
+from crasp_compiler.languages.pcoc import interpret_batch
 
 BY_NAME = {task.name: task for task in TASKS}
 NAMES = sorted(BY_NAME)
@@ -113,7 +113,7 @@ def test_programs_match_the_targets(name, n):
 def test_scale_1000_stays_within_the_declared_bounds(name):
     task = BY_NAME[name]
     x = _inputs(np.random.default_rng(3), 16)
-    interpret_pcoc_batch(task.pcoc_program(), 16, x, check_promises=True)
+    interpret_batch(task.pcoc_program(), 16, x, check_promises=True)
 
 
 def test_compiled_models_are_cached_per_n_and_mode():

@@ -31,7 +31,7 @@ Families (one module each, ``tests/fuzz/<family>.py``, with ``fuzz_<family>``):
   wherever ``model.guarantee.covers(length, dtype)``. Uncovered inputs must be refused
   (or agree).
 - ``pcoc``   PCOC program text: mutated examples, hostile statics and random valid
-  programs; ``interpret_pcoc`` vs ``compile_pcoc``/``run_pcoc`` (hard; softmax on a
+  programs; ``interpret`` vs ``compile_program``/``run_pcoc`` (hard; softmax on a
   subset; torch on a subset) on inputs within the declared bounds (relative agreement
   1e-6, plus the bound the model records) and outside them (refusal, warning or agreement).
 - ``inputs`` hostile input lines for ``crasp interpret`` / ``crasp run`` (CliRunner,

@@ -240,14 +240,15 @@ def fuzz_pcoc(case: Case, rng: random.Random) -> None:
     import numpy as np
 
     from crasp_compiler.errors import CraspError
-    from crasp_compiler.languages.pcoc.compile import compile_pcoc, run_pcoc
-    from crasp_compiler.languages.pcoc.interpret import check_pcoc, interpret_pcoc
-    from crasp_compiler.languages.pcoc.parse import parse_pcoc
+    from crasp_compiler.languages.pcoc.check import check_pcoc
+    from crasp_compiler.languages.pcoc.compile import compile_program, run_pcoc
+    from crasp_compiler.languages.pcoc.interpret import interpret
+    from crasp_compiler.languages.pcoc.program import parse_program
 
     text, how = pcoc_text(rng)
     case.repro.update(how)
     case.repro["text"] = shorten(text)
-    ok, program = case.attempt("parse", parse_pcoc, text, "fuzz.pcoc")
+    ok, program = case.attempt("parse", parse_program, text, "fuzz.pcoc")
     if not ok:
         return
     sends = "send" in text
@@ -264,12 +265,12 @@ def fuzz_pcoc(case: Case, rng: random.Random) -> None:
     tolerance = rng.choice([1e-6, 1e-3]) if mode == "softmax" else 0.0
     case.repro["mode"] = mode
     ok, model = case.attempt(
-        f"compile-{mode}", compile_pcoc, program, n, mode=mode, tolerance=tolerance or 1e-6
+        f"compile-{mode}", compile_program, program, n, mode=mode, tolerance=tolerance or 1e-6
     )
     if not ok:
         # the interpreter still has to run (or refuse) cleanly
         vectors = _pcoc_inputs(rng, program, n, True)
-        case.attempt("interpret", interpret_pcoc, program, n, vectors)
+        case.attempt("interpret", interpret, program, n, vectors)
         return
     runtimes = ["numpy"] + (["torch"] if rng.random() < 0.1 else [])
     for trial in range(4):
@@ -277,14 +278,14 @@ def fuzz_pcoc(case: Case, rng: random.Random) -> None:
         vectors = _pcoc_inputs(rng, program, n, inside)
         label = "inside" if inside else "outside"
         try:
-            expected = interpret_pcoc(program, n, vectors, check_promises=True)
+            expected = interpret(program, n, vectors, check_promises=True)
             promised = True
             case.ran.append(f"interpret-{label}-promised")
         except SlowCase:
             raise
         except CraspError:
             promised = False
-            ok, expected = case.attempt(f"interpret-{label}", interpret_pcoc, program, n, vectors)
+            ok, expected = case.attempt(f"interpret-{label}", interpret, program, n, vectors)
             if not ok:
                 if case.findings and case.findings[-1].cls == "refused":
                     case.findings.pop()  # an input the reference itself refuses: nothing to compare

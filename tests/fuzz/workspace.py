@@ -24,8 +24,8 @@ def base_models() -> dict[str, dict]:
     name -> {path, input (argv for run), kind}."""
     from crasp_compiler import load_program
     from crasp_compiler.languages.crasp.compile import compile_program
-    from crasp_compiler.languages.pcoc.compile import compile_pcoc
-    from crasp_compiler.languages.pcoc.parse import load_pcoc
+    from crasp_compiler.languages.pcoc.compile import compile_program as compile_pcoc
+    from crasp_compiler.languages.pcoc.program import load_program as load_pcoc
     from crasp_compiler.model import save_model
 
     out = {}

@@ -22,9 +22,9 @@ from crasp_compiler.languages.crasp.compile import compile_program
 from crasp_compiler.languages.crasp.lower import lower_program
 from crasp_compiler.languages.crasp.program import load_program
 from crasp_compiler.languages.pcoc.benes import has_sends, lower_sends
-from crasp_compiler.languages.pcoc.compile import compile_pcoc
+from crasp_compiler.languages.pcoc.compile import compile_program as compile_pcoc
 from crasp_compiler.languages.pcoc.lower import lower_pcoc
-from crasp_compiler.languages.pcoc.parse import load_pcoc
+from crasp_compiler.languages.pcoc.program import load_program as load_pcoc
 from crasp_compiler.model import Model
 from tests.support.golden import check, dump, dump_model
 

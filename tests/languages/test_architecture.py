@@ -71,14 +71,14 @@ def test_languages_are_declared_and_imported_on_first_use():
         "import sys\n"
         "from crasp_compiler.languages import declarations, language_for_path\n"
         "from crasp_compiler.languages import language_of_program\n"
-        "from crasp_compiler.languages.pcoc import parse_pcoc\n"
+        "from crasp_compiler.languages.pcoc import parse_program\n"
         "impl = ['crasp_compiler.languages.crasp.language',\n"
         "        'crasp_compiler.languages.pcoc.language']\n"
         "assert [d.name for d in declarations()] == ['crasp', 'pcoc']\n"
         "assert not [m for m in impl if m in sys.modules]\n"
         "assert language_for_path('x.cr').name == 'crasp'\n"
         "assert [m for m in impl if m in sys.modules] == impl[:1]\n"
-        "program = parse_pcoc(open('examples/pcoc/cumsum.pcoc').read())\n"
+        "program = parse_program(open('examples/pcoc/cumsum.pcoc').read())\n"
         "assert language_of_program(program).name == 'pcoc'\n"
     )
     proc = subprocess.run(

@@ -19,13 +19,13 @@ import pytest
 
 from crasp_compiler.errors import CraspError
 from crasp_compiler.languages.pcoc import (
-    interpret_pcoc,
-    interpret_pcoc_batch,
-    load_pcoc,
-    parse_pcoc,
+    interpret,
+    interpret_batch,
+    load_program,
+    parse_program,
 )
 from crasp_compiler.languages.pcoc.benes import has_sends, lower_sends, routing_rounds
-from crasp_compiler.languages.pcoc.compile import compile_pcoc, run_pcoc
+from crasp_compiler.languages.pcoc.compile import compile_program, run_pcoc
 from crasp_compiler.languages.pcoc.nodes import Round
 
 # Not in examples/pcoc: the example tests there feed random inputs (collisions here) and
@@ -50,7 +50,7 @@ for k in 0 .. 2 {
 
 
 def _program():
-    return load_pcoc(EXAMPLE)
+    return load_program(EXAMPLE)
 
 
 def _inputs(rng, n: int, batch: int, partial: float, integers: bool = False) -> np.ndarray:
@@ -83,14 +83,14 @@ def test_lowered_program_agrees_with_the_interpreter(n):
     program = _program()
     batch = 6 if n <= 32 else 2
     inputs = np.concatenate([_inputs(rng, n, batch, 0.0), _inputs(rng, n, batch, 0.4)])
-    expected = interpret_pcoc_batch(program, n, inputs).outputs["x"]
+    expected = interpret_batch(program, n, inputs).outputs["x"]
     assert np.array_equal(expected, _reference(inputs))
     lowered = lower_sends(program, n)
     assert not has_sends(lowered) and all(isinstance(r, Round) for r in lowered.rounds)
     assert len(lowered.rounds) == routing_rounds(n)
     k = (n - 1).bit_length()
     assert len(lowered.rounds) == max(k, 1)  # ⌈log₂ n⌉, the last local step fused
-    trace = interpret_pcoc_batch(lowered, n, inputs, check_promises=n <= 16)
+    trace = interpret_batch(lowered, n, inputs, check_promises=n <= 16)
     assert np.array_equal(trace.outputs["x"], expected)
     # no tuple is lost or duplicated: after routing round b (< k − 1) the valid flags of
     # the offsets it stored, over all machines, count the valid destinations
@@ -105,33 +105,33 @@ def test_lowered_program_agrees_with_the_interpreter(n):
 
 
 def test_two_sends_in_a_loop_with_a_receive():
-    program = parse_pcoc(TWO)
+    program = parse_program(TWO)
     rng = np.random.default_rng(1)
     for n in (1, 2, 5, 8, 11):
         inputs = _inputs(rng, n, 4, 0.3)  # destinations up to n + 999, past `d bound 100`:
         # the routing is the same program beyond the bound (the IR is compared, not a model)
-        expected = interpret_pcoc_batch(program, n, inputs, on_beyond="ignore")
+        expected = interpret_batch(program, n, inputs, on_beyond="ignore")
         lowered = lower_sends(program, n)
         assert len(lowered.rounds) == 2 * routing_rounds(n)
-        got = interpret_pcoc_batch(lowered, n, inputs, on_beyond="ignore")
+        got = interpret_batch(lowered, n, inputs, on_beyond="ignore")
         for name in ("x", "y"):
             assert np.array_equal(got.outputs[name], expected.outputs[name]), (n, name)
 
 
 def test_send_semantics_by_hand():
     program = _program()
-    out = interpret_pcoc(program, 4, [[1, 2, 3, 4], [2, 0, 9, -1]]).outputs["x"]
+    out = interpret(program, 4, [[1, 2, 3, 4], [2, 0, 9, -1]]).outputs["x"]
     assert out.tolist() == [2, 0, 1, 0]
 
 
 def test_collision_is_reported_with_round_and_machines():
     with pytest.raises(CraspError, match=r"collision in round r = 0: machines 0 and 2 both send"):
-        interpret_pcoc(_program(), 4, [[1, 2, 3, 4], [2, 0, 2, 1]])
+        interpret(_program(), 4, [[1, 2, 3, 4], [2, 0, 2, 1]])
 
 
 def test_non_integer_destination_is_reported():
     with pytest.raises(CraspError, match="not an integer"):
-        interpret_pcoc(_program(), 3, [[1, 2, 3], [0.5, 1, 2]])
+        interpret(_program(), 3, [[1, 2, 3], [0.5, 1, 2]])
 
 
 @pytest.mark.parametrize(
@@ -168,21 +168,21 @@ def test_non_integer_destination_is_reported():
 )
 def test_parser_checks(text, message):
     with pytest.raises(CraspError, match=message):
-        parse_pcoc(text)
+        parse_program(text)
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8])
 def test_compiled_model_agrees_with_the_interpreter(n):
     rng = np.random.default_rng(100 + n)
     program = _program()
-    model = compile_pcoc(program, n)
+    model = compile_program(program, n)
     k = (n - 1).bit_length()
     info = model.info["benes"]
     assert info["send_rounds"] == 1 and info["rounds"] == routing_rounds(n)
     assert info["bound_2Rlog2n"] == 2 * k
     assert info["layers"] == len(model.layers) >= info["rounds"]
     inputs = np.concatenate([_inputs(rng, n, 6, 0.0, True), _inputs(rng, n, 6, 0.4, True)])
-    expected = interpret_pcoc_batch(program, n, inputs).outputs["x"]
+    expected = interpret_batch(program, n, inputs).outputs["x"]
     got = run_pcoc(model, [list(row) for row in inputs])["x"]
     assert np.array_equal(got, expected)
 
@@ -203,14 +203,14 @@ def test_compiled_routing_at_large_n(n, batch):
     every message arrives exactly (integer payloads, so float64 is exact too)."""
     rng = np.random.default_rng(500 + n)
     program = _program()
-    model = compile_pcoc(program, n)
+    model = compile_program(program, n)
     k = (n - 1).bit_length()
     assert model.info["benes"]["rounds"] == k
     assert model.guarantee.dtypes["float64"] == n  # a float64 guarantee, proven
     inputs = np.concatenate([_inputs(rng, n, batch - 1, 0.0, True), _inputs(rng, n, 1, 0.3, True)])
     got = run_pcoc(model, [list(row) for row in inputs])["x"]
     assert np.array_equal(got, _reference(inputs))
-    assert np.array_equal(got, interpret_pcoc_batch(program, n, inputs).outputs["x"])
+    assert np.array_equal(got, interpret_batch(program, n, inputs).outputs["x"])
 
 
 @pytest.mark.parametrize(
@@ -221,7 +221,7 @@ def test_routing_stays_narrow(n, width, nonzero):
     """The size the module docstring of benes states: ⌈log₂ n⌉ + 3 layers, a residual
     4n + 4 wide (no pairwise comparison lives in it), and a regression guard on the
     nonzero weights (about 70 per machine, measured when it was written)."""
-    model = compile_pcoc(_program(), n)
+    model = compile_program(_program(), n)
     k = (n - 1).bit_length()
     assert len(model.layers) <= k + 3
     if n == 2**k:
@@ -233,7 +233,7 @@ def test_routing_stays_narrow(n, width, nonzero):
 def test_routing_grows_like_n_log_n():
     """Width and nonzero weights grow at most like n^1.3 from n = 64 to 256 (the issue's
     bound on the exponents; O(n) and O(n log n) here)."""
-    small, large = compile_pcoc(_program(), 64), compile_pcoc(_program(), 256)
+    small, large = compile_program(_program(), 64), compile_program(_program(), 256)
     assert large.width <= small.width * 4**1.3
     assert large.nonzero_count() <= small.nonzero_count() * 4**1.3
 
@@ -244,8 +244,8 @@ def test_softmax_model_with_sends_is_within_its_stated_bound(n):
     model (values with 3 decimals, permutations and partial permutations)."""
     rng = np.random.default_rng(300 + n)
     program = _program()
-    hard = compile_pcoc(program, n)
-    soft = compile_pcoc(program, n, mode="softmax", tolerance=1e-3)
+    hard = compile_program(program, n)
+    soft = compile_program(program, n, mode="softmax", tolerance=1e-3)
     assert soft.options["temperature"] > 0 and "softmax" in soft.guarantee.text
     inputs = np.concatenate([_inputs(rng, n, 6, 0.0), _inputs(rng, n, 6, 0.4)])
     batch = [list(row) for row in inputs]

@@ -18,8 +18,10 @@ from crasp_compiler import CraspError, interpret, interpret_batch, parse_program
 from crasp_compiler.languages.crasp import format_program
 from crasp_compiler.languages.crasp.compile import compile_program
 from crasp_compiler.languages.crasp.depth import dependency_bound
-from crasp_compiler.languages.pcoc import interpret_pcoc, parse_pcoc
-from crasp_compiler.languages.pcoc.compile import MAX_COMPILE_MACHINES, compile_pcoc
+from crasp_compiler.languages.pcoc import interpret as interpret_pcoc
+from crasp_compiler.languages.pcoc import parse_program as parse_pcoc
+from crasp_compiler.languages.pcoc.compile import MAX_COMPILE_MACHINES
+from crasp_compiler.languages.pcoc.compile import compile_program as compile_pcoc
 from crasp_compiler.runtime.numpy_exec import run
 
 

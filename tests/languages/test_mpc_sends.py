@@ -18,13 +18,13 @@ import pytest
 
 from crasp_compiler.errors import CraspError
 from crasp_compiler.languages.pcoc import (
-    interpret_pcoc,
-    interpret_pcoc_batch,
-    load_pcoc,
-    parse_pcoc,
+    interpret,
+    interpret_batch,
+    load_program,
+    parse_program,
 )
 from crasp_compiler.languages.pcoc.benes import lower_sends, routing_rounds
-from crasp_compiler.languages.pcoc.compile import compile_pcoc, run_pcoc
+from crasp_compiler.languages.pcoc.compile import compile_program, run_pcoc
 from crasp_compiler.model.io import load_model, save_model
 
 PAIRS = Path(__file__).resolve().parents[2] / "examples" / "pcoc_sends" / "pairs.pcoc"
@@ -87,14 +87,14 @@ def _pairs_reference(inputs: np.ndarray) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 33])
 def test_pairs_interpreter_and_lowering_agree_with_numpy(n):
     rng = np.random.default_rng(n)
-    program = load_pcoc(PAIRS)
+    program = load_program(PAIRS)
     inputs = np.concatenate([_pairs_inputs(rng, n, 5, 0.0), _pairs_inputs(rng, n, 5, 0.3)])
     want = _pairs_reference(inputs)
-    trace = interpret_pcoc_batch(program, n, inputs)
+    trace = interpret_batch(program, n, inputs)
     lowered = lower_sends(program, n)
     assert len(lowered.rounds) == routing_rounds(n)
     # the lowered program, its margins and exclusive sums checked, for small n
-    low = interpret_pcoc_batch(lowered, n, inputs, check_promises=n <= 9)
+    low = interpret_batch(lowered, n, inputs, check_promises=n <= 9)
     for name in OUTPUTS:
         assert np.array_equal(trace.outputs[name], want[name]), name
         assert np.array_equal(low.outputs[name], want[name]), name
@@ -103,13 +103,13 @@ def test_pairs_interpreter_and_lowering_agree_with_numpy(n):
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 13, 32, 64])
 def test_pairs_compiled_model_agrees_with_the_interpreter(n):
     rng = np.random.default_rng(40 + n)
-    program = load_pcoc(PAIRS)
-    model = compile_pcoc(program, n)
+    program = load_program(PAIRS)
+    model = compile_program(program, n)
     assert model.guarantee.destinations == ["d"] and model.guarantee.capacities == {"d": 2}
     assert model.guarantee.dtypes["float64"] == n  # proven in float64
     assert model.info["benes"]["send_rounds"] == 1
     inputs = np.concatenate([_pairs_inputs(rng, n, 4, 0.0), _pairs_inputs(rng, n, 2, 0.3)])
-    want = interpret_pcoc_batch(program, n, inputs).outputs
+    want = interpret_batch(program, n, inputs).outputs
     batch = [row for row in inputs]
     for runtime in ("numpy", "torch"):
         got = run_pcoc(model, batch, runtime=runtime)
@@ -126,8 +126,8 @@ def test_pairs_compiled_model_agrees_with_the_interpreter(n):
 @pytest.mark.slow
 def test_pairs_compiled_at_256():
     rng = np.random.default_rng(256)
-    program = load_pcoc(PAIRS)
-    model = compile_pcoc(program, 256)
+    program = load_program(PAIRS)
+    model = compile_program(program, 256)
     inputs = _pairs_inputs(rng, 256, 3, 0.1)
     got = run_pcoc(model, [row for row in inputs])
     want = _pairs_reference(inputs)
@@ -139,7 +139,7 @@ def test_pairs_compiled_at_256():
 def test_pairs_size(n):
     """The size benes' docstring states for pairs.pcoc: at most 2⌈log₂ n⌉ + 7 layers,
     width about 22n, about 525 nonzero weights per machine (regression guards)."""
-    model = compile_pcoc(load_pcoc(PAIRS), n)
+    model = compile_program(load_program(PAIRS), n)
     assert len(model.layers) <= 2 * (n - 1).bit_length() + 7
     assert model.width <= 23.3 * n
     assert model.nonzero_count() <= 560 * n
@@ -148,7 +148,10 @@ def test_pairs_size(n):
 def test_pairs_grow_linearly():
     """The lists of two tuples cost a constant factor over permute.pcoc: width and
     nonzero weights O(n)."""
-    small, large = compile_pcoc(load_pcoc(PAIRS), 32), compile_pcoc(load_pcoc(PAIRS), 128)
+    small, large = (
+        compile_program(load_program(PAIRS), 32),
+        compile_program(load_program(PAIRS), 128),
+    )
     assert large.width <= small.width * 4 * 1.1
     assert large.nonzero_count() <= small.nonzero_count() * 4 * 1.1
 
@@ -158,17 +161,17 @@ def test_capacity_three_in_sender_order(n):
     """Three senders per receiver, the k-th target from the k-th lowest-numbered one
     (the routing collects them by offset; the last round sorts them by sender)."""
     rng = np.random.default_rng(70 + n)
-    program = parse_pcoc(THREE, "three.pcoc")
+    program = parse_program(THREE, "three.pcoc")
     x = rng.integers(-1000, 1000, (6, 1, n)).astype(float)
     d = _destinations(rng, n, 6, 3, 0.15)[:, None, :]
     inputs = np.concatenate([x, d], axis=1)
-    trace = interpret_pcoc_batch(program, n, inputs)
+    trace = interpret_batch(program, n, inputs)
     for b in range(len(inputs)):
         for j in range(n):
             senders = [i for i in range(n) if inputs[b, 1, i] == j]
             got = [trace.outputs[name][b, j] for name in "abc"]
             assert got == [inputs[b, 0, i] for i in senders] + [-1.0] * (3 - len(senders))
-    model = compile_pcoc(program, n)
+    model = compile_program(program, n)
     assert model.guarantee.capacities == {"d": 3}
     out = run_pcoc(model, [row for row in inputs])
     for name in "abc":
@@ -176,23 +179,23 @@ def test_capacity_three_in_sender_order(n):
 
 
 def test_receivers_list_senders_in_machine_order_by_hand():
-    program = load_pcoc(PAIRS)
+    program = load_program(PAIRS)
     # machines 3 and 0 send to 1 (0 first), machine 1 to 2, machine 2 nowhere
     x, y, d = [10, 11, 12, 13], [20, 21, 22, 23], [1, 2, 9, 1]
-    out = interpret_pcoc(program, 4, [x, y, d]).outputs
+    out = interpret(program, 4, [x, y, d]).outputs
     assert out["x1"].tolist() == [0, 10, 11, 0] and out["x2"].tolist() == [0, 13, 0, 0]
     assert out["y1"].tolist() == [0, 20, 21, 0] and out["y2"].tolist() == [0, 23, 0, 0]
     assert out["total"].tolist() == [0, 66, 32, 0]
-    got = run_pcoc(compile_pcoc(program, 4), [[x, y, d]])
+    got = run_pcoc(compile_program(program, 4), [[x, y, d]])
     assert np.round(got["x2"]).tolist() == [[0, 13, 0, 0]]
 
 
 def test_over_capacity_is_refused_by_the_interpreter_and_the_runtimes(tmp_path):
-    program = load_pcoc(PAIRS)
+    program = load_program(PAIRS)
     over = [[1, 2, 3, 4], [5, 6, 7, 8], [2, 2, 0, 2]]
     with pytest.raises(CraspError, match=r"machines 0 and 1 and 3 all send to machine 2"):
-        interpret_pcoc(program, 4, over)
-    model = compile_pcoc(program, 4)
+        interpret(program, 4, over)
+    model = compile_program(program, 4)
     assert "at most 2 per machine" in model.guarantee.text
     path = tmp_path / "pairs.npz"
     save_model(model, path)
@@ -219,11 +222,11 @@ def test_parser_checks_on_targets(targets, message):
         f"input x bound 1\ninput d bound 9\noutput x\nround {{ {targets} = send x to d default 0 }}"
     )
     with pytest.raises(CraspError, match=message):
-        parse_pcoc(text)
+        parse_program(text)
 
 
 def test_sixteen_targets_parse():
     names = ", ".join(f"t{k}" for k in range(16))
     text = f"input x bound 1\ninput d bound 9\noutput x\nround {{ {names} = send x to d default 0\n x = t15 }}"
-    (send,) = parse_pcoc(text).rounds[0].sends
+    (send,) = parse_program(text).rounds[0].sends
     assert send.capacity == 16 and send.text().startswith("`t0, t1,")

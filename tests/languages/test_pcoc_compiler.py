@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from crasp_compiler.cookbook import attention as A
 from crasp_compiler.cookbook.blocks import var
 from crasp_compiler.errors import CraspError
-from crasp_compiler.languages.pcoc import interpret_pcoc_batch, load_pcoc, parse_pcoc
+from crasp_compiler.languages.pcoc import interpret_batch, load_program, parse_program
 from crasp_compiler.languages.pcoc.compile import (
-    compile_pcoc,
+    compile_program,
     input_matrix,
     is_pcoc,
     machines,
@@ -75,12 +75,12 @@ def log2up(n: int) -> int:
 
 @cache
 def example(name: str) -> Program:
-    return load_pcoc(EXAMPLES / f"{name}.pcoc")
+    return load_program(EXAMPLES / f"{name}.pcoc")
 
 
 @cache
 def compiled(name: str, n: int, mode: str = "hard") -> object:
-    return compile_pcoc(example(name), n, mode=mode)
+    return compile_program(example(name), n, mode=mode)
 
 
 def outputs_agree(got: dict, want: dict, atol: float) -> float:
@@ -223,7 +223,7 @@ def test_ir_programs_against_numpy_definitions(n):
     ]
     for prog, reference in cases:
         for mode in ("hard", "softmax"):
-            model = compile_pcoc(prog, n, mode=mode)
+            model = compile_program(prog, n, mode=mode)
             got = run_pcoc(model, [x[None] for x in xs])
             for row, x in enumerate(xs):
                 want = reference(x)
@@ -231,7 +231,7 @@ def test_ir_programs_against_numpy_definitions(n):
                 outputs_agree({"x": got["x"][row]}, want, atol)
     pairs = integers(rng, 20, (6, 2, n))
     for mode in ("hard", "softmax"):
-        model = compile_pcoc(LOCAL, n, mode=mode)
+        model = compile_program(LOCAL, n, mode=mode)
         got = run_pcoc(model, list(pairs))
         for row, (x, y) in enumerate(pairs):
             atol = 0.0 if mode == "hard" else TOLERANCE
@@ -244,15 +244,15 @@ def test_ir_layer_counts():
     gating layer); the local program needs 3 (comparisons, then the data selection and
     the max of four values, then the static selection between them)."""
     for n in (2, 5, 8, 16, 32):
-        assert len(compile_pcoc(CUMSUM, n).layers) == log2up(n)
-        assert len(compile_pcoc(GUARDED_MIN, n).layers) == log2up(n)
-        model = compile_pcoc(SORT, n)
+        assert len(compile_program(CUMSUM, n).layers) == log2up(n)
+        assert len(compile_program(GUARDED_MIN, n).layers) == log2up(n)
+        model = compile_program(SORT, n)
         assert model.info["rounds"] == n
         # n = 2: no machine has a partner in the second round
         assert len(model.layers) == (n if n > 2 else 1)
         assert [len(layer.heads) for layer in model.layers] == [2] * len(model.layers)
-    assert len(compile_pcoc(LOCAL, 4).layers) == 3
-    assert compile_pcoc(LOCAL, 4).info["heads"] == [1, 0, 0]
+    assert len(compile_program(LOCAL, 4).layers) == 3
+    assert compile_program(LOCAL, 4).info["heads"] == [1, 0, 0]
 
 
 # ---------------------------------------------------------------------------- random programs
@@ -369,11 +369,11 @@ def test_random_programs_interpreter_numpy_torch_softmax(prog, n, seed):
     rng = np.random.default_rng(seed)
     inputs = integers(rng, 1000, (4, 2, n))
     try:
-        want = interpret_pcoc_batch(prog, n, inputs, check_promises=True).outputs
+        want = interpret_batch(prog, n, inputs, check_promises=True).outputs
     except CraspError:
         assume(False)  # a value beyond the declared bounds
     try:
-        hard = compile_pcoc(prog, n)
+        hard = compile_program(prog, n)
     except CraspError as err:  # a margin float64 cannot resolve at these bounds: said so
         assert "below what float64 resolves" in str(err)
         return
@@ -382,7 +382,7 @@ def test_random_programs_interpreter_numpy_torch_softmax(prog, n, seed):
     outputs_agree(run_pcoc(hard, list(inputs)), want, bound)
     outputs_agree(run_pcoc(hard, list(inputs), runtime="torch"), want, bound)
     try:
-        soft = compile_pcoc(prog, n, mode="softmax")
+        soft = compile_program(prog, n, mode="softmax")
     except CraspError as err:  # T beyond float64's exponent range, or a comparison whose
         # ramp (a quarter margin of slack, half the hard step's) float64 cannot decide
         assert "temperature" in str(err) or "below what float64 resolves" in str(err)
@@ -479,7 +479,7 @@ def example_inputs(draw):
 def test_examples_interpreter_numpy_torch_softmax(case):
     name, n, inputs = case
     prog = example(name)
-    want = interpret_pcoc_batch(prog, n, inputs, check_promises=True).outputs
+    want = interpret_batch(prog, n, inputs, check_promises=True).outputs
     hard = compiled(name, n)
     got = run_pcoc(hard, list(inputs))
     outputs_agree(got, want, 0.0)  # integers: the hard model is exact in float64 too
@@ -555,7 +555,7 @@ def test_cumsum_temperature_has_its_closed_form():
     round r is 2·A_{r−1} + n·2^r·B, so A = n·B·R·2^R; T is ln(A / (τ − E)), E the
     rounding of the output (model and interpreter)."""
     for n in (2, 5, 16, 32):
-        model = compile_pcoc(example("cumsum"), n, mode="softmax", tolerance=1e-2)
+        model = compile_program(example("cumsum"), n, mode="softmax", tolerance=1e-2)
         lowered = lower_pcoc(example("cumsum"), n, "softmax", model.options["temperature"])
         rounds = log2up(n)
         leak = n * 1e9 * rounds * 2**rounds
@@ -578,7 +578,7 @@ def test_softmax_bound_holds_and_is_nearly_attained():
         (Round((Receive("m", "x", SBin("-", SBin("-", n_, SNum(1)), i), 0.0),), (Assign("x", Read("m")),)),),
     )  # fmt: skip
     for n in (2, 8, 32):
-        model = compile_pcoc(prog, n, mode="softmax", tolerance=1e-6)
+        model = compile_program(prog, n, mode="softmax", tolerance=1e-6)
         x = np.full(n, -bound)
         x[-1] = bound
         got = run_pcoc(model, [x[None]])["x"][0]
@@ -596,12 +596,12 @@ def test_softmax_far_out_with_a_loose_tolerance_and_a_refused_tight_one(scale):
     rounding is not multiplied by M) and holds; 1e-8 is below the float64 rounding of
     values up to 1e9 and is refused, saying what would compile."""
     rng = np.random.default_rng(1)
-    model = compile_pcoc(example("running_argmax"), 16, mode="softmax", tolerance=1e-2)
+    model = compile_program(example("running_argmax"), 16, mode="softmax", tolerance=1e-2)
     inputs = integers(rng, scale, (5, 1, 16))
-    want = interpret_pcoc_batch(example("running_argmax"), 16, inputs).outputs
+    want = interpret_batch(example("running_argmax"), 16, inputs).outputs
     outputs_agree(run_pcoc(model, list(inputs)), want, 1e-2)
     with pytest.raises(CraspError, match="tolerance 1e-08 cannot be met in float64") as err:
-        compile_pcoc(example("running_argmax"), 16, mode="softmax", tolerance=1e-8)
+        compile_program(example("running_argmax"), 16, mode="softmax", tolerance=1e-8)
     assert "or more compiles" in str(err.value) and "mode hard" in str(err.value)
 
 
@@ -609,15 +609,15 @@ def test_float32_budget():
     """A float32 tolerance above the float32 rounding compiles and holds; one below it is
     refused, naming float64 where that would compile it."""
     small = scan(Add, 0.0, bound=100.0)
-    model = compile_pcoc(small, 8, mode="softmax", tolerance=1e-2, dtype="float32")
+    model = compile_program(small, 8, mode="softmax", tolerance=1e-2, dtype="float32")
     assert model.options["dtype"] == "float32"
     assert model.guarantee.errors["float32"] <= 1e-2
     inputs = integers(np.random.default_rng(2), 10, (5, 1, 8))
-    want = interpret_pcoc_batch(small, 8, inputs).outputs
+    want = interpret_batch(small, 8, inputs).outputs
     got = run_pcoc(model, list(inputs), dtype=np.float32)
     outputs_agree(got, want, 1e-2)
     with pytest.raises(CraspError, match="cannot be met in float32") as err:
-        compile_pcoc(example("cumsum"), 8, mode="softmax", tolerance=1e-2, dtype="float32")
+        compile_program(example("cumsum"), 8, mode="softmax", tolerance=1e-2, dtype="float32")
     assert "--dtype float64 compiles this tolerance" in str(err.value)
 
 
@@ -650,7 +650,7 @@ def test_a_gate_without_a_bound_names_the_slot():
         (Round((), (Assign("x", IfExpr(Compare(">", Read("x"), Num(0), 0.5), Read("x"), Read("w"))),)),),
     )  # fmt: skip
     with pytest.raises(CraspError, match=r"needs a bound.*'w', 'x'") as err:
-        compile_pcoc(prog, 4)
+        compile_program(prog, 4)
     assert "bound 1e6" in str(err.value)
     # a per-machine selection needs one too
     prog = Program(
@@ -660,12 +660,12 @@ def test_a_gate_without_a_bound_names_the_slot():
         (Round((), (If(SBin("<", i, SNum(2)), (Assign("x", Call("abs", (Read("x"),))),), ()),)),),
     )  # fmt: skip
     with pytest.raises(CraspError, match=r"per-machine selection.*'x'"):
-        compile_pcoc(prog, 4)
+        compile_program(prog, 4)
     # linear programs need no bound in hard mode; softmax routing does
     unbounded = scan(Add, 0.0, bound=None)
-    compile_pcoc(unbounded, 4)
+    compile_program(unbounded, 4)
     with pytest.raises(CraspError, match=r"routing with softmax attention.*'x'"):
-        compile_pcoc(unbounded, 4, mode="softmax")
+        compile_program(unbounded, 4, mode="softmax")
 
 
 def test_softmax_needs_a_positive_margin():
@@ -675,11 +675,11 @@ def test_softmax_needs_a_positive_margin():
         ("x",),
         (Round((), (Assign("x", Compare(">", Read("x"), Num(0), 0.0)),)),),
     )
-    model = compile_pcoc(prog, 3)  # Heaviside units: exact for every x
+    model = compile_program(prog, 3)  # Heaviside units: exact for every x
     got = run_pcoc(model, [[[-1e-12, 0.0, 1e-12]]])["x"][0]
     assert list(got) == [0.0, 0.0, 1.0]
     with pytest.raises(CraspError, match="positive margin"):
-        compile_pcoc(prog, 3, mode="softmax")
+        compile_program(prog, 3, mode="softmax")
 
 
 def test_bad_arguments():
@@ -692,7 +692,7 @@ def test_bad_arguments():
         ({"n": 4, "tolerance": math.inf}, "tolerance"),
     ):
         with pytest.raises(CraspError, match=message):
-            compile_pcoc(prog, **kwargs)
+            compile_program(prog, **kwargs)
 
 
 def test_inputs_of_another_length_are_refused():
@@ -823,17 +823,17 @@ round {
 def test_a_margin_float64_cannot_resolve_is_refused_at_the_comparison():
     """``x <= 0.5 margin 1e-9`` on values up to 10^9: the interpreter said ``7 3`` and the
     model ``3 3`` on ``-5e8 5e8``; the compiler now refuses, naming the comparison."""
-    program = parse_pcoc(TINY_MARGIN, "tiny.pcoc")
+    program = parse_program(TINY_MARGIN, "tiny.pcoc")
     with pytest.raises(CraspError) as info:
-        compile_pcoc(program, 2)
+        compile_program(program, 2)
     text = info.value.format()
     assert text.startswith("tiny.pcoc:6:6: error: the margin 1e-09 of this comparison is below")
     assert "declare `margin" in text
-    wide = parse_pcoc(TINY_MARGIN.replace("1e-9", "1e-3"))
-    model = compile_pcoc(wide, 2)
+    wide = parse_program(TINY_MARGIN.replace("1e-9", "1e-3"))
+    model = compile_program(wide, 2)
     inputs = [[-5e8, 5e8], [0.5 - 1e-3, 0.5 + 1e-3], [0.5, 0.5 + 2e-3]]
     got = run_pcoc(model, [[row] for row in inputs])["s"]
-    want = interpret_pcoc_batch(wide, 2, np.array(inputs)).outputs["s"]
+    want = interpret_batch(wide, 2, np.array(inputs)).outputs["s"]
     np.testing.assert_array_equal(got, want)
     assert model.guarantee.dtypes == {"float64": 2, "float32": -1}
     with pytest.raises(CraspError, match="proven exact for in float32"):
@@ -843,26 +843,26 @@ def test_a_margin_float64_cannot_resolve_is_refused_at_the_comparison():
 def test_hard_comparisons_are_exact_away_from_the_margin_at_large_values():
     """Comparisons are Heaviside units at the middle of the margin: the running argmax of
     non-integer values up to 10^9, with gaps of at least the margin, is exact."""
-    program = load_pcoc(EXAMPLES / "running_argmax.pcoc")
-    model = compile_pcoc(program, 8)
+    program = load_program(EXAMPLES / "running_argmax.pcoc")
+    model = compile_program(program, 8)
     rng = np.random.default_rng(3)
     for _ in range(20):
         xs = rng.permutation(8) * 0.75 * 1e8 + rng.uniform(-0.1, 0.1)
         got = run_pcoc(model, [[xs]])
-        want = interpret_pcoc_batch(program, 8, xs[None]).outputs
+        want = interpret_batch(program, 8, xs[None]).outputs
         np.testing.assert_array_equal(got["at"], want["at"])
         np.testing.assert_allclose(got["x"], want["x"], rtol=0, atol=1e-6)
 
 
 def test_inputs_outside_their_bounds_are_refused_everywhere():
     """``running_argmax`` on ``3e9 1 2e9 -5e9`` (bound 1e9) disagreed silently."""
-    program = load_pcoc(EXAMPLES / "running_argmax.pcoc")
+    program = load_program(EXAMPLES / "running_argmax.pcoc")
     inputs = [3e9, 1, 2e9, -5e9]
     with pytest.raises(CraspError, match=r"input 'x' holds 3000000000.0 at machine 0"):
-        interpret_pcoc_batch(program, 4, np.array([inputs]))
+        interpret_batch(program, 4, np.array([inputs]))
     with pytest.warns(UserWarning, match="outside its declared bound"):
-        interpret_pcoc_batch(program, 4, np.array([inputs]), on_beyond="warn")
-    model = compile_pcoc(program, 4)
+        interpret_batch(program, 4, np.array([inputs]), on_beyond="warn")
+    model = compile_program(program, 4)
     assert model.guarantee.input_bounds == {"x": 1e9}
     for runtime in ("numpy", "torch"):
         with pytest.raises(CraspError, match="outside its declared bound"):

@@ -28,8 +28,8 @@ import numpy as np
 import pytest
 
 from crasp_compiler.errors import CraspError
-from crasp_compiler.languages.pcoc import interpret_pcoc_batch, load_pcoc, parse_pcoc
-from crasp_compiler.languages.pcoc.compile import compile_pcoc, run_pcoc
+from crasp_compiler.languages.pcoc import interpret_batch, load_program, parse_program
+from crasp_compiler.languages.pcoc.compile import compile_program, run_pcoc
 from crasp_compiler.model import load_model, save_model
 from crasp_compiler.model.model import Guarantee
 from tests.model.test_model_file import arrays_of, write
@@ -126,7 +126,7 @@ GATES = {
 
 
 def _program(name: str):
-    return parse_pcoc(GATES[name][0], f"{name}.pcoc")
+    return parse_program(GATES[name][0], f"{name}.pcoc")
 
 
 def _random_inputs(program, n: int, rng: np.random.Generator, count: int) -> np.ndarray:
@@ -160,8 +160,8 @@ def test_gates_match_the_interpreter(name, mode):
             _random_inputs(program, n, np.random.default_rng(7), 40),
         ]
     )
-    want = interpret_pcoc_batch(program, n, inputs).outputs
-    model = compile_pcoc(program, n, mode=mode)
+    want = interpret_batch(program, n, inputs).outputs
+    model = compile_program(program, n, mode=mode)
     atol = TOLERANCE if mode == "softmax" else 1e-9
     for runtime in _runtimes():
         got = run_pcoc(model, list(inputs), runtime=runtime)
@@ -174,18 +174,18 @@ def test_a_declared_slot_bound_is_a_promise_checked_on_request():
     runs them (it checks slot bounds only as promises), so the model must too."""
     program = _program("per-machine-choice")
     inputs = np.array([GATES["per-machine-choice"][2]], dtype=np.float64)
-    assert interpret_pcoc_batch(program, 4, inputs).outputs["w"].tolist() == [[3, 0, 0, 0]]
+    assert interpret_batch(program, 4, inputs).outputs["w"].tolist() == [[3, 0, 0, 0]]
     with pytest.raises(CraspError, match=r"slot 'z' exceeds its bound 10"):
-        interpret_pcoc_batch(program, 4, inputs, check_promises=True)
+        interpret_batch(program, 4, inputs, check_promises=True)
 
 
 def test_an_unbounded_candidate_is_refused_at_its_statement():
     """A slot bound is not a bound on what is assigned to it: gating an input without a
     bound is refused, naming the input, at the selection's line and column."""
     source = "input x bound 10\ninput y\noutput x\nround {\n  if x > 5 margin 1 { x = y }\n}\n"
-    program = parse_pcoc(source, "unbounded.pcoc")
+    program = parse_program(source, "unbounded.pcoc")
     with pytest.raises(CraspError) as err:
-        compile_pcoc(program, 2)
+        compile_program(program, 2)
     text = str(err.value)
     assert "unbounded.pcoc:5:3" in text and "input slot(s) 'y' declare none" in text
     assert "^" in text and "input y bound 1e6" in text
@@ -199,7 +199,7 @@ VALUES = [10.0, 20.0, 30.0, 40.0]
 
 @cache
 def permute(mode: str = "hard"):
-    return compile_pcoc(load_pcoc(PERMUTE), 4, mode=mode)
+    return compile_program(load_program(PERMUTE), 4, mode=mode)
 
 
 def _run(model, destinations, runtime: str, on_beyond: str = "error"):
@@ -227,9 +227,9 @@ def test_the_send_guarantee_names_its_condition():
 )
 def test_destinations_outside_the_condition_are_refused(destinations, fragment, mode):
     """Both runtimes refuse what the interpreter refuses; warn and ignore run it."""
-    program = load_pcoc(PERMUTE)
+    program = load_program(PERMUTE)
     with pytest.raises(CraspError, match=r"collision|not an integer"):
-        interpret_pcoc_batch(program, 4, np.array([[VALUES, destinations]]))
+        interpret_batch(program, 4, np.array([[VALUES, destinations]]))
     model = permute(mode)
     for runtime in _runtimes():
         with pytest.raises(CraspError) as err:
@@ -250,7 +250,7 @@ def test_destinations_outside_the_condition_are_refused(destinations, fragment, 
 )
 def test_integral_distinct_destinations_route_exactly(destinations, mode):
     """Permutations, and partial ones (destinations outside 0..3 send nothing)."""
-    want = interpret_pcoc_batch(load_pcoc(PERMUTE), 4, np.array([[VALUES, destinations]]))
+    want = interpret_batch(load_program(PERMUTE), 4, np.array([[VALUES, destinations]]))
     atol = TOLERANCE if mode == "softmax" else 0.0
     for runtime in _runtimes():
         got = _run(permute(mode), destinations, runtime)
@@ -283,7 +283,7 @@ def test_a_destination_the_program_computes_is_the_callers_condition():
     """``d`` reassigned before the send: nothing to check at run time, and the text says
     so; a send in a loop reads the input first (checked), then a computed value."""
     source = PERMUTE.read_text().replace("round {", "round { d = 3 - d }\nround {", 1)
-    model = compile_pcoc(parse_pcoc(source, "computed.pcoc"), 4)
+    model = compile_program(parse_program(source, "computed.pcoc"), 4)
     assert model.guarantee.destinations == []
     assert "the destinations of `got = send x to d` (line 13) are computed by the program" in (
         model.guarantee.text
@@ -302,7 +302,7 @@ def test_a_destination_the_program_computes_is_the_callers_condition():
       }
     }
     """
-    model = compile_pcoc(parse_pcoc(looped, "looped.pcoc"), 4)
+    model = compile_program(parse_program(looped, "looped.pcoc"), 4)
     assert model.guarantee.destinations == ["d"]
     text = model.guarantee.text
     assert "check on input(s) 'd'" in text and "`got = send x to d` (line 7) are computed" in text

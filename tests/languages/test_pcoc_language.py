@@ -17,14 +17,14 @@ from crasp_compiler.errors import CraspError
 from crasp_compiler.languages.pcoc import (
     check_pcoc,
     format_vector,
-    interpret_pcoc,
-    interpret_pcoc_batch,
-    load_pcoc,
-    parse_pcoc,
+    interpret,
+    interpret_batch,
+    load_program,
+    parse_program,
     read_vectors,
     span_of,
 )
-from crasp_compiler.languages.pcoc.compile import compile_pcoc, run_pcoc
+from crasp_compiler.languages.pcoc.compile import compile_program, run_pcoc
 from crasp_compiler.languages.pcoc.lower import lower_pcoc
 from crasp_compiler.languages.pcoc.nodes import (
     Add,
@@ -86,17 +86,17 @@ _programs: dict[str, object] = {}
 
 def example(name: str):
     if name not in _programs:
-        _programs[name] = load_pcoc(EXAMPLES / f"{name}.pcoc")
+        _programs[name] = load_program(EXAMPLES / f"{name}.pcoc")
     return _programs[name]
 
 
 def run(program, n: int, *vectors, **kwargs) -> dict[str, list[float]]:
-    trace = interpret_pcoc(program, n, np.array(vectors, dtype=float).reshape(-1, n), **kwargs)
+    trace = interpret(program, n, np.array(vectors, dtype=float).reshape(-1, n), **kwargs)
     return {name: list(values) for name, values in trace.outputs.items()}
 
 
 def program(body: str, header: str = "input x bound 1e9\noutput x\n"):
-    return parse_pcoc(header + body, "p.pcoc")
+    return parse_program(header + body, "p.pcoc")
 
 
 # ================================================================== the examples
@@ -244,14 +244,14 @@ def test_two_input_example_reads_its_inputs_in_declaration_order(data):
 def test_sort_needs_n_rounds_and_n_minus_1_fail():
     text = (EXAMPLES / "sort.pcoc").read_text()
     assert "for k in 0 .. n {" in text
-    short = parse_pcoc(text.replace("for k in 0 .. n {", "for k in 0 .. n - 1 {"), "short.pcoc")
+    short = parse_program(text.replace("for k in 0 .. n {", "for k in 0 .. n - 1 {"), "short.pcoc")
     full = example("sort")
     for n in range(1, 7):
         perms = np.array(list(itertools.permutations(range(n))), dtype=float)
         assert len(check_pcoc(full, n)) == n and len(check_pcoc(short, n)) == max(n - 1, 0)
-        out = interpret_pcoc_batch(full, n, perms).outputs["x"]
+        out = interpret_batch(full, n, perms).outputs["x"]
         assert (out == np.arange(n)).all(), n
-        wrong = (interpret_pcoc_batch(short, n, perms).outputs["x"] != np.arange(n)).any(axis=1)
+        wrong = (interpret_batch(short, n, perms).outputs["x"] != np.arange(n)).any(axis=1)
         assert wrong.any() == (n >= 3), n  # n - 1 rounds fail for every n >= 3
     assert run(short, 4, [4, 3, 2, 1]) == {"x": [1, 3, 2, 4]}  # the counterexample
     assert run(full, 4, [4, 3, 2, 1]) == {"x": [1, 2, 3, 4]}
@@ -356,7 +356,7 @@ for k in 0 .. ceil_log2(n) {          // unrolled at compile time; stop is exclu
 
 
 def test_the_design_document_example_parses_verbatim():
-    prog = parse_pcoc(DESIGN_EXAMPLE)
+    prog = parse_program(DESIGN_EXAMPLE)
     assert prog.slots[1].name == "t" and prog.slots[1].bound is None
     assert prog.rounds == example("cumsum").rounds
     assert run(prog, 6, [1, 2, 3, 4, 5, 6]) == {"x": [1, 3, 6, 10, 15, 21]}
@@ -372,7 +372,7 @@ def test_comments_that_read_as_divisors():
 
 def test_spans_point_at_the_source():
     text = "input x bound 1e9\noutput x\nround {\n  got = recv x from i - 1 default 0\n  x = got + 2 * i\n}\n"
-    prog = parse_pcoc(text)
+    prog = parse_program(text)
     (round_,) = prog.rounds
     assert span_of(round_) == round_.span and (round_.span.line, round_.span.column) == (3, 1)
     (receive,) = round_.receives
@@ -395,7 +395,7 @@ def test_spans_point_at_the_source():
 
 def error(text: str) -> CraspError:
     with pytest.raises(CraspError) as caught:
-        parse_pcoc(text, "p.pcoc")
+        parse_program(text, "p.pcoc")
     return caught.value
 
 
@@ -696,17 +696,17 @@ def test_deep_nesting_is_an_error_not_a_crash():
 def test_load_pcoc_reports_unreadable_files(tmp_path):
     missing = tmp_path / "missing.pcoc"
     with pytest.raises(CraspError, match="cannot read program"):
-        load_pcoc(missing)
+        load_program(missing)
     path = tmp_path / "bom.pcoc"
     path.write_bytes(b"\xef\xbb\xbfinput x\noutput x\n")
-    assert load_pcoc(path).inputs == ("x",)
+    assert load_program(path).inputs == ("x",)
 
 
 # ================================================================== static checks for n
 
 
 def check_error(text: str, n: int) -> CraspError:
-    prog = parse_pcoc(text, "p.pcoc")
+    prog = parse_program(text, "p.pcoc")
     with pytest.raises(CraspError) as caught:
         check_pcoc(prog, n)
     return caught.value
@@ -714,7 +714,7 @@ def check_error(text: str, n: int) -> CraspError:
 
 def test_log2_of_a_non_power_of_two_is_reported_at_its_location():
     text = H + "for k in 0 .. log2(n) {\n  round { x = x }\n}\n"
-    assert len(check_pcoc(parse_pcoc(text), 8)) == 3
+    assert len(check_pcoc(parse_program(text), 8)) == 3
     err = check_error(text, 6)
     heading, source, carets = shown(err)
     assert (
@@ -751,7 +751,7 @@ def test_static_failures_in_conditions_and_data_values():
 
 def test_short_circuit_guards_a_static_division():
     text = H + "round {\n  if i > 0 and n div i >= 2 { x = 1 }\n}\n"
-    assert run(parse_pcoc(text), 5, [0] * 5) == {"x": [0, 1, 1, 0, 0]}
+    assert run(parse_program(text), 5, [0] * 5) == {"x": [0, 1, 1, 0, 0]}
     # A static choice evaluates both of its branches on every machine.
     err = check_error(H + "round {\n  x = (n div i) if i > 0 else 0\n}\n", 3)
     assert "`div` by zero" in err.diagnostics[0].message
@@ -920,18 +920,18 @@ def test_the_lowering_evaluates_static_expressions_as_the_interpreter(value, con
         "    w = a\n  }\n}\n"
     )
     try:
-        prog = parse_pcoc(text, "p.pcoc")
+        prog = parse_program(text, "p.pcoc")
     except CraspError:  # a closed expression without a value, refused by the parser
         return
     xs = [float(v) for v in data.draw(st.lists(st.integers(-100, 100), min_size=n, max_size=n))]
     try:
-        want = interpret_pcoc(prog, n, [xs]).outputs
+        want = interpret(prog, n, [xs]).outputs
     except CraspError as err:  # a static value that does not exist: refused alike
         with pytest.raises(CraspError) as caught:
-            compile_pcoc(prog, n)
+            compile_program(prog, n)
         assert caught.value.diagnostics[0].message == err.diagnostics[0].message
         return
-    got = run_pcoc(compile_pcoc(prog, n), [[xs]])
+    got = run_pcoc(compile_program(prog, n), [[xs]])
     for name in ("y", "z", "w"):
         assert got[name][0].tolist() == want[name].tolist(), (name, text)
 
@@ -978,14 +978,14 @@ def test_branches_select_per_machine_and_temporaries_merge():
 
 def test_trace_holds_every_slot_after_every_round():
     prog = example("cumsum")
-    trace = interpret_pcoc(prog, 4, [[1, 2, 3, 4]])
+    trace = interpret(prog, 4, [[1, 2, 3, 4]])
     assert len(trace.rounds) == 3 and trace.n == 4
     assert [list(m["x"]) for m in trace.rounds] == [[1, 2, 3, 4], [1, 3, 5, 7], [1, 3, 6, 10]]
     assert trace.envs == [{"n": 4, "k": 0, "r": 0}, {"n": 4, "k": 1, "r": 1}]
     assert trace.outputs["x"].dtype == np.float64
     trace.outputs["x"][0] = 99  # the trace's arrays are the caller's
     assert trace.rounds[-1]["x"][0] == 1
-    single = interpret_pcoc(prog, 4, [1, 2, 3, 4])  # one input slot: a plain vector works
+    single = interpret(prog, 4, [1, 2, 3, 4])  # one input slot: a plain vector works
     assert list(single.outputs["x"]) == [1, 3, 6, 10]
 
 
@@ -993,9 +993,9 @@ def test_batch_runs_agree_with_single_runs():
     rng = np.random.default_rng(0)
     inputs = rng.integers(-5, 5, size=(20, 2, 7)).astype(float)
     prog = example("compare_vectors")
-    batch = interpret_pcoc_batch(prog, 7, inputs)
+    batch = interpret_batch(prog, 7, inputs)
     for b in range(20):
-        single = interpret_pcoc(prog, 7, inputs[b])
+        single = interpret(prog, 7, inputs[b])
         for name in prog.outputs:
             assert (batch.outputs[name][b] == single.outputs[name]).all()
         for k, memory in enumerate(single.rounds):
@@ -1004,10 +1004,10 @@ def test_batch_runs_agree_with_single_runs():
 
 
 def test_programs_without_inputs_or_rounds():
-    prog = parse_pcoc("slot s = 2.5\noutput s\nround { s = s + i }\n")
+    prog = parse_program("slot s = 2.5\noutput s\nround { s = s + i }\n")
     assert run(prog, 3) == {"s": [2.5, 3.5, 4.5]}
-    assert list(interpret_pcoc(prog, 3, None).outputs["s"]) == [2.5, 3.5, 4.5]
-    prog = parse_pcoc("input x\noutput x\n")
+    assert list(interpret(prog, 3, None).outputs["s"]) == [2.5, 3.5, 4.5]
+    prog = parse_program("input x\noutput x\n")
     assert run(prog, 2, [4, 5]) == {"x": [4, 5]}
 
 
@@ -1016,13 +1016,13 @@ def test_bad_inputs_are_refused():
     with pytest.raises(
         CraspError, match=r"shape \(k, n\) with k = 1 input slot\(s\) \(x\) and n = 4"
     ):
-        interpret_pcoc(prog, 4, [[1, 2, 3]])
+        interpret(prog, 4, [[1, 2, 3]])
     with pytest.raises(CraspError, match="finite"):
-        interpret_pcoc(prog, 2, [[1, math.nan]])
+        interpret(prog, 2, [[1, math.nan]])
     with pytest.raises(CraspError, match="not an array of numbers"):
-        interpret_pcoc(prog, 2, [["a", "b"]])
+        interpret(prog, 2, [["a", "b"]])
     with pytest.raises(CraspError, match="batch"):
-        interpret_pcoc_batch(example("compare_vectors"), 2, np.zeros((3, 1, 2)))
+        interpret_batch(example("compare_vectors"), 2, np.zeros((3, 1, 2)))
 
 
 def test_check_promises_reports_margin_violations_where_they_matter():

@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 from crasp_compiler.cookbook.blocks import Form
 from crasp_compiler.errors import CraspError
 from crasp_compiler.languages import get_language
-from crasp_compiler.languages.pcoc import interpret_pcoc_batch, load_pcoc, parse_pcoc
-from crasp_compiler.languages.pcoc.compile import compile_pcoc, run_pcoc
-from crasp_compiler.languages.pcoc.interpret import interpret_pcoc
+from crasp_compiler.languages.pcoc import interpret_batch, load_program, parse_program
+from crasp_compiler.languages.pcoc.compile import compile_program, run_pcoc
+from crasp_compiler.languages.pcoc.interpret import interpret
 from crasp_compiler.languages.pcoc.lower import LONG_FORM, lower_pcoc
 from crasp_compiler.languages.pcoc.nodes import (
     Add,
@@ -50,12 +50,12 @@ FEW = settings(max_examples=40)
 
 @cache
 def program(name: str) -> Program:
-    return load_pcoc(PERMUTE if name == "permute" else EXAMPLES / f"{name}.pcoc")
+    return load_program(PERMUTE if name == "permute" else EXAMPLES / f"{name}.pcoc")
 
 
 @cache
 def compiled(name: str, n: int):
-    return compile_pcoc(program(name), n)
+    return compile_program(program(name), n)
 
 
 def within_bounds(prog: Program, n: int, rng: np.random.Generator, count: int) -> np.ndarray:
@@ -80,7 +80,7 @@ def within_bounds(prog: Program, n: int, rng: np.random.Generator, count: int) -
 
 def keeps_promises(prog: Program, n: int, x: np.ndarray) -> bool:
     try:
-        interpret_pcoc_batch(prog, n, x[None], check_promises=True)
+        interpret_batch(prog, n, x[None], check_promises=True)
     except CraspError:
         return False
     return True
@@ -88,7 +88,7 @@ def keeps_promises(prog: Program, n: int, x: np.ndarray) -> bool:
 
 def measured(model, prog: Program, n: int, inputs: np.ndarray, dtype: str) -> float:
     """The largest |model output − interpreter output| over ``inputs`` in ``dtype``."""
-    want = interpret_pcoc_batch(prog, n, inputs).outputs
+    want = interpret_batch(prog, n, inputs).outputs
     got = run_pcoc(model, list(inputs), dtype=DTYPES[dtype])
     return max(float(np.max(np.abs(got[k] - want[k]))) for k in want)
 
@@ -231,7 +231,7 @@ def test_gates_at_their_bound_are_exact_when_unselected():
     x = np.array([1e9, -1e9] * 4)
     for row in (x, -x, np.sort(x), np.sort(x)[::-1]):
         got = run_pcoc(model, [row[None]])
-        want = interpret_pcoc(prog, 8, row).outputs
+        want = interpret(prog, 8, row).outputs
         assert np.array_equal(got["at"][0], want["at"])
         assert np.max(np.abs(got["x"][0] - want["x"])) <= model.guarantee.errors["float64"]
 
@@ -247,7 +247,7 @@ def test_comparisons_just_outside_their_margin_decide_exactly():
         x = base - 0.5 * rng.integers(0, 3, 16)  # ties and gaps of one margin
         assert keeps_promises(prog, 16, x[None])
         got = run_pcoc(model, [x[None]])
-        want = interpret_pcoc(prog, 16, x).outputs
+        want = interpret(prog, 16, x).outputs
         assert np.array_equal(got["at"][0], want["at"])
         assert np.max(np.abs(got["x"][0] - want["x"])) <= model.guarantee.errors["float64"]
 
@@ -266,17 +266,17 @@ def test_the_margin_limit_is_where_the_analysis_puts_it():
     """The margin the refusal asks for compiles; a margin a little below the rounding it
     reports is refused; inputs just outside the accepted margin decide exactly."""
     with pytest.raises(CraspError, match=r"declare `margin (\S+)`") as err:
-        compile_pcoc(parse_pcoc(MARGIN.format(bound=1e9, margin=1e-9)), 2)
+        compile_program(parse_program(MARGIN.format(bound=1e9, margin=1e-9)), 2)
     need = float(str(err.value).split("declare `margin ")[1].split("`")[0])
-    model = compile_pcoc(parse_pcoc(MARGIN.format(bound=1e9, margin=need)), 2)
-    prog = parse_pcoc(MARGIN.format(bound=1e9, margin=need))
+    model = compile_program(parse_program(MARGIN.format(bound=1e9, margin=need)), 2)
+    prog = parse_program(MARGIN.format(bound=1e9, margin=need))
     for x in (0.5 - need, 0.5, 0.5 + need, 0.5 + 2 * need, -1e9, 1e9):
         row = np.array([x, 0.5 + need])
         assert keeps_promises(prog, 2, row[None])
         got = run_pcoc(model, [row[None]])["s"][0]
-        assert np.array_equal(got, interpret_pcoc(prog, 2, row).outputs["s"])
+        assert np.array_equal(got, interpret(prog, 2, row).outputs["s"])
     with pytest.raises(CraspError, match="below what float64 resolves"):
-        compile_pcoc(parse_pcoc(MARGIN.format(bound=1e9, margin=need / 4)), 2)
+        compile_program(parse_program(MARGIN.format(bound=1e9, margin=need / 4)), 2)
 
 
 def test_sort_forms_stay_short_and_the_bound_grows_slowly():
@@ -315,7 +315,7 @@ def test_exclusive_sums_are_a_promise_the_interpreter_checks():
     prog = Program(
         (Slot("x", 10.0), Slot("y", 100.0)), ("x",), ("y",), (Round((), (Assign("y", total),)),)
     )
-    assert interpret_pcoc(prog, 2, [0.0, 1.0], check_promises=True).outputs["y"].tolist() == [
+    assert interpret(prog, 2, [0.0, 1.0], check_promises=True).outputs["y"].tolist() == [
         10,
         10,
     ]
@@ -324,8 +324,8 @@ def test_exclusive_sums_are_a_promise_the_interpreter_checks():
         (Slot("x", 10.0), Slot("y", 100.0)), ("x",), ("y",), (Round((), (Assign("y", twice),)),)
     )
     with pytest.raises(CraspError, match="more than one selection of an exclusive sum"):
-        interpret_pcoc(prog2, 2, [0.0, 1.0], check_promises=True)
-    model = compile_pcoc(prog, 2)
+        interpret(prog2, 2, [0.0, 1.0], check_promises=True)
+    model = compile_program(prog, 2)
     got = run_pcoc(model, [[[0.0, 2.0]]])["y"][0]
     assert got.tolist() == [10.0, 10.0]
 
@@ -339,12 +339,12 @@ def softmax_case(name: str, n: int, tolerance: float) -> None:
     does, and holds)."""
     prog = program(name)
     try:
-        model = compile_pcoc(prog, n, mode="softmax", tolerance=tolerance)
+        model = compile_program(prog, n, mode="softmax", tolerance=tolerance)
     except CraspError as err:
         text = str(err)
         assert "cannot be met in float64" in text and "or more compiles" in text
         tolerance = float(text.split("a tolerance of ")[1].split(" or more")[0])
-        model = compile_pcoc(prog, n, mode="softmax", tolerance=tolerance)
+        model = compile_program(prog, n, mode="softmax", tolerance=tolerance)
     assert model.guarantee.errors["float64"] <= tolerance
     inputs = within_bounds(prog, n, np.random.default_rng(n), 30)
     assert measured(model, prog, n, inputs, "float64") <= tolerance
@@ -367,7 +367,7 @@ def test_the_issue_cases_are_refused_with_a_tolerance_that_compiles():
     """sort at n = 16 and tolerance 1e-6 missed it by 1.9× (float64 rounding of values up
     to 10^9): now refused, naming a tolerance that compiles."""
     with pytest.raises(CraspError, match=r"tolerance 1e-06 cannot be met in float64") as err:
-        compile_pcoc(program("sort"), 16, mode="softmax", tolerance=1e-6)
+        compile_program(program("sort"), 16, mode="softmax", tolerance=1e-6)
     assert "a tolerance of" in str(err.value)
 
 
@@ -379,19 +379,19 @@ def test_a_destination_the_routing_cannot_compare_is_refused_early():
     beyond float64 at margin 0.5. Refused from a probe of the send's first routing step,
     before the routing is lowered, naming the send and a bound of d that compiles."""
     text = PERMUTE.read_text().replace("input d bound 1e6", "input d bound 1e16")
-    prog = parse_pcoc(text, "big.pcoc")
+    prog = parse_program(text, "big.pcoc")
     start = time.process_time()
     with pytest.raises(CraspError) as err:
-        compile_pcoc(prog, 64)
+        compile_program(prog, 64)
     assert (
         time.process_time() - start < 30
     )  # CPU seconds, generously: the full lowering takes far longer
     message = str(err.value)
     assert "`got = send x to d`" in message and "offset routing" in message
     best = message.split("declare `input d bound ")[1].split("`")[0]
-    compile_pcoc(parse_pcoc(text.replace("1e16", best)), 4)
+    compile_program(parse_program(text.replace("1e16", best)), 4)
     with pytest.raises(CraspError, match="send x to d"):
-        compile_pcoc(parse_pcoc(text.replace("1e16", f"{float(best) * 1.3:g}")), 4)
+        compile_program(parse_program(text.replace("1e16", f"{float(best) * 1.3:g}")), 4)
 
 
 def test_permute_covers_float32_with_a_bound():

@@ -22,7 +22,7 @@ from crasp_compiler.languages.crasp.program import parse_program
 from crasp_compiler.languages.crasp.syntax import CRASP_SYNTAX
 from crasp_compiler.languages.crasp.syntax import MAX_DEPTH as CRASP_DEPTH
 from crasp_compiler.languages.crasp.syntax import parse_tree as crasp_tree
-from crasp_compiler.languages.pcoc import parse_pcoc
+from crasp_compiler.languages.pcoc import parse_program as parse_pcoc
 from crasp_compiler.languages.pcoc.syntax import MAX_DEPTH as PCOC_DEPTH
 from crasp_compiler.languages.pcoc.syntax import PCOC_SYNTAX
 from crasp_compiler.languages.pcoc.syntax import parse_tree as pcoc_tree

@@ -17,7 +17,7 @@ from crasp_compiler.languages.crasp.compile import compile_program
 from crasp_compiler.languages.crasp.depth import Depth, dependency_bound
 from crasp_compiler.languages.crasp.nodes import And, Not, Periodic, Program, TokenIs, children
 from crasp_compiler.languages.crasp.nodes import Definition as Def
-from crasp_compiler.languages.pcoc.parse import parse_pcoc
+from crasp_compiler.languages.pcoc.program import parse_program as parse_pcoc
 from crasp_compiler.runtime import run
 from tests.support.strategies import programs
 

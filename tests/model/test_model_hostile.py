@@ -22,8 +22,8 @@ from click.testing import CliRunner
 from crasp_compiler import CraspError, load_program
 from crasp_compiler.cli import main
 from crasp_compiler.languages.crasp.compile import compile_program
-from crasp_compiler.languages.pcoc.compile import compile_pcoc
-from crasp_compiler.languages.pcoc.parse import load_pcoc
+from crasp_compiler.languages.pcoc.compile import compile_program as compile_pcoc
+from crasp_compiler.languages.pcoc.program import load_program as load_pcoc
 from crasp_compiler.model import load_model, save_model
 from crasp_compiler.model import model as model_module
 from crasp_compiler.model.features import check_feature

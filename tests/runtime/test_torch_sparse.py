@@ -24,8 +24,10 @@ from scipy import sparse  # noqa: E402
 from crasp_compiler import load_program  # noqa: E402
 from crasp_compiler.errors import CraspError  # noqa: E402
 from crasp_compiler.languages.crasp.compile import compile_program  # noqa: E402
-from crasp_compiler.languages.pcoc import interpret_pcoc_batch, load_pcoc  # noqa: E402
-from crasp_compiler.languages.pcoc.compile import compile_pcoc, run_pcoc  # noqa: E402
+from crasp_compiler.languages.pcoc import interpret_batch as interpret_pcoc_batch  # noqa: E402
+from crasp_compiler.languages.pcoc import load_program as load_pcoc  # noqa: E402
+from crasp_compiler.languages.pcoc.compile import compile_program as compile_pcoc  # noqa: E402
+from crasp_compiler.languages.pcoc.compile import run_pcoc  # noqa: E402
 from crasp_compiler.model import model as model_module  # noqa: E402
 from crasp_compiler.model.model import Model, is_sparse, kept_sparse  # noqa: E402
 from crasp_compiler.runtime import numpy_exec  # noqa: E402

@@ -21,8 +21,9 @@ import pytest
 
 from crasp_compiler import load_program
 from crasp_compiler.languages.crasp.compile import compile_program
-from crasp_compiler.languages.pcoc import load_pcoc
-from crasp_compiler.languages.pcoc.compile import compile_pcoc, input_matrix
+from crasp_compiler.languages.pcoc import load_program as load_pcoc
+from crasp_compiler.languages.pcoc.compile import compile_program as compile_pcoc
+from crasp_compiler.languages.pcoc.compile import input_matrix
 from crasp_compiler.model.model import Model, positional_patterns
 from crasp_compiler.runtime import numpy_exec
 from crasp_compiler.runtime.numpy_exec import NumpyParts, _FixedPattern, run

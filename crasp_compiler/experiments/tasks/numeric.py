@@ -21,7 +21,7 @@ of 1e9, far beyond c = 10 (see each file).
 
 Any PCOC program with one input and one output slot is a numeric task the same way
 (:meth:`PcocNumericTask.from_file`, ``crasp train --program PROG.pcoc``): its targets are
-the reference interpreter's outputs (:func:`interpret_pcoc_batch`) instead of a numpy
+the reference interpreter's outputs (:func:`interpret_batch`) instead of a numpy
 function, R is 2 or the input slot's declared bound if that is smaller, and a scale c
 with R·c above the bound is refused (the program's guarantees hold only within it).
 """
@@ -37,8 +37,8 @@ import numpy as np
 
 from crasp_compiler.errors import CraspError, Diagnostic
 from crasp_compiler.experiments.tasks.base import PROGRAM_FAMILY, NumericExample, NumericTask
-from crasp_compiler.languages.pcoc import interpret_pcoc_batch, load_pcoc
-from crasp_compiler.languages.pcoc.compile import compile_pcoc, run_pcoc
+from crasp_compiler.languages.pcoc import interpret_batch, load_program
+from crasp_compiler.languages.pcoc.compile import compile_program, run_pcoc
 from crasp_compiler.languages.pcoc.nodes import Program
 from crasp_compiler.model.model import Model
 
@@ -103,7 +103,7 @@ class PcocNumericTask(NumericTask):
     def from_file(cls, path: str | Path) -> PcocNumericTask:
         """The task of the PCOC file ``path``: a CraspError naming the file when it cannot
         be read or parsed, or has other than one input and one output slot."""
-        program = load_pcoc(path)
+        program = load_program(path)
         for what, names in (("input", program.inputs), ("output", program.outputs)):
             if len(names) != 1:
                 raise CraspError(
@@ -156,12 +156,12 @@ class PcocNumericTask(NumericTask):
             path = self.program_path
             if path is None:
                 raise CraspError(f"task {self.name!r} has no program")
-            self._program = load_pcoc(path)
+            self._program = load_program(path)
         return self._program
 
     def _interpret(self, values: np.ndarray) -> np.ndarray:
         """The interpreter's output slot for inputs ``(batch, n)``."""
-        trace = interpret_pcoc_batch(self.pcoc_program(), values.shape[1], values)
+        trace = interpret_batch(self.pcoc_program(), values.shape[1], values)
         return trace.outputs[self.output]
 
     def target(self, inputs: np.ndarray) -> np.ndarray:
@@ -201,7 +201,7 @@ class PcocNumericTask(NumericTask):
         compiled once per (n, mode))."""
         key = (n, mode)
         if key not in self._models:
-            self._models[key] = compile_pcoc(self.pcoc_program(), n, mode=mode)
+            self._models[key] = compile_program(self.pcoc_program(), n, mode=mode)
         return self._models[key]
 
     def compiled_values(

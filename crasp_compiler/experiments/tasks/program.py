@@ -62,7 +62,7 @@ from crasp_compiler.languages.crasp.program import (
     load_program,
     require_alphabet,
 )
-from crasp_compiler.languages.pcoc import PCOC_SUFFIXES
+from crasp_compiler.languages.pcoc import PROGRAM_SUFFIXES as PCOC_SUFFIXES
 from crasp_compiler.model.model import Model
 from crasp_compiler.runtime.numpy_exec import run
 

@@ -41,11 +41,11 @@ from crasp_compiler.experiments.tasks.base import NumericTask
 from crasp_compiler.experiments.tasks.numeric import PcocNumericTask
 from crasp_compiler.experiments.tasks.registry import get_task
 from crasp_compiler.files import write_text
-from crasp_compiler.languages.pcoc import interpret_pcoc_batch
-from crasp_compiler.languages.pcoc.compile import compile_pcoc
+from crasp_compiler.languages.pcoc import interpret_batch
+from crasp_compiler.languages.pcoc.compile import compile_program
 from crasp_compiler.languages.pcoc.lower import TOKEN
 from crasp_compiler.languages.pcoc.nodes import Program
-from crasp_compiler.languages.pcoc.parse import parse_pcoc
+from crasp_compiler.languages.pcoc.program import parse_program
 from crasp_compiler.languages.pcoc.syntax import parse_tree
 
 if TYPE_CHECKING:
@@ -112,7 +112,7 @@ def rebound_program(program: Program, bound: float) -> Program:
     # a lexed token has its position (lark types it optional for tokens made by hand)
     for token in sorted(literals, key=lambda t: cast(int, t.start_pos), reverse=True):
         text = text[: token.start_pos] + repr(float(bound)) + text[token.end_pos :]
-    return parse_pcoc(text, f"{program.filename} (bound {bound:g})")
+    return parse_program(text, f"{program.filename} (bound {bound:g})")
 
 
 def _forward(module: TorchTransformer, inputs: np.ndarray, output: int) -> torch.Tensor:
@@ -186,7 +186,7 @@ def finetune(config: FinetuneConfig) -> dict[str, Any]:
                 f"c = {largest / task.value_range:g})"
             )
         program = rebound_program(program, bound)
-        model = compile_pcoc(program, config.n, mode=config.mode)
+        model = compile_program(program, config.n, mode=config.mode)
     if len(model.inputs) != 1:
         raise CraspError(f"task {config.task!r}: expected one numeric input channel")
     output = [o.name for o in model.outputs].index(task.output)
@@ -220,7 +220,7 @@ def finetune(config: FinetuneConfig) -> dict[str, Any]:
     if config.bound is not None:
         for c, inputs in tests.items():  # every slot within the new bound
             try:
-                interpret_pcoc_batch(program, config.n, inputs, check_promises=True)
+                interpret_batch(program, config.n, inputs, check_promises=True)
             except CraspError as err:
                 raise CraspError(
                     f"bound {bound:g} is too small for {config.task} at c = {c:g}: {err}"

@@ -17,7 +17,7 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from crasp_compiler.errors import CraspError, Diagnostic, Span
+from crasp_compiler.errors import Diagnostic, Diagnostics, Invalid, Span
 from crasp_compiler.languages.crasp.nodes import (
     Add,
     And,
@@ -86,10 +86,6 @@ Positions = int | npt.NDArray[np.int64]
 Built = TypeVar("Built")
 
 
-class _Invalid(Exception):
-    """Raised inside expression building after a diagnostic has been recorded."""
-
-
 @dataclass
 class _Scope:
     var: str  # the position variable at which the current expression is evaluated
@@ -139,7 +135,7 @@ class _Builder:
     def __init__(self, source: str, filename: str) -> None:
         self.source = source
         self.filename = filename
-        self.diagnostics: list[Diagnostic] = []
+        self.diagnostics = Diagnostics(source, filename)
         self.sorts: dict[str, Sort | None] = {}  # None: a definition with errors
         self.defined_at: dict[str, Span | None] = {}
         self.definition_lines: dict[str, Span | None] = {}
@@ -154,10 +150,9 @@ class _Builder:
 
     def error(
         self, message: str, where: Tree[Token] | Token | Span | None, hint: str | None = None
-    ) -> _Invalid:
+    ) -> Invalid:
         span = where if isinstance(where, Span) or where is None else _span(where)
-        self.diagnostics.append(Diagnostic(message, span, hint))
-        return _Invalid()
+        return self.diagnostics.error(message, span, hint)
 
     # ------------------------------------------------------------ program
 
@@ -250,11 +245,7 @@ class _Builder:
         if accept_name is not None and accept_name not in output_names:
             output_names.insert(0, accept_name)
 
-        if self.diagnostics:
-            self.diagnostics.sort(
-                key=lambda d: (d.span is None, d.span and (d.span.line, d.span.column))
-            )
-            raise CraspError(self.diagnostics, self.source, self.filename)
+        self.diagnostics.raise_any()
         return Program(
             tuple(definitions),
             tuple(alphabet),
@@ -331,7 +322,7 @@ class _Builder:
         self.current = name
         try:
             expr = self.expr(rest[0], _Scope(var))
-        except _Invalid:
+        except Invalid:
             expr = None
         if not fresh:
             return None
@@ -369,7 +360,7 @@ class _Builder:
             else:
                 body_t = _tree(body)
                 self.binary[str(name_tok)] = self.relation(body_t, outer=names[0], inner=names[1])
-        except _Invalid:
+        except Invalid:
             self.failed.add(str(name_tok))
 
     # ------------------------------------------------------------ expressions
@@ -409,10 +400,10 @@ class _Builder:
         for item in items:
             try:
                 results.append(build(item))
-            except _Invalid:
+            except Invalid:
                 failed = True
         if failed:
-            raise _Invalid()
+            raise Invalid()
         return results
 
     def _check_index(self, t: Tree[Token], scope: _Scope) -> None:
@@ -436,11 +427,11 @@ class _Builder:
         name = str(name_tok)
         self._check_index(t, scope)
         if name in self.failed:
-            raise _Invalid()
+            raise Invalid()
         if name in self.sorts:
             sort = self.sorts[name]
             if sort is None:
-                raise _Invalid()
+                raise Invalid()
             return BoolRef(name) if sort == Sort.BOOL else CountRef(name)
         if name in self.unary:  # a fresh node, so that expr() gives it this use's span
             return replace(self.unary[name], span=None)
@@ -488,7 +479,7 @@ class _Builder:
     def e_token(self, t: Tree[Token], scope: _Scope) -> Expr:
         symbol = self.symbol(_token(t.children[0]))
         if symbol is None:
-            raise _Invalid()
+            raise Invalid()
         self.literals.setdefault(symbol, _span(t))
         return TokenIs(symbol)
 
@@ -505,7 +496,7 @@ class _Builder:
         )
         symbol = self.symbol(quoted)
         if symbol is None:
-            raise _Invalid()
+            raise Invalid()
         self.literals.setdefault(symbol, _span(t))
         return TokenIs(symbol)
 
@@ -689,7 +680,7 @@ class _Builder:
     def named_relation(self, name_tok: Token) -> frozenset[int]:
         name = str(name_tok)
         if name in self.failed:
-            raise _Invalid()
+            raise Invalid()
         if name in self.binary:
             return self.binary[name]
         if name in PREDEFINED_BINARY:
@@ -728,7 +719,7 @@ class _Builder:
         if relation_t is not None:
             try:
                 offsets = self.relation(relation_t, outer=outer, inner=inner)
-            except _Invalid:
+            except Invalid:
                 self._both(lambda c: self.boolean(c, inner_scope, "`#`"), [body_t])
                 raise
         arg = self.boolean(body_t, inner_scope, "`#`")

@@ -38,7 +38,7 @@ bound for one destination, which one machine sends to at most).
 most as many machines as the send has targets (its *capacity* c: one for
 ``got = send x to d``, distinct destinations; where more send to one machine, their
 tuples add): the compiled model's guarantee states it and the runtimes check it on
-input destinations (:func:`~crasp_compiler.languages.pcoc.compile.compile_pcoc`).
+input destinations (:func:`~crasp_compiler.languages.pcoc.compile.compile_program`).
 
 **Capacity c > 1** (``a, b = send x to d``: the general MPC round of Lemma B.1, with
 every ``send`` of a round one word a machine sends): an entry holds a *list* of up to

@@ -1,6 +1,6 @@
 """Compile a PCOC program to a positional transformer, and run compiled PCOC models.
 
-:func:`compile_pcoc` lowers the program (:mod:`crasp_compiler.languages.pcoc.lower`) for exactly
+:func:`compile_program` lowers the program (:mod:`crasp_compiler.languages.pcoc.lower`) for exactly
 ``n`` machines: one transformer layer per communication round, one positional routing
 head per distinct source pattern of the round, and the MLP depth each local computation
 needs (the builder schedules blocks as early as their inputs allow, so a round whose
@@ -18,7 +18,7 @@ import numpy as np
 
 from crasp_compiler.errors import CraspError, Diagnostic
 from crasp_compiler.languages.pcoc.benes import Probe, destination_probe, has_sends, lower_sends
-from crasp_compiler.languages.pcoc.interpret import check_pcoc
+from crasp_compiler.languages.pcoc.check import check_pcoc
 from crasp_compiler.languages.pcoc.lower import (
     MODES,
     TOKEN,
@@ -176,7 +176,7 @@ def _round_up(value: float) -> str:
     return f"{math.ceil(value / 10**exponent) * 10**exponent:.2g}"
 
 
-def compile_pcoc(
+def compile_program(
     program: Program,
     n: int,
     *,
@@ -192,7 +192,7 @@ def compile_pcoc(
     declaration order). The outputs are the program's output slots (rule ``value``).
 
     The guarantee is against the interpreter (:func:`~crasp_compiler.languages.pcoc.
-    interpret.interpret_pcoc`, float64), for inputs within their declared bounds on which
+    interpret.interpret`, float64), for inputs within their declared bounds on which
     every data comparison stays outside its margin (the interpreter's ``check_promises``):
     per float type, whether the model is covered (``Guarantee.dtypes``: n,
     or −1 where a data comparison is not provably decided exactly) and a bound on how far
@@ -537,7 +537,7 @@ def machines(model: Model) -> int:
 
 def input_matrix(model: Model, inputs: Inputs, where: str = "input") -> np.ndarray:
     """One run's inputs as an ``(n, k)`` array (k input slots, declaration order), from a
-    mapping ``slot -> vector`` or, as :func:`~crasp_compiler.languages.pcoc.interpret.interpret_pcoc`
+    mapping ``slot -> vector`` or, as :func:`~crasp_compiler.languages.pcoc.interpret.interpret`
     takes them, one vector per input slot (shape ``(k, n)``; a single vector for one
     input slot). CraspError unless every vector has exactly n finite numbers."""
     n, names = machines(model), list(model.inputs)

@@ -1,12 +1,7 @@
-"""Checking and running PCOC programs for a given number of machines ``n``.
+"""Running PCOC programs for a given number of machines ``n`` (checked for that ``n`` by
+:func:`~crasp_compiler.languages.pcoc.check.check_pcoc`).
 
-- :func:`check_pcoc`: unroll the program for ``n`` and evaluate every static expression
-  (loop bounds, receive sources, static conditions, static values used as data) on every
-  machine of every round, reporting each failure at its source location (``log2`` of a
-  non-power of two, division by zero, a negative exponent, a loop too long, ``n < 1``);
-  returns the unrolled rounds. Static values and unrolling come from
-  :mod:`crasp_compiler.languages.pcoc.static`, the one evaluator of static expressions.
-- :func:`interpret_pcoc` / :func:`interpret_pcoc_batch`: the reference semantics of
+- :func:`interpret` / :func:`interpret_batch`: the reference semantics of
   :mod:`crasp_compiler.languages.pcoc.nodes` in float64, giving a :class:`Trace` (every slot of every
   machine after every round). Data comparisons are exact; with ``check_promises=True`` the
   interpreter also reports values that break a declared margin or slot bound.
@@ -25,7 +20,8 @@ import numpy as np
 import numpy.typing as npt
 
 from crasp_compiler.budget import require_memory
-from crasp_compiler.errors import CraspError, Diagnostic, Span, shown_int
+from crasp_compiler.errors import CraspError, Diagnostic, Span
+from crasp_compiler.languages.pcoc.check import check_pcoc, env_text, validate_n
 from crasp_compiler.languages.pcoc.nodes import (
     STATIC_TYPES,
     Add,
@@ -33,12 +29,10 @@ from crasp_compiler.languages.pcoc.nodes import (
     Call,
     Compare,
     Expr,
-    If,
     IfExpr,
     Num,
     Program,
     Read,
-    Round,
     Scale,
     Send,
     Static,
@@ -48,7 +42,6 @@ from crasp_compiler.languages.pcoc.nodes import (
     span_of,
 )
 from crasp_compiler.languages.pcoc.static import (
-    MAX_EXACT_INT,
     StaticFailure,
     UnrollLimit,
     iter_rounds,
@@ -57,139 +50,8 @@ from crasp_compiler.languages.pcoc.static import (
 )
 from crasp_compiler.syntax.engine import MAX_ERRORS
 
-MAX_MACHINES = 10_000_000
-
 # A data value: a number, or one per machine of every input (shape (B, n)).
 _Value = float | np.ndarray
-
-
-# ================================================================== the checker
-
-
-def _validate_n(n: int, filename: str) -> int:
-    if isinstance(n, bool) or not isinstance(n, int | np.integer):
-        raise CraspError(f"n must be a positive integer, not {n!r}", filename=filename)
-    n = int(n)
-    if n < 1:
-        raise CraspError(f"n must be at least 1, not {n}", filename=filename)
-    if n > MAX_MACHINES:
-        raise CraspError(
-            f"n = {n} is more machines than supported ({MAX_MACHINES})", filename=filename
-        )
-    return n
-
-
-def _env_text(env: dict[str, int], machine: int | None) -> str:
-    parts = [f"{name} = {shown_int(value)}" for name, value in env.items()]
-    if machine is not None:
-        parts.append(f"i = {machine}")
-    return ", ".join(parts)
-
-
-class _Errors:
-    def __init__(self, program: Program) -> None:
-        self.program = program
-        self.diagnostics: list[Diagnostic] = []
-        self.spans: set[Span | None] = set()
-
-    def add(self, failure: StaticFailure, env: dict[str, int], fallback: Span | None) -> None:
-        span = failure.span or fallback
-        if span in self.spans or len(self.diagnostics) >= MAX_ERRORS:
-            return
-        self.spans.add(span)
-        where = _env_text(env, failure.machine)
-        self.diagnostics.append(Diagnostic(f"{failure.message} (for {where})", span))
-
-    def raise_any(self) -> None:
-        if self.diagnostics:
-            raise CraspError(self.diagnostics, self.program.source, self.program.filename)
-
-
-def _statics_of_expr(expr: Expr, out: list[tuple[StaticExpr, bool]]) -> None:
-    """The static expressions that a data expression evaluates."""
-    stack = [expr]
-    while stack:
-        node = stack.pop()
-        match node:
-            case Static(inner):
-                out.append((inner, True))
-            case Add(left, right) | Sub(left, right) | Compare(_, left, right, _):
-                stack.extend([right, left])
-            case Scale(_, arg):
-                stack.append(arg)
-            case Call(_, args):
-                stack.extend(args)
-            case IfExpr(cond, then, otherwise):
-                if isinstance(cond, STATIC_TYPES):
-                    out.append((cond, False))
-                else:
-                    stack.append(cond)
-                stack.extend([then, otherwise])
-
-
-def _statics_of_round(round_: Round) -> list[tuple[StaticExpr, bool, Span | None]]:
-    """(expression, used as data, fallback span) for every static expression of a round."""
-    out: list[tuple[StaticExpr, bool, Span | None]] = []
-    for receive in round_.receives:
-        out.append((receive.source, False, receive.span))
-
-    def statements(body: tuple[Stmt, ...]) -> None:
-        for stmt in body:
-            found: list[tuple[StaticExpr, bool]] = []
-            if isinstance(stmt, Assign):
-                _statics_of_expr(stmt.expr, found)
-            else:
-                if isinstance(stmt.cond, STATIC_TYPES):
-                    found.append((stmt.cond, False))
-                else:
-                    _statics_of_expr(stmt.cond, found)
-            out.extend((expr, as_data, stmt.span) for expr, as_data in found)
-            if isinstance(stmt, If):
-                statements(stmt.then)
-                statements(stmt.otherwise)
-
-    statements(round_.body)
-    return out
-
-
-def check_pcoc(program: Program, n: int) -> list[tuple[Round, dict[str, int]]]:
-    """Check ``program`` for ``n`` machines and return its rounds in execution order, each
-    with its static environment (as :func:`~crasp_compiler.languages.pcoc.static.unroll`
-    gives them).
-
-    Every static expression is evaluated on every machine of every round it belongs to
-    (both branches of a static choice included, except where ``and``/``or`` short-circuit);
-    each failure is reported once, at its location, with the values of n, r, the loop
-    variables and i. Raises :class:`CraspError`."""
-    n = _validate_n(n, program.filename)
-    errors = _Errors(program)
-    machines = machine_indices(n)
-    # per round of the program text
-    statics: dict[int, list[tuple[StaticExpr, bool, Span | None]]] = {}
-    rounds: list[tuple[Round, dict[str, int]]] = []
-    try:
-        for item, round_env in iter_rounds(program, n, errors.add):
-            rounds.append((item, round_env))
-            if id(item) not in statics:
-                statics[id(item)] = _statics_of_round(item)
-            for expr, as_data, fallback in statics[id(item)]:
-                try:
-                    value = static_value(expr, round_env, machines)
-                except StaticFailure as failure:
-                    errors.add(failure, round_env, fallback)
-                    continue
-                if as_data and np.any(np.abs(value) > MAX_EXACT_INT):
-                    big = np.broadcast_to(np.abs(value) > MAX_EXACT_INT, (n,))
-                    too_big = StaticFailure(
-                        "the static value is too large to be exact as a number (> 2**53)",
-                        int(np.argmax(big)) if isinstance(value, np.ndarray) else None,
-                    )
-                    too_big.span = span_of(expr)
-                    errors.add(too_big, round_env, fallback)
-    except UnrollLimit as limit:
-        errors.diagnostics.append(Diagnostic(limit.message, limit.span, limit.hint))
-    errors.raise_any()
-    return rounds
 
 
 # ================================================================== the interpreter
@@ -201,7 +63,7 @@ class Trace:
     after round k (1-based), each mapping every slot to its values on machines 0..n-1;
     ``outputs`` maps the output slots to their values after the last round; ``envs[k]``
     is the static environment of round k + 1 (``n``, ``r`` and loop variables). Arrays
-    have shape ``(n,)``, or ``(batch, n)`` from :func:`interpret_pcoc_batch`."""
+    have shape ``(n,)``, or ``(batch, n)`` from :func:`interpret_batch`."""
 
     n: int
     rounds: list[dict[str, np.ndarray]]
@@ -249,7 +111,7 @@ class _Machine:
 
     def where(self, mask: np.ndarray) -> str:
         b, i = np.unravel_index(int(np.argmax(mask)), mask.shape)
-        text = _env_text(self.env, int(i))
+        text = env_text(self.env, int(i))
         return f"{text}, input {int(b)}" if self.batch > 1 else text
 
     # ------------------------------------------------------------ data values
@@ -447,7 +309,7 @@ class _Machine:
                 if d != math.floor(d):
                     raise self.fail(
                         f"`send` to a destination that is not an integer: machine i = {i} "
-                        f"sends to {d!r} (for {_env_text(self.env, None)})",
+                        f"sends to {d!r} (for {env_text(self.env, None)})",
                         send.span,
                     )
                 if not 0 <= d < n:
@@ -612,7 +474,7 @@ def require_interpreter_memory(program: Program, n: int, batch: int) -> None:
     )
 
 
-def interpret_pcoc(
+def interpret(
     program: Program,
     n: int,
     inputs: Sequence[Sequence[float]] | np.ndarray,
@@ -627,7 +489,7 @@ def interpret_pcoc(
     ``check_promises``, a data comparison whose operands come within its margin of the
     threshold (on a machine where it takes effect) or a slot outside its declared bound
     raises :class:`CraspError`."""
-    n = _validate_n(n, program.filename)
+    n = validate_n(n, program.filename)
     require_interpreter_memory(program, n, 1)
     values = _input_array(program, n, inputs, batched=False)
     if not check_promises:  # which checks every slot's bound, from the initial memory on
@@ -638,7 +500,7 @@ def interpret_pcoc(
     return trace
 
 
-def interpret_pcoc_batch(
+def interpret_batch(
     program: Program,
     n: int,
     inputs: np.ndarray,
@@ -646,10 +508,10 @@ def interpret_pcoc_batch(
     check_promises: bool = False,
     on_beyond: str = "error",
 ) -> Trace:
-    """:func:`interpret_pcoc` on many inputs at once: ``inputs`` of shape
+    """:func:`interpret` on many inputs at once: ``inputs`` of shape
     ``(batch, len(program.inputs), n)`` (or ``(batch, n)`` for one input slot); the trace's
     arrays have shape ``(batch, n)``."""
-    n = _validate_n(n, program.filename)
+    n = validate_n(n, program.filename)
     values = _input_array(program, n, inputs, batched=True)
     require_interpreter_memory(program, n, values.shape[0])
     if not check_promises:

@@ -16,20 +16,20 @@ from typing import Any
 import numpy as np
 
 from crasp_compiler.errors import CraspError
-from crasp_compiler.languages.pcoc.compile import compile_pcoc, machines
+from crasp_compiler.languages.pcoc.check import check_pcoc
+from crasp_compiler.languages.pcoc.compile import compile_program, machines
 from crasp_compiler.languages.pcoc.declaration import DECLARATION
 from crasp_compiler.languages.pcoc.interpret import (
     NUMBER,
-    check_pcoc,
     format_vector,
-    interpret_pcoc,
-    interpret_pcoc_batch,
+    interpret,
+    interpret_batch,
     read_vectors,
     require_interpreter_memory,
 )
 from crasp_compiler.languages.pcoc.lower import TOKEN
 from crasp_compiler.languages.pcoc.nodes import Program
-from crasp_compiler.languages.pcoc.parse import parse_pcoc
+from crasp_compiler.languages.pcoc.program import parse_program
 from crasp_compiler.languages.registry import Item, Language, Outputs, expect
 from crasp_compiler.model.io import MAX_INTEGER, finite_number
 from crasp_compiler.model.model import BOS, FLOAT_DTYPES, Model
@@ -106,7 +106,7 @@ class Pcoc(Language):
     )
 
     def parse(self, text: str, filename: str, **options: Any) -> Program:
-        return parse_pcoc(text, filename)
+        return parse_program(text, filename)
 
     def owns(self, program: object) -> bool:
         return isinstance(program, Program)
@@ -208,7 +208,7 @@ class Pcoc(Language):
         if not inputs:
             values = {name: np.zeros((0, n)) for name in program.outputs}
         else:
-            trace = interpret_pcoc_batch(program, n, np.stack(list(inputs)), on_beyond=on_beyond)
+            trace = interpret_batch(program, n, np.stack(list(inputs)), on_beyond=on_beyond)
             values = {name: np.asarray(trace.outputs[name]) for name in program.outputs}
         return Outputs(values, [[str(i) for i in range(n)] for _ in inputs])
 
@@ -219,12 +219,12 @@ class Pcoc(Language):
         return None
 
     def evaluate(self, program: Program, item: Any, **options: Any) -> Any:
-        """``interpret_pcoc``; ``n`` defaults to the length of the input vectors."""
+        """``interpret``; ``n`` defaults to the length of the input vectors."""
         vectors = np.asarray(item, dtype=np.float64)
         n = options.get("n") or (vectors.shape[-1] if vectors.size else None)
         if n is None:
             raise CraspError("give n: the program reads no inputs to take it from")
-        return interpret_pcoc(program, n, item, on_beyond=options.get("on_beyond", "error"))
+        return interpret(program, n, item, on_beyond=options.get("on_beyond", "error"))
 
     def trace(self, program: Program, item: Any, **options: Any) -> list[str]:
         result = self.evaluate(program, item, **options)
@@ -255,7 +255,7 @@ class Pcoc(Language):
         tolerance, dtype = options.get("tolerance"), options.get("dtype")
         if mode == "hard" and (tolerance is not None or dtype is not None):
             raise CraspError("tolerance and dtype (--tolerance, --dtype) are for mode softmax")
-        return compile_pcoc(
+        return compile_program(
             program,
             n,
             mode=mode,
@@ -282,7 +282,7 @@ class Pcoc(Language):
         return lines
 
     def model_program(self, model: Model) -> Program | None:
-        return parse_pcoc(model.source, "<model source>") if model.source else None
+        return parse_program(model.source, "<model source>") if model.source else None
 
     def model_options(self, model: Model) -> dict[str, Any]:
         return {"n": machines(model)}

@@ -1,7 +1,7 @@
-"""Parse PCOC text into the checked IR of :mod:`crasp_compiler.languages.pcoc.nodes`.
+"""Build the checked IR of :mod:`crasp_compiler.languages.pcoc.nodes` from a PCOC parse tree.
 
-- :func:`parse_pcoc` (text → :class:`~crasp_compiler.languages.pcoc.nodes.Program`) and
-  :func:`load_pcoc` (a ``.pcoc`` file). Every problem becomes a :class:`CraspError` whose
+- :func:`build_program` (tree → :class:`~crasp_compiler.languages.pcoc.nodes.Program`;
+  :mod:`.program` reads text and files through it). Every problem becomes a :class:`CraspError` whose
   diagnostics name ``file:line:col``, show the line with a caret under the offending text
   and say what was expected: syntax errors (all of them, from the shared front end
   :mod:`crasp_compiler.syntax.engine` configured in :mod:`.syntax`), then names and kinds
@@ -23,11 +23,8 @@ import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from crasp_compiler.errors import CraspError, Diagnostic, Span, shown_int
-from crasp_compiler.files import read_program_text
-from crasp_compiler.languages.pcoc.declaration import DECLARATION
+from crasp_compiler.errors import Diagnostics, Invalid, Span, shown_int
 from crasp_compiler.languages.pcoc.nodes import (
     STATIC_TYPES,
     Add,
@@ -59,13 +56,10 @@ from crasp_compiler.languages.pcoc.nodes import (
 )
 from crasp_compiler.languages.pcoc.nodes import spanned as _spanned
 from crasp_compiler.languages.pcoc.static import MAX_EXACT_INT, StaticFailure, static_value
-from crasp_compiler.languages.pcoc.syntax import parse_tree
 from crasp_compiler.model.model import MAX_SEND_CAPACITY
 from crasp_compiler.syntax import Token, Tree
 from crasp_compiler.syntax.engine import MAX_ERRORS
 from crasp_compiler.syntax.lark_tools import span as _span
-
-PCOC_SUFFIXES = DECLARATION.suffixes
 
 KEYWORDS = frozenset(
     {"input", "slot", "output", "bound", "round", "for", "in", "recv", "from", "default"}
@@ -108,10 +102,6 @@ def _join(first: Span | None, last: Span | None) -> Span | None:
 
 
 # ================================================================== building the IR
-
-
-class _Invalid(Exception):
-    """Raised inside expression building after a diagnostic has been recorded."""
 
 
 @dataclass
@@ -158,11 +148,11 @@ _CMP_NAMES = {"==": "==", "!=": "!=", "<=": "<=", ">=": ">=", "<": "<", ">": ">"
 _DIVISOR = re.compile(r"\s*(\d+|\(\s*\w+(\s*[-+*%]\s*\w+)*\s*\))\s*")
 
 
-class _Builder:
+class _Elaborator:
     def __init__(self, source: str, filename: str) -> None:
         self.source = source
         self.filename = filename
-        self.diagnostics: list[Diagnostic] = []
+        self.diagnostics = Diagnostics(source, filename)
         self.slots: dict[str, Slot] = {}
         self.inputs: list[str] = []
         self.program_temps: dict[str, Span | None] = {}  # temporary -> its first round
@@ -170,10 +160,9 @@ class _Builder:
 
     # ------------------------------------------------------------ reporting
 
-    def error(self, message: str, where: _Child | Span | None, hint: str | None = None) -> _Invalid:
+    def error(self, message: str, where: _Child | Span | None, hint: str | None = None) -> Invalid:
         span = where if isinstance(where, Span) or where is None else _span(where)
-        self.diagnostics.append(Diagnostic(message, span, hint))
-        return _Invalid()
+        return self.diagnostics.error(message, span, hint)
 
     # ------------------------------------------------------------ program
 
@@ -223,11 +212,7 @@ class _Builder:
                 "add `output NAME` naming the slots to print after the last round",
             )
         self._lint_comments()
-        if self.diagnostics:
-            self.diagnostics.sort(
-                key=lambda d: (d.span is None, d.span and (d.span.line, d.span.column))
-            )
-            raise CraspError(self.diagnostics[: MAX_ERRORS * 2], self.source, self.filename)
+        self.diagnostics.raise_any(MAX_ERRORS * 2)
         return Program(
             tuple(self.slots.values()),
             tuple(self.inputs),
@@ -354,7 +339,7 @@ class _Builder:
                             f"the initial value {_number(init)} exceeds the bound {_number(bound)}",
                             part.children[0],
                         )
-            except _Invalid:
+            except Invalid:
                 continue
         if not fresh:
             return
@@ -399,7 +384,7 @@ class _Builder:
         for bound_t, what in ((start_t, "the start"), (stop_t, "the stop")):
             try:
                 bounds.append(self.static(bound_t, scope, f"{what} of a loop"))
-            except _Invalid:
+            except Invalid:
                 continue
             machine = next((n for n in _walk(bounds[-1]) if n == SVar("i")), None)
             if machine is not None:
@@ -540,7 +525,7 @@ class _Builder:
                 default_t,
                 "the default",
             )
-        except _Invalid:
+        except Invalid:
             ok = False
         if not ok:
             return None
@@ -572,7 +557,7 @@ class _Builder:
                 self.error(f"`recv` of {slot!r}, which is not a declared slot", slot_tok, hint)
         try:
             source = self.static(source_t, scope, "the source of a `recv`")
-        except _Invalid:
+        except Invalid:
             ok = False
         try:
             default = self._finite(
@@ -580,7 +565,7 @@ class _Builder:
                 default_t,
                 "the default",
             )
-        except _Invalid:
+        except Invalid:
             ok = False
         if target not in RESERVED and target not in self.slots:
             state.defined.add(target)
@@ -635,7 +620,7 @@ class _Builder:
             ok = False
         try:
             expr = self.data(expr_t, scope)
-        except _Invalid:
+        except Invalid:
             ok = False
         if target not in self.slots and target not in RESERVED and target not in scope.loops:
             state.defined.add(target)
@@ -650,7 +635,7 @@ class _Builder:
         ok = True
         try:
             cond = self.condition(cond_t, scope, "the condition of an `if`")
-        except _Invalid:
+        except Invalid:
             ok = False
         before_defined, before_maybe = set(state.defined), set(state.maybe)
         then = self.block(_tree(then_t), scope)
@@ -754,10 +739,10 @@ class _Builder:
         for tree in trees:
             try:
                 results.append(self.expr(tree, scope))
-            except _Invalid:
+            except Invalid:
                 failed = True
         if failed:
-            raise _Invalid()
+            raise Invalid()
         return results
 
     def e_number(self, tree: Tree[Token], scope: _Scope) -> SNum | Num:
@@ -954,14 +939,14 @@ class _Builder:
         failed = False
         try:
             cond = self.condition(cond_t, scope, "the condition of `... if ... else ...`")
-        except _Invalid:
+        except Invalid:
             failed = True
         try:
             then, otherwise = self._operands([then_t, else_t], scope)
-        except _Invalid:
+        except Invalid:
             failed = True
         if failed:
-            raise _Invalid()
+            raise Invalid()
         if (
             isinstance(cond, STATIC_TYPES)
             and isinstance(then, STATIC_TYPES)
@@ -1055,12 +1040,7 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() and abs(value) < 1e16 else repr(value)
 
 
-def parse_pcoc(text: str, filename: str = "<program>") -> Program:
-    """Parse and check PCOC program text; raise :class:`CraspError` on any error."""
-    tree = parse_tree(text, filename)
-    return _Builder(text, filename).program(tree)
-
-
-def load_pcoc(path: str | Path) -> Program:
-    """Read a ``.pcoc`` file and check it."""
-    return parse_pcoc(read_program_text(path), str(path))
+def build_program(tree: Tree[Token], text: str, filename: str) -> Program:
+    """The checked program of parse ``tree`` (of ``text``, read from ``filename``); raise
+    :class:`CraspError` on any error."""
+    return _Elaborator(text, filename).program(tree)
