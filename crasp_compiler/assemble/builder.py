@@ -47,6 +47,7 @@ from crasp_compiler.model.model import (
     Guarantee,
     Model,
     Output,
+    Provenance,
     Rule,
     dense,
     densified,
@@ -333,6 +334,7 @@ class Builder:
         filename: str = "<model>",
         labels: Mapping[str, str] | None = None,
         reuse: bool | None = None,
+        provenance: Provenance | None = None,
     ) -> Model:
         """The model whose named outputs are ``outputs``: ``name -> form`` (rule
         ``value``, the raw number) or ``name -> (form, rule)`` with a rule from
@@ -433,6 +435,7 @@ class Builder:
             info={"exactness": self.exactness(), **(info or {})},
             inputs=list(self.numeric_inputs),
             w_x=w_x if self.numeric_inputs else None,
+            provenance=provenance,
         )
         return with_kinds(model)  # every head records its kind (crasp_compiler.model.model)
 

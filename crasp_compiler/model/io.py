@@ -69,6 +69,7 @@ from crasp_compiler.model.model import (
     Matrix,
     Model,
     Output,
+    Provenance,
     Rule,
     SparseMatrix,
     Weighting,
@@ -76,16 +77,18 @@ from crasp_compiler.model.model import (
     derive_kinds,
     head_kinds,
     kind_holds,
+    legacy_provenance,
 )
 
 FORMAT = "crasp-model"
-VERSION = 4
+VERSION = 5
 # Version 1 differs only in the value of periodic features at BOS (converted on load);
 # version 2 has no "occupants" (every dimension holds one variable); versions 1–3 list an
 # MLP's activations and labels unit by unit, version 4 as runs ``[value, count]`` (a wide
 # model's header held one word per hidden unit: 115 M characters for permute.pcoc at
-# n = 256).
-READABLE_VERSIONS = (1, 2, 3, 4)
+# n = 256); versions 1–4 record the model's origin only in "info"/"options", version 5 in
+# its own field "provenance" (null for a model built by hand).
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 
 MAX_MODEL_BYTES = 4 << 30  # default budget for a model's uncompressed size
 BUDGET_VARIABLE = "CRASP_MAX_MODEL_BYTES"
@@ -149,6 +152,7 @@ def model_parts(
         "options": model.options,
         "source": model.source,
         "info": model.info,
+        "provenance": provenance_header(model.provenance),
     }
     stored: dict[str, NDArray[Any]] = {}
     for name, array in arrays.items():
@@ -625,6 +629,11 @@ def _parse(raw_header: Any, data: _Source, source: bool = True) -> Model:
         info=info,
         inputs=[str(name) for name in inputs],
         w_x=w_x,
+        provenance=(
+            _provenance(header.get("provenance"))
+            if header["version"] >= 5
+            else legacy_provenance(info, dict(header.get("options") or {}))
+        ),
     )
     _check_kinds(model)
     _check_origin(model, source)
@@ -652,6 +661,33 @@ def _clip(value: Any) -> str:
     """``value`` as JSON, cut to a readable length."""
     text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def provenance_header(provenance: Provenance | None) -> dict[str, Any] | None:
+    """The header's ``provenance`` field (None: a model built by hand)."""
+    if provenance is None:
+        return None
+    return {"language": provenance.language, "mode": provenance.mode, "size": provenance.size}
+
+
+def _provenance(raw: Any) -> Provenance | None:
+    """The header's ``provenance``: null, or exactly ``language`` (a name), ``mode`` (a
+    name or null) and ``size`` (a positive integer or null)."""
+    if raw is None:
+        return None
+    what = "header field 'provenance'"
+    _expect(
+        isinstance(raw, dict) and set(raw) == {"language", "mode", "size"},
+        f"{what} is not null or an object with exactly 'language', 'mode' and 'size'",
+    )
+    language, mode, size = raw["language"], raw["mode"], raw["size"]
+    _expect(isinstance(language, str) and language != "", f"{what}: 'language' is not a name")
+    _expect(mode is None or isinstance(mode, str), f"{what}: 'mode' is not a name or null")
+    _expect(
+        size is None or (type(size) is int and 1 <= size <= MAX_INTEGER),
+        f"{what}: 'size' is not null or an integer from 1 to {MAX_INTEGER:,}",
+    )
+    return Provenance(language, mode, size)
 
 
 def occupants_header(occupants: list[list[tuple[int, str]]] | None) -> list[list[Any]] | None:
@@ -724,11 +760,17 @@ def _check_origin(model: Model, source: bool) -> None:
     """Options, info and source agree with each other and with the model: a known
     language, then that language's own checks (mode, guarantee, and with ``source`` that
     the source parses)."""
-    language = model.info.get("language")
     known = ", ".join(HEADER_CHECKS)
+    language = model.provenance.language if model.provenance is not None else None
+    for field, named in (("info 'language'", model.info.get("language")), ("provenance", language)):
+        _expect(
+            named is None or (isinstance(named, str) and named in HEADER_CHECKS),
+            f"header field {field} is {named!r}, not one of {known}",
+        )
     _expect(
-        language is None or (isinstance(language, str) and language in HEADER_CHECKS),
-        f"header field info 'language' is {language!r}, not one of {known}",
+        model.info.get("language", language) == language,
+        f"header field info 'language' is {model.info.get('language')!r}, but the model's "
+        f"provenance is {language!r}",
     )
     _expect(
         language is not None or "mode" not in model.options,

@@ -500,12 +500,28 @@ class Provenance:
     """Where a compiled model came from, typed: the source language (the title its
     :class:`~crasp_compiler.languages.registry.Language` registers, e.g. ``"C-RASP"``),
     the compile mode, and, for languages compiled for a fixed size (PCOC), that size.
-    Code branches on this, never on ``info`` keys; the file stores it in the header's
-    ``info``/``options`` (as every version did), checked by the language on load."""
+    Code branches on this, never on ``info`` keys; the file stores it in its own header
+    field (format version 5 on; older files get it from ``info``/``options``,
+    :func:`legacy_provenance`), checked by the language on load."""
 
     language: str
     mode: str | None = None
     size: int | None = None
+
+
+def legacy_provenance(info: Mapping[str, Any], options: Mapping[str, Any]) -> Provenance | None:
+    """The provenance a model file of format version 1–4 records in ``info``/``options``:
+    ``info["language"]``, ``options["mode"]`` and, for a language compiled for a size,
+    ``info["n"]`` (None without a language: a model built by hand)."""
+    language = info.get("language")
+    if not isinstance(language, str):
+        return None
+    mode, size = options.get("mode"), info.get("n")
+    return Provenance(
+        language,
+        mode if isinstance(mode, str) else None,
+        size if type(size) is int else None,
+    )
 
 
 FREE = "(free)"
@@ -556,6 +572,8 @@ class Model:
     # where dimensions are reused: per dimension, (stage, label) of each value it holds in
     # turn, from the stage it is there on ("" = free: cancelled); None = one label each
     occupants: list[list[tuple[int, str]]] | None = None
+    # the typed origin of a compiled model (None: built by hand)
+    provenance: Provenance | None = None
 
     @property
     def stages(self) -> int:
@@ -568,19 +586,6 @@ class Model:
         :attr:`stages`; negative counts from the end, like a list index):
         :func:`labels_at`."""
         return labels_at(self.residual, self.occupants, stage, self.stages)
-
-    @property
-    def provenance(self) -> Provenance | None:
-        """The typed origin of a compiled model; None for a model built by hand."""
-        language = self.info.get("language")
-        if not isinstance(language, str):
-            return None
-        mode, size = self.options.get("mode"), self.info.get("n")
-        return Provenance(
-            language,
-            mode if isinstance(mode, str) else None,
-            size if type(size) is int else None,
-        )
 
     @property
     def numeric_weights(self) -> FloatArray:

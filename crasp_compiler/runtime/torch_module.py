@@ -767,6 +767,7 @@ class TorchTransformer(nn.Module):
         self.guarantee = model.guarantee
         self.accept = model.accept
         self.options, self.source, self.info = dict(model.options), model.source, dict(model.info)
+        self.provenance = model.provenance
         self.hook_embed, self.hook_pos_embed, self.hook_numeric_embed = (
             HookPoint(),
             HookPoint(),
@@ -1173,5 +1174,6 @@ class TorchTransformer(nn.Module):
                 options=dict(self.options),
                 source=self.source,
                 info=dict(self.info),
+                provenance=self.provenance,
             )
         )

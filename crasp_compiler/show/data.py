@@ -349,13 +349,18 @@ def _points(model: Model, target: str) -> dict[str, list[int] | None]:
 # ---------------------------------------------------------------- what rows hold
 
 
+def _language(model: Model) -> str | None:
+    """The title of the language ``model`` was compiled from (None: built by hand)."""
+    return model.provenance.language if model.provenance is not None else None
+
+
 def count_labels(model: Model) -> set[str]:
     """The residual labels of a C-RASP model whose values are counts ``c`` stored as
     ``c/(t+1)`` (BOS included in ``t + 1``): the dimensions of count definitions, count
     sub-expressions of the program (a dimension is labelled with its source expression),
     the gated offsets of a local count (``ONE·P(i-1) in …``) and what a causal uniform
     head writes (a prefix average of a Boolean, ``ONE``)."""
-    if model.info.get("language") != "C-RASP":
+    if _language(model) != "C-RASP":
         return set()
     from crasp_compiler.languages.crasp.nodes import CountExpr, Sort, walk
     from crasp_compiler.languages.crasp.printer import format_expr
@@ -424,7 +429,7 @@ def row_names(model: Model) -> dict[str, str]:
     branch in `x = min(x, right)```, a routing step by its send: ``clamp (routing send x
     to d)``), a received value by its slot and round, a routed entry by its send; other
     labels are their own names."""
-    if model.info.get("language") != "PCOC":
+    if _language(model) != "PCOC":
         return {}
     sends = _sends(model)
     names: dict[str, str] = {}
@@ -487,7 +492,7 @@ def head_label(model: Model, label: str) -> str:
     """A head's label as the pictures show it: in a PCOC model, the routing slots a head
     receives counted per send (``round 1: recv 16 routing field(s) of send x to d``)
     rather than listed by their made-up names."""
-    if model.info.get("language") != "PCOC" or ": recv " not in label:
+    if _language(model) != "PCOC" or ": recv " not in label:
         return label
     when, names = label.split(": recv ", 1)
     sends = _sends(model)

@@ -550,18 +550,45 @@ def test_version_3_files_list_activations_and_labels_unit_by_unit(tmp_path):
     with np.load(path) as data:
         arrays = {name: data[name] for name in data.files}
     header = json.loads(str(arrays.pop("header")))
-    assert header["version"] == VERSION == 4
+    assert header["version"] == VERSION == 5
     mlp = next(layer["mlp"] for layer in header["layers"] if layer["mlp"] is not None)
     assert all(isinstance(run, list) and len(run) == 2 for run in mlp["activations"])
     header["version"] = 3
+    del header["provenance"]  # version 5 on
     for layer in header["layers"]:
         if layer["mlp"] is not None:
             for key in ("activations", "labels"):
                 layer["mlp"][key] = [v for v, count in layer["mlp"][key] for _ in range(count)]
     np.savez(path, header=np.array(json.dumps(header)), **arrays)
     loaded = load_model(path)
+    assert loaded.provenance == model.provenance  # read from info and options
     for old, new in zip(loaded.layers, model.layers, strict=True):
         if new.mlp is not None:
             assert old.mlp is not None
             assert old.mlp.activations == new.mlp.activations
             assert old.mlp.labels == new.mlp.labels
+
+
+@pytest.mark.parametrize("example", ["dyck1.cr", "../pcoc/cumsum.pcoc"])
+def test_the_provenance_is_a_header_field_of_its_own(tmp_path, example):
+    """Version 5 stores the typed origin in its own field; an older file gets the same from
+    its info and options."""
+    from crasp_compiler import compile, load
+
+    model = compile(load(EXAMPLES / example), **({"n": 4} if example.endswith(".pcoc") else {}))
+    assert model.provenance is not None
+    path = tmp_path / "m.npz"
+    save_model(model, path)
+    with np.load(path) as data:
+        arrays = {name: data[name] for name in data.files}
+    header = json.loads(str(arrays.pop("header")))
+    assert header["provenance"] == {
+        "language": model.provenance.language,
+        "mode": model.provenance.mode,
+        "size": model.provenance.size,
+    }
+    assert load_model(path).provenance == model.provenance
+    header["version"] = 4
+    del header["provenance"]
+    np.savez(path, header=np.array(json.dumps(header)), **arrays)
+    assert load_model(path).provenance == model.provenance

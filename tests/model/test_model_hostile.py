@@ -376,11 +376,30 @@ def test_wellformed_definitions_are_shown(tmp_path):
     assert cli("info", file_of(tmp_path, compiled("dyck1.cr"), _definitions(None))).exit_code == 0
 
 
-@pytest.mark.parametrize("version", [True, 4.0, "4", [4], None, 0, 5], ids=repr)
+@pytest.mark.parametrize("version", [True, 5.0, "5", [5], None, 0, 6], ids=repr)
 def test_the_version_is_an_integer(tmp_path, version):
     """``true == 1`` in Python: a JSON true read as version 1 (and its BOS conversion)."""
     path = file_of(tmp_path, compiled("dyck1.cr"), lambda h, a: h.update(version=version))
     refused(path, "invalid model file", f"unsupported format version {version!r}")
+
+
+@pytest.mark.parametrize(
+    ("provenance", "fragment"),
+    [
+        ([], "is not null or an object with exactly 'language', 'mode' and 'size'"),
+        ({"language": "C-RASP"}, "exactly 'language', 'mode' and 'size'"),
+        ({"language": 3, "mode": None, "size": None}, "'language' is not a name"),
+        ({"language": "C-RASP", "mode": 1, "size": None}, "'mode' is not a name or null"),
+        ({"language": "C-RASP", "mode": None, "size": 0}, "'size' is not null or an integer"),
+        ({"language": "C-RASP", "mode": None, "size": True}, "'size' is not null or an integer"),
+        ({"language": "Brainfuck", "mode": None, "size": None}, "provenance is 'Brainfuck'"),
+        ({"language": "PCOC", "mode": "hard", "size": 4}, "but the model's provenance is 'PCOC'"),
+    ],
+    ids=repr,
+)
+def test_a_bad_provenance_is_refused_by_its_field(tmp_path, provenance, fragment):
+    path = file_of(tmp_path, compiled("dyck1.cr"), lambda h, a: h.update(provenance=provenance))
+    refused(path, "invalid model file", fragment)
 
 
 def _output(key, value) -> Edit:

@@ -17,7 +17,7 @@ from crasp_compiler.languages.crasp.nodes import (
 )
 from crasp_compiler.languages.crasp.program import require_alphabet
 from crasp_compiler.languages.crasp.rounding import Analysis, horizon
-from crasp_compiler.model.model import Guarantee, Model, describe_limit
+from crasp_compiler.model.model import Guarantee, Model, Provenance, describe_limit
 
 
 def compile_program(
@@ -72,6 +72,7 @@ def compile_program(
         },
         labels=labels,
         reuse=reuse,
+        provenance=Provenance("C-RASP", mode),
     )
     model.info["definitions"] = {
         name: {labels[var]: coef for var, coef in form.items()} for name, form in forms.items()

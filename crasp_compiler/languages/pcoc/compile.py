@@ -30,7 +30,7 @@ from crasp_compiler.languages.pcoc.lower import (
 )
 from crasp_compiler.languages.pcoc.nodes import Assign, Program, Round, Stmt
 from crasp_compiler.languages.pcoc.rounding import DTYPES, UNIT, times
-from crasp_compiler.model.model import Guarantee, Model
+from crasp_compiler.model.model import Guarantee, Model, Provenance
 from crasp_compiler.runtime.numpy_exec import beyond_guarantee, numeric_matrix, run
 
 # The most machines a model is compiled for (the interpreter goes to 10^7).
@@ -314,6 +314,7 @@ def compile_program(
         ),
         filename=program.filename,
         reuse=reuse,
+        provenance=Provenance(LANGUAGE, mode, n),
         options={
             "language": LANGUAGE,
             "n": n,
