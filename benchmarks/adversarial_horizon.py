@@ -32,7 +32,7 @@ a BLAS that sums in another order rounds differently, which is why the torch mod
 (MKL) fails elsewhere, and it is not simulated.
 
 **Confirmation** (what counts). The failing input is built as a string and run, in a
-child process, through the real runtimes — ``crasp_compiler.runtime.run(model, [tokens],
+child process, through the real runtimes — ``crasp_compiler.runtime.run_tokens(model, [tokens],
 dtype)`` and the torch module ``TorchTransformer(model)`` in that dtype — and compared at
 every position with ``interpret_batch``. numpy runs at the simulator's first failing
 length (its first wrong position must be that length). torch runs a multi-position
@@ -110,7 +110,7 @@ from crasp_compiler import interpret_batch, load_program  # noqa: E402
 from crasp_compiler.languages.crasp.compile import compile_program  # noqa: E402
 from crasp_compiler.model.model import HeadKind, Mask, Rule, Weighting, head_kinds  # noqa: E402
 from crasp_compiler.runtime import forward as fw  # noqa: E402
-from crasp_compiler.runtime import run  # noqa: E402
+from crasp_compiler.runtime import run_tokens  # noqa: E402
 from crasp_compiler.runtime.backend import NUMPY  # noqa: E402
 from crasp_compiler.runtime.numpy_exec import NumpyParts, _mlp, decide, encode_vocab  # noqa: E402
 from tests.support.recognizers import REGISTRY  # noqa: E402
@@ -489,7 +489,7 @@ def _child(job: dict) -> dict:
     rows: dict[int, np.ndarray] = {}
     at = job.get("row")
     if job["runtime"] == "numpy":
-        got = run(model, [text], dtype=DTYPES[job["dtype"]], on_overlength="ignore")
+        got = run_tokens(model, [text], dtype=DTYPES[job["dtype"]], on_overlength="ignore")
         values = {name: got.values[name][0] for name in program.outputs}
         del got
     else:
@@ -857,7 +857,7 @@ def relu_example(name: str, n: int, runtimes: tuple[str, ...], batch: int = 32) 
             texts = [text for _, text in chunk]
             want = interpret_batch(program, texts)
             if runtime == "numpy":
-                got = run(model, texts, dtype=np.float32, on_overlength="ignore")
+                got = run_tokens(model, texts, dtype=np.float32, on_overlength="ignore")
                 raws, values = got.outputs, got.values
             else:
                 import torch

@@ -57,7 +57,7 @@ sys.path.insert(0, str(ROOT))  # for tests.support.recognizers
 
 from crasp_compiler import interpret_batch, load_program  # noqa: E402
 from crasp_compiler.languages.crasp.compile import compile_program  # noqa: E402
-from crasp_compiler.runtime import run  # noqa: E402
+from crasp_compiler.runtime import run_tokens  # noqa: E402
 from tests.support.recognizers import REGISTRY  # noqa: E402
 
 DTYPES = {"float64": np.float64, "float32": np.float32}
@@ -127,7 +127,7 @@ def check_length(program, model, name, length, args, dtype):
     for lo in range(0, args.samples, batch_size):
         chunk = inputs[lo : lo + batch_size]
         want = interpret_batch(program, chunk)
-        got = run(model, chunk, dtype=dtype, on_overlength="ignore")
+        got = run_tokens(model, chunk, dtype=dtype, on_overlength="ignore")
         if program.accept is not None:
             accepted += int(want[program.accept][:, -1].sum())
         for out in program.outputs:

@@ -49,7 +49,7 @@ from _common import ROOT, load_average, machine, provenance_line, revision  # no
 from crasp_compiler.errors import CraspError  # noqa: E402
 from crasp_compiler.languages.pcoc.check import check_pcoc  # noqa: E402
 from crasp_compiler.languages.pcoc.compile import compile_program, run_pcoc  # noqa: E402
-from crasp_compiler.languages.pcoc.interpret import interpret, interpret_batch  # noqa: E402
+from crasp_compiler.languages.pcoc.interpret import interpret_batch, interpret_program  # noqa: E402
 from crasp_compiler.languages.pcoc.program import load_program  # noqa: E402
 
 PCOC_DIR = ROOT / "examples" / "pcoc"
@@ -93,7 +93,7 @@ def shape(model) -> dict:
 
 def _satisfies(program, n: int, x: np.ndarray) -> bool:
     try:
-        interpret(program, n, x, check_promises=True)
+        interpret_program(program, n, x, check_promises=True)
     except CraspError:
         return False
     return True

@@ -48,7 +48,7 @@ from _common import EXAMPLES_DIR, example_names, machine, provenance_line, revis
 
 from crasp_compiler import load_program
 from crasp_compiler.languages.crasp.compile import compile_program
-from crasp_compiler.runtime.numpy_exec import run
+from crasp_compiler.runtime.numpy_exec import run_tokens
 from crasp_compiler.runtime.torch_module import TorchTransformer
 
 
@@ -66,7 +66,7 @@ def runner(kind: str, model, words, dtype: str):
     """A zero-argument function running ``words`` through one runtime."""
     if kind == "numpy":
         np_dtype = np.float64 if dtype == "float64" else np.float32
-        return lambda: run(model, words, dtype=np_dtype, on_overlength="ignore")
+        return lambda: run_tokens(model, words, dtype=np_dtype, on_overlength="ignore")
     device = "cuda" if kind == "torch-cuda" else "cpu"
     module = TorchTransformer(model).to(
         device=device, dtype=torch.float64 if dtype == "float64" else torch.float32
@@ -149,7 +149,7 @@ def ratios(names: list[str], n: int, batch: int, repeats: int) -> list[dict]:
         for dtype in ("float64", "float32"):
             np_dtype = np.float64 if dtype == "float64" else np.float32
             cases[f"numpy {dtype}"] = partial(
-                run, model, words, dtype=np_dtype, on_overlength="ignore"
+                run_tokens, model, words, dtype=np_dtype, on_overlength="ignore"
             )
         modules = {
             dtype: TorchTransformer(model).to(dtype=getattr(torch, dtype))
@@ -241,7 +241,7 @@ def near_floor(repeats: int) -> list[dict]:
             module = TorchTransformer(model).to(dtype=getattr(torch, dtype))
             cases[f"numpy {dtype} (ids)"] = numpy_ids(np_dtype)
             cases[f"numpy {dtype} (tokens)"] = partial(
-                run, model, words, dtype=np_dtype, on_overlength="ignore"
+                run_tokens, model, words, dtype=np_dtype, on_overlength="ignore"
             )
             cases[f"torch {dtype} (ids)"] = torch_ids(module, module)
             cases[f"torch {dtype} (tokens)"] = partial(module.run, words, on_overlength="ignore")
@@ -291,7 +291,7 @@ import numpy as np
 import torch
 from crasp_compiler import interpret_batch, load_program
 from crasp_compiler.languages.crasp.compile import compile_program
-from crasp_compiler.runtime.numpy_exec import run
+from crasp_compiler.runtime.numpy_exec import run_tokens
 from crasp_compiler.runtime.torch_module import TorchTransformer
 sys.path.insert(0, sys.argv[3])
 from throughput import floor_dyck1
@@ -305,7 +305,7 @@ if case.startswith("torch"):
     go = lambda w: module.run(w, on_overlength="ignore")
 elif case.startswith("numpy"):
     dtype = np.float64 if case.endswith("float64") else np.float32
-    go = lambda w: run(model, w, dtype=dtype, on_overlength="ignore")
+    go = lambda w: run_tokens(model, w, dtype=dtype, on_overlength="ignore")
 elif case == "interpreter":
     go = lambda w: interpret_batch(program, w)
 else:

@@ -79,7 +79,7 @@ from _common import (  # noqa: E402
 sys.path.insert(0, str(ROOT))  # tests.support: the shuffle-Dyck programs
 
 import crasp_compiler  # noqa: E402
-from crasp_compiler.runtime.numpy_exec import run  # noqa: E402
+from crasp_compiler.runtime.numpy_exec import run_tokens  # noqa: E402
 from tests.support.shuffle_dyck import per_pair  # noqa: E402
 
 # tracr's symbols -> this compiler's, per program
@@ -270,7 +270,7 @@ def side_by_side(
                 applied = [bool(tracr_model.apply(["BOS", *w]).decoded[-1]) for w in words]
                 tracr_seconds = time.process_time() - start
                 start = time.process_time()
-                ours_one = [run(model, [w]).final(model.accept)[0] for w in mapped]
+                ours_one = [run_tokens(model, [w]).final(model.accept)[0] for w in mapped]
                 ours_seconds = time.process_time() - start
                 row["one_at_a_time"] = {
                     "tracr_apply_unjitted_tokens_per_cpu_s": round(tokens / tracr_seconds),
@@ -320,7 +320,7 @@ def _tracr_jitted(tracr_model, words: list[list[str]]):
 
 
 def _numpy_batch(model, words, dtype) -> list[bool]:
-    return [bool(d) for d in run(model, words, dtype=dtype).final(model.accept)]
+    return [bool(d) for d in run_tokens(model, words, dtype=dtype).final(model.accept)]
 
 
 def _torch_batch(module, accept: str, words) -> list[bool]:

@@ -39,7 +39,7 @@ from crasp_compiler.languages import (
     language_of_model,
     language_of_program,
 )
-from crasp_compiler.model.io import load_model as load_model_file
+from crasp_compiler.model.io import read_model
 from crasp_compiler.model.model import Model
 
 
@@ -82,10 +82,10 @@ def load_model(path: str | Path, *, check_source: bool = True) -> Model:
     """A compiled model from a ``.npz`` file or an export directory (``crasp export``;
     torch export directories need torch, TransformerLens ones safetensors).
     ``check_source=False``: an ``.npz`` file's recorded source is not parsed (running a
-    model reads only its weights; :func:`~crasp_compiler.model.io.load_model`)."""
+    model reads only its weights; :func:`~crasp_compiler.model.io.read_model`)."""
     path = Path(path)
     if not (path.is_dir() or path.name == "config.json"):
-        return load_model_file(path, check_source=check_source)
+        return read_model(path, check_source=check_source)
     from crasp_compiler.export.lens import load_lens_export, read_lens_config
 
     if read_lens_config(path) is not None:  # a TransformerLens export: safetensors, no torch
@@ -112,13 +112,13 @@ def run(
     """Run a compiled model on a batch of the language's inputs with the numpy executor;
     decided outputs at the language's positions (a hand-built model's inputs are token
     lists, as C-RASP's)."""
-    from crasp_compiler.runtime.numpy_exec import run as run_model
+    from crasp_compiler.runtime.numpy_exec import run_tokens
 
     lang = model_language(model)
     if dtype not in ("float64", "float32"):
         raise CraspError(f"dtype must be float64 or float32, not {dtype!r}")
     tokens, values = lang.model_inputs(model, inputs)
-    result = run_model(
+    result = run_tokens(
         model,
         tokens,
         dtype=np.dtype(dtype).type,

@@ -28,7 +28,7 @@ from crasp_compiler.errors import CraspError
 from crasp_compiler.languages import Language, get_language, language_of_model
 from crasp_compiler.model.model import Model, kept_sparse
 from crasp_compiler.runtime.memory import forward_bytes, model_layers
-from crasp_compiler.runtime.numpy_exec import run
+from crasp_compiler.runtime.numpy_exec import run_tokens
 
 RUNTIMES = ("interpreter", "numpy", "torch")
 
@@ -210,7 +210,7 @@ def check_model(
         tokens, numeric = language.model_inputs(model, inputs)
         if numeric is None and model.inputs:  # a hand-built model: standard normal values
             numeric = [np_rng.normal(size=(len(t), len(model.inputs))) for t in tokens]
-        result = run(model, tokens, dtype=np_dtype, values=numeric)
+        result = run_tokens(model, tokens, dtype=np_dtype, values=numeric)
         ids, lengths = module.encode(tokens, device=device)
         with torch.no_grad():
             tensor = module.encode_values(numeric, lengths) if numeric is not None else None

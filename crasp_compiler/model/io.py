@@ -18,7 +18,7 @@ array is read, the zip's declared sizes and every member's ``.npy`` header (shap
 dtype) are checked: a member must declare exactly the bytes its header implies, a member
 above 16 MiB must not deflate more than 1000:1, and the archive must hold at most
 :data:`MAX_MODEL_BYTES` (4 GiB) uncompressed. Another budget is set by
-``load_model(path, max_bytes=N)`` or by the environment variable ``CRASP_MAX_MODEL_BYTES``
+``read_model(path, max_bytes=N)`` or by the environment variable ``CRASP_MAX_MODEL_BYTES``
 (a number of bytes). The JSON header may nest :data:`MAX_HEADER_DEPTH` levels; positions,
 bias offsets and machine counts are at most :data:`MAX_INTEGER`. Header values have the
 types they are written with: the version an integer (``true`` is not 1), tokens, labels and
@@ -27,7 +27,7 @@ and ``info.definitions`` (what ``crasp info`` and ``crasp show`` read) maps each
 to a residual form, labels to finite numbers. The header must agree with itself: a
 ``relu`` C-RASP model's guarantee is at most its ``options.max_len``, a PCOC model's is
 its ``info.n`` machines, and the source parses as the language ``info.language`` names,
-with the model's inputs and outputs (unless ``load_model(path, check_source=False)``:
+with the model's inputs and outputs (unless ``read_model(path, check_source=False)``:
 ``crasp run`` reads the weights and not the source, and so imports no parser).
 """
 
@@ -49,6 +49,7 @@ from numpy.typing import NDArray
 
 from crasp_compiler.errors import CraspError
 from crasp_compiler.files import json_nesting, replacing
+from crasp_compiler.lazy import deprecated
 from crasp_compiler.model.features import check_feature
 from crasp_compiler.model.model import (
     ACTIVATIONS,
@@ -223,7 +224,7 @@ class _Archive:
             raise _Invalid(
                 f"the archive holds {total:,} bytes uncompressed (member "
                 f"{_member_name(largest)!r}: {largest.file_size:,}), above the budget of "
-                f"{budget:,} bytes (load_model(max_bytes=...) or {BUDGET_VARIABLE} sets it)"
+                f"{budget:,} bytes (read_model(max_bytes=...) or {BUDGET_VARIABLE} sets it)"
             )
         self.members = {_member_name(info): info for info in infos}
         self.broken: dict[str, str] = {}
@@ -936,7 +937,7 @@ def _rows(data: _Source, name: str) -> int:
     return int(array.shape[0])
 
 
-def load_model(
+def read_model(
     path: str | Path, max_bytes: int | None = None, *, check_source: bool = True
 ) -> Model:
     """Read and validate a model file; any problem raises :class:`CraspError`.
@@ -965,3 +966,6 @@ def load_model(
         RuntimeError,  # an encrypted member
     ) as err:
         raise CraspError(f"cannot read model file: {err}", filename=str(path)) from None
+
+
+__getattr__ = deprecated(__name__, {"load_model": "read_model"})

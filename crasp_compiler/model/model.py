@@ -245,7 +245,7 @@ def require_dense(model: Model, what: str, keep_sparse: bool = False) -> None:
         raise CraspError(
             f"{what} holds {held} ({count * 8 / 2**30:.1f} GiB in float64; "
             f"{model.nonzero_count():,} nonzero in all); run it with the numpy executor "
-            "(`crasp run`, runtime.numpy_exec.run), which keeps large matrices sparse"
+            "(`crasp run`, runtime.numpy_exec.run_tokens), which keeps large matrices sparse"
         )
 
 

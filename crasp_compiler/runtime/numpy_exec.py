@@ -35,6 +35,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from crasp_compiler.errors import CraspError
+from crasp_compiler.lazy import deprecated
 from crasp_compiler.model.model import (
     BOS,
     HARD_TOLERANCE,
@@ -72,7 +73,7 @@ __all__ = [
     "encode",
     "encode_vocab",
     "numeric_matrix",
-    "run",
+    "run_tokens",
 ]
 
 NDAny = NDArray[Any]
@@ -496,7 +497,7 @@ def _state(model: Model) -> tuple[Any, ...]:
 
 
 def _trace_labels(model: Model) -> dict[str, str]:
-    """The labels of ``run(residuals=True)`` for the observation points they come from."""
+    """The labels of ``run_tokens(residuals=True)`` for the observation points they come from."""
     labels = {"blocks.0.hook_resid_pre" if model.layers else "hook_resid_final": "embed"}
     for index, layer in enumerate(model.layers):
         if layer.heads:
@@ -509,7 +510,7 @@ def _trace_labels(model: Model) -> dict[str, str]:
 # ---------------------------------------------------------------- running
 
 
-def run(
+def run_tokens(
     model: Model,
     inputs: Sequence[Sequence[str]],
     dtype: type = np.float64,
@@ -670,3 +671,6 @@ def decide(rule: str, raw: NDAny, scale: NDAny, padding: NDAny | None = None) ->
     """Apply a decision rule (see :mod:`crasp_compiler.model.model`); ``scale`` is t + 1.
     Positions marked in ``padding`` (beyond a sequence's end) read False, 0 or NaN."""
     return fw.decide(NUMPY, Rule(rule), raw, scale, padding)
+
+
+__getattr__ = deprecated(__name__, {"run": "run_tokens"})

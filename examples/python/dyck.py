@@ -413,12 +413,12 @@ def _size(model: Model) -> str:
 
 
 def _demo() -> None:
-    from crasp_compiler.runtime.numpy_exec import run
+    from crasp_compiler.runtime.numpy_exec import run_tokens
 
     words = ["", "()", "(())()", "(()", "())(", "((()))", PAPER_DYCK12_EXAMPLE, "(()())()"]
     model = dyck1_uniform()
     print(f"Dyck-1 uniform: {_size(model)}")
-    result = run(model, [list(w) for w in words])
+    result = run_tokens(model, [list(w) for w in words])
     for row, word in enumerate(words):
         n = len(word)
         balance, error = result.outputs["balance"][row, n], result.outputs["error"][row, n]
@@ -430,13 +430,13 @@ def _demo() -> None:
         ("Dyck-1-3", dyck_kd(1, 3)),
     ):
         print(f"{name}: {_size(model)}; {model.guarantee.text}")
-        result = run(model, [list(w) for w in words])
+        result = run_tokens(model, [list(w) for w in words])
         for row, word in enumerate(words):
             print(f"  {word!r:<14} -> {bool(result.final('accept')[row])}")
     model = dyck_kd(2, 3)
     print(f"Dyck-2-3: {_size(model)}")
     for word in ["([])[]", "([)]", "[[[]]]", "[[[[]]]]"]:
-        print(f"  {word!r:<14} -> {bool(run(model, [list(word)]).final('accept')[0])}")
+        print(f"  {word!r:<14} -> {bool(run_tokens(model, [list(word)]).final('accept')[0])}")
 
 
 if __name__ == "__main__":

@@ -286,7 +286,7 @@ def most_frequent_induction(
 
 
 def _demo() -> None:
-    from crasp_compiler.runtime.numpy_exec import run
+    from crasp_compiler.runtime.numpy_exec import run_tokens
 
     words = [PAPER_INPUT, "ABABAB", "AAAA", "ABCDABDDCBA"]
     for name, model, reference in (
@@ -299,7 +299,7 @@ def _demo() -> None:
             f"{model.width}, MLP width {model.mlp_width}, {model.parameter_count()} parameters"
         )
         print(f"  guarantee: {model.guarantee.text}")
-        result = run(model, [list(w) for w in words])
+        result = run_tokens(model, [list(w) for w in words])
         for row, word in enumerate(words):
             got = "".join(decode(model, result.values, row, len(word)))
             expected = "".join(reference(word))

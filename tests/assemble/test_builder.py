@@ -18,8 +18,8 @@ from crasp_compiler.cookbook.ffn import clamp
 from crasp_compiler.languages.crasp.compile import compile_program
 from crasp_compiler.languages.crasp.interpret import interpret_batch
 from crasp_compiler.languages.crasp.program import load_program
-from crasp_compiler.model.io import load_model, save_model
-from crasp_compiler.runtime.numpy_exec import run
+from crasp_compiler.model.io import read_model, save_model
+from crasp_compiler.runtime.numpy_exec import run_tokens
 from tests.languages.test_compiler import EXAMPLES
 from tests.support.block_harness import evaluate
 
@@ -50,7 +50,7 @@ def test_inputs_are_embeddings_and_features():
     model = b.build(
         {"bos": b.bos, "nonbos": b.nonbos, "one": b.one, "a": b.token("a"), "x": x, "t": 3 * t}
     )
-    out = run(model, [list("abba")]).outputs
+    out = run_tokens(model, [list("abba")]).outputs
     assert out["bos"][0].tolist() == [1, 0, 0, 0, 0]
     assert out["nonbos"][0].tolist() == [0, 1, 1, 1, 1]
     assert out["one"][0].tolist() == [1] * 5
@@ -108,7 +108,7 @@ def test_in_place_update_waits_for_readers_of_the_old_value():
     model = b.build({"old": old, "new": new, "x": x})
     assert [len(layer.heads) for layer in model.layers] == [1, 1]
     assert model.layers[0].mlp is not None
-    out = run(model, [list("aab")]).outputs
+    out = run_tokens(model, [list("aab")]).outputs
     np.testing.assert_allclose(out["old"][0], [0, 1 / 2, 2 / 3, 2 / 4])
     np.testing.assert_allclose(out["new"][0], [0, 0, 0, 1 / 4])
     np.testing.assert_allclose(out["x"][0], [0, 0, 0, 1])
@@ -122,7 +122,7 @@ def test_in_place_update_after_a_later_reader_in_program_order():
     b.add(copy_in_place("x", Form()))  # x := 0, same MLP slot: adds −x
     model = b.build({"r": r, "x": x})
     assert len(model.layers) == 1
-    out = run(model, [list("aa")]).outputs
+    out = run_tokens(model, [list("aa")]).outputs
     assert out["r"][0].tolist() == [0, 2, 2]
     assert out["x"][0].tolist() == [0, 0, 0]
 
@@ -189,10 +189,10 @@ def test_built_models_save_load_and_run_in_torch(tmp_path):
     model = b.build({"depth": depth, "low": (low, "value"), "neg": (low * 1e9, "bool")})
     path = tmp_path / "hand.npz"
     save_model(model, path)
-    loaded = load_model(path)
+    loaded = read_model(path)
     words = [list("(()))("), list("()")]
-    want = run(model, words)
-    got = run(loaded, words)
+    want = run_tokens(model, words)
+    got = run_tokens(loaded, words)
     module = TorchTransformer(loaded)
     ids, lengths = module.encode(words)
     with torch.no_grad():
@@ -237,7 +237,7 @@ def test_parallel_composition_of_two_compiled_programs(mode):
     assert len(both.layers) <= max(len(dyck_model.layers), len(majority_model.layers))
     for prefix, program in (("dyck", dyck), ("maj", majority)):
         words = random_words(program.alphabet, 60, 12)
-        result = run(both, words)
+        result = run_tokens(both, words)
         for row, word in enumerate(words):
             want = interpret_batch(program, [word])
             for name in program.outputs:
@@ -263,7 +263,7 @@ def test_serial_composition_reads_an_included_models_outputs():
     both = b.build({"count": (counted, "count"), program.accept: outputs[program.accept]})
     assert len(both.layers) == len(model.layers) + 2
     words = random_words(program.alphabet, 80, 14, seed=3)
-    result = run(both, words)
+    result = run_tokens(both, words)
     for row, word in enumerate(words):
         flags = interpret_batch(program, [word])[program.accept][0]
         want = np.cumsum(flags.astype(int))

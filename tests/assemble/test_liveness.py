@@ -27,9 +27,9 @@ from crasp_compiler.cookbook.blocks import var
 from crasp_compiler.errors import CraspError
 from crasp_compiler.languages.crasp.lower import lower_program
 from crasp_compiler.languages.crasp.program import load_program
-from crasp_compiler.model.io import load_model, save_model
+from crasp_compiler.model.io import read_model, save_model
 from crasp_compiler.model.model import FREE
-from crasp_compiler.runtime.numpy_exec import run
+from crasp_compiler.runtime.numpy_exec import run_tokens
 from tests.support.strategies import random_inputs, random_program
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,7 +93,7 @@ def words_for(program, seed: int) -> list[list[str]]:
 
 
 def raw_outputs(model, words, dtype=np.float64):
-    result = run(model, words, dtype=dtype, on_overlength="ignore")
+    result = run_tokens(model, words, dtype=dtype, on_overlength="ignore")
     return {name: np.asarray(v) for name, v in result.outputs.items()}
 
 
@@ -101,8 +101,8 @@ def assert_same(packed, plain, words) -> None:
     """Equal Boolean decisions in float64 and float32; every value equal up to the
     rounding of a sum taken in another order."""
     for dtype, tolerance in ((np.float64, 1e-12), (np.float32, 1e-5)):
-        got = run(packed, words, dtype=dtype, on_overlength="ignore")
-        want = run(plain, words, dtype=dtype, on_overlength="ignore")
+        got = run_tokens(packed, words, dtype=dtype, on_overlength="ignore")
+        want = run_tokens(plain, words, dtype=dtype, on_overlength="ignore")
         for name, decided in want.values.items():
             if decided.dtype == bool:
                 np.testing.assert_array_equal(got.values[name], decided, str(dtype))
@@ -153,7 +153,7 @@ def reused_example():
 def test_occupants_survive_the_model_file(tmp_path):
     model = reused_example()
     save_model(model, tmp_path / "m.npz")
-    loaded = load_model(tmp_path / "m.npz")
+    loaded = read_model(tmp_path / "m.npz")
     assert loaded.occupants == model.occupants and loaded.residual == model.residual
     for stage in range(model.stages + 1):
         assert loaded.labels_at(stage) == model.labels_at(stage)
@@ -178,10 +178,10 @@ def test_malformed_occupants_are_refused_by_field(tmp_path, occupants, message):
     header["occupants"] = bad[occupants]
     _rewrite_header(tmp_path / "bad.npz", members, header)
     if message is None:
-        assert load_model(tmp_path / "bad.npz").occupants is None
+        assert read_model(tmp_path / "bad.npz").occupants is None
         return
     with pytest.raises(CraspError, match=message):
-        load_model(tmp_path / "bad.npz")
+        read_model(tmp_path / "bad.npz")
 
 
 def test_stages_out_of_order_are_refused(tmp_path):
@@ -193,11 +193,11 @@ def test_stages_out_of_order_are_refused(tmp_path):
     header["occupants"] = [[[3, "a"], [1, "b"]], *header["occupants"][1:]]
     _rewrite_header(tmp_path / "bad.npz", members, header)
     with pytest.raises(CraspError, match="stages out of order"):
-        load_model(tmp_path / "bad.npz")
+        read_model(tmp_path / "bad.npz")
     header["occupants"] = [[[0, 7]], *header["occupants"][1:]]
     _rewrite_header(tmp_path / "bad.npz", members, header)
     with pytest.raises(CraspError, match=r"not \[stage, label\]"):
-        load_model(tmp_path / "bad.npz")
+        read_model(tmp_path / "bad.npz")
 
 
 def _rewrite_header(path: Path, members: dict[str, bytes], header: dict) -> None:

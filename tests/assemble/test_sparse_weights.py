@@ -21,10 +21,10 @@ from crasp_compiler.languages.crasp.compile import compile_program
 from crasp_compiler.languages.pcoc.compile import compile_program as compile_pcoc
 from crasp_compiler.languages.pcoc.compile import run_pcoc
 from crasp_compiler.languages.pcoc.program import load_program as load_pcoc
-from crasp_compiler.model import load_model, save_model
 from crasp_compiler.model import model as model_module
+from crasp_compiler.model import read_model, save_model
 from crasp_compiler.model.model import Model, dense
-from crasp_compiler.runtime.numpy_exec import run
+from crasp_compiler.runtime.numpy_exec import run_tokens
 from tests.support.strategies import all_inputs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,7 +67,7 @@ def test_sparse_crasp_model_equals_dense(monkeypatch, name, mode):
     assert got.parameter_count() == want.parameter_count()
     assert got.nonzero_count() == want.nonzero_count() < want.parameter_count()
     words = all_inputs(program, 5)
-    ra, rb = run(got, words), run(want, words)
+    ra, rb = run_tokens(got, words), run_tokens(want, words)
     for out in want.outputs:  # sums in another order: the raw outputs agree to rounding
         np.testing.assert_array_equal(ra.values[out.name], rb.values[out.name])
         np.testing.assert_allclose(ra.outputs[out.name], rb.outputs[out.name], rtol=0, atol=1e-12)
@@ -99,12 +99,15 @@ def test_sparse_model_file_round_trip(tmp_path, sparse_everywhere):
         names = set(archive.namelist())
     assert {"w_p.data.npy", "w_p.indices.npy", "w_p.indptr.npy"} <= names
     assert "layer0.mlp.w1.indptr.npy" in names and "layer0.mlp.w1.npy" not in names
-    again = load_model(path)
+    again = read_model(path)
     assert again.is_sparse()
     assert_same_weights(model, again)
     words = all_inputs(program, 6)
     for out in model.outputs:
-        want, got = run(model, words).values[out.name], run(again, words).values[out.name]
+        want, got = (
+            run_tokens(model, words).values[out.name],
+            run_tokens(again, words).values[out.name],
+        )
         np.testing.assert_array_equal(got, want)
 
 
@@ -149,7 +152,7 @@ def test_malformed_sparse_members_are_refused(tmp_path, sparse_everywhere, edit,
     save_model(model, tmp_path / "m.npz")
     bad = _rewrite(tmp_path / "m.npz", edit)
     with pytest.raises(CraspError, match="invalid model file") as err:
-        load_model(bad)
+        read_model(bad)
     assert fragment in str(err.value)
 
 
@@ -161,7 +164,7 @@ def test_dense_and_sparse_members_for_one_matrix_are_refused(tmp_path, sparse_ev
         arrays["layer0.mlp.w1"] = dense(model.layers[0].mlp.w1)
 
     with pytest.raises(CraspError, match="unexpected array"):
-        load_model(_rewrite(tmp_path / "m.npz", both))
+        read_model(_rewrite(tmp_path / "m.npz", both))
 
 
 def test_torch_module_runs_sparse_models(one_torch_thread, sparse_everywhere):
@@ -172,7 +175,7 @@ def test_torch_module_runs_sparse_models(one_torch_thread, sparse_everywhere):
     words = all_inputs(program, 5)
     module = TorchTransformer(model)
     got = module.run(words)["D"].numpy()
-    np.testing.assert_array_equal(got, run(model, words).values["D"])
+    np.testing.assert_array_equal(got, run_tokens(model, words).values["D"])
 
 
 def test_dense_only_consumers_refuse_huge_models(monkeypatch, tmp_path, one_torch_thread):
@@ -200,7 +203,9 @@ def test_builder_includes_a_sparse_model(sparse_everywhere):
     share = b.add(attention.average(b.token("("), "share"))
     model = b.build({"D": (form, rule), "share": share})
     words = all_inputs(program, 5)
-    np.testing.assert_array_equal(run(model, words).values["D"], run(inner, words).values["D"])
+    np.testing.assert_array_equal(
+        run_tokens(model, words).values["D"], run_tokens(inner, words).values["D"]
+    )
 
 
 def test_cli_reports_nonzero_weights_of_sparse_models(tmp_path, sparse_everywhere):
@@ -214,7 +219,7 @@ def test_cli_reports_nonzero_weights_of_sparse_models(tmp_path, sparse_everywher
         main, ["compile", str(ROOT / "examples" / "pcoc" / "cumsum.pcoc"), "--n", "4", "-o", path]
     )
     assert made.exit_code == 0, made.output
-    model = load_model(path)
+    model = read_model(path)
     assert f"({model.nonzero_count()} nonzero, sparse)" in made.output
     info = runner.invoke(main, ["info", str(path)])
     assert f"nonzero:     {model.nonzero_count()}" in info.output

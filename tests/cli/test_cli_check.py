@@ -22,9 +22,9 @@ from click.testing import Result
 from crasp_compiler import interpret_batch
 from crasp_compiler.export.torch_files import export_model
 from crasp_compiler.languages.registry import length_buckets as buckets
-from crasp_compiler.model import load_model, save_model
+from crasp_compiler.model import read_model, save_model
 from crasp_compiler.model.model import Model
-from crasp_compiler.runtime.numpy_exec import run
+from crasp_compiler.runtime.numpy_exec import run_tokens
 from tests.languages.test_compiler import EXAMPLES, model, program
 from tests.support.cli import invoke
 
@@ -163,7 +163,7 @@ def test_check_seed_changes_the_sample(files):
 
 
 def test_check_model_without_source(files, tmp_path):
-    compiled = load_model(files["dyck"])
+    compiled = read_model(files["dyck"])
     compiled.source = ""
     save_model(compiled, tmp_path / "nosource.npz")
     out = ok("check", tmp_path / "nosource.npz", "--samples", 10, "--max-len", 10).output
@@ -187,11 +187,11 @@ def test_buckets_without_inputs_are_not_reported_as_agreeing(files):
 def test_check_report_of_unsampled_buckets(files):
     from crasp_compiler.verify import check_model
 
-    report = check_model(load_model(files["dyck"]), samples=2, max_len=20)
+    report = check_model(read_model(files["dyck"]), samples=2, max_len=20)
     assert report.unsampled == [(5, 16), (17, 20)]
     assert report.disagreements == 0 and not report.agree
     assert report.table().count("not sampled") == 2
-    full = check_model(load_model(files["dyck"]), samples=4, max_len=20)
+    full = check_model(read_model(files["dyck"]), samples=4, max_len=20)
     assert full.unsampled == [] and full.agree and "not sampled" not in full.table()
 
 
@@ -204,7 +204,7 @@ def disagrees(compiled: Model, words: list[list[str]]) -> int:
     wrong = 0
     for n in sorted({len(w) for w in words}):
         batch = [w for w in words if len(w) == n]
-        got = run(compiled, batch).values
+        got = run_tokens(compiled, batch).values
         want = interpret_batch(prog, batch)
         for name in prog.outputs:
             wrong += int((got[name] != np.asarray(want[name])).sum())
@@ -213,7 +213,7 @@ def disagrees(compiled: Model, words: list[list[str]]) -> int:
 
 def tampered_output(files, tmp_path) -> Path:
     """dyck1 with its readout negated: D is wrong wherever it holds."""
-    compiled = load_model(files["dyck"])
+    compiled = read_model(files["dyck"])
     compiled.outputs[0].weights *= -1
     assert disagrees(compiled, [[]]) == 1  # the empty input is balanced
     path = tmp_path / "tampered.npz"
@@ -224,11 +224,11 @@ def tampered_output(files, tmp_path) -> Path:
 def tampered_mlp(files, tmp_path) -> Path:
     """dyck1 with one MLP bias changed so that only some inputs are decided wrongly."""
     words = [list(w) for n in range(7) for w in itertools.product("()", repeat=n)]
-    for number, layer in enumerate(load_model(files["dyck"]).layers):
+    for number, layer in enumerate(read_model(files["dyck"]).layers):
         if layer.mlp is None:
             continue
         for unit in range(len(layer.mlp.b1)):
-            compiled = load_model(files["dyck"])
+            compiled = read_model(files["dyck"])
             compiled.layers[number].mlp.b1[unit] += 1.5
             wrong = disagrees(compiled, words)
             if 0 < wrong < sum(len(w) + 1 for w in words) // 4:

@@ -17,7 +17,7 @@ import pytest
 from click.testing import Result
 
 from crasp_compiler import load_program
-from crasp_compiler.model import load_model
+from crasp_compiler.model import read_model
 from tests.support.cli import invoke
 from tests.support.recognizers import REGISTRY
 
@@ -78,7 +78,7 @@ def words_for(name: str, count: int, seed: int = 0) -> list[str]:
 def test_compile_prints_summary_and_writes_loadable_file(tmp_path):
     out = tmp_path / "dyck.npz"
     result = ok("compile", EXAMPLES / "dyck1.cr", "-o", out)
-    model = load_model(out)
+    model = read_model(out)
     line = result.output.strip()
     match = re.fullmatch(
         r"(.+): (\d+) layers \(dependency bound (\d+)\), width ([\d,]+), ([\d,]+) parameters; (.+)",
@@ -99,7 +99,7 @@ def test_compile_relu(tmp_path):
     out = tmp_path / "m.npz"
     result = ok("compile", EXAMPLES / "majority.crasp", "-o", out, "--mode", "relu", "--max-len", 9)
     assert "exact for inputs of length <= 9" in result.output
-    model = load_model(out)
+    model = read_model(out)
     assert model.guarantee.max_len == 9
     assert model.options == {"mode": "relu", "max_len": 9}
 
@@ -117,7 +117,7 @@ def test_compile_relu_needs_max_len(tmp_path):
 def test_compile_alphabet_override(tmp_path):
     out = tmp_path / "m.npz"
     ok("compile", EXAMPLES / "majority.crasp", "-o", out, "--alphabet", "0 1 2")
-    assert load_model(out).vocab == ["<bos>", "0", "1", "2"]
+    assert read_model(out).vocab == ["<bos>", "0", "1", "2"]
     assert ok("run", out, "1 2 2 0").output == "True\n"
 
 
@@ -150,7 +150,7 @@ def test_a_program_that_tests_no_token_needs_an_alphabet(tmp_path):
     two.write_text("E(i) := i % 2 == 0\nF = E && !E\noutput E\naccept F\n")
     assert f"{two}:2:1: error:" in user_error("compile", two, "-o", out).stderr
     ok("compile", bare, "-o", out, "--alphabet", "a b")
-    assert load_model(out).vocab == ["<bos>", "a", "b"]
+    assert read_model(out).vocab == ["<bos>", "a", "b"]
     assert ok("run", out, "a b b").output == "False\n"  # i % 2 is never above 1
     assert "all runtimes agree" in ok("check", out, "--samples", "20", "--max-len", "6").output
     declared = tmp_path / "declared.cr"
@@ -221,7 +221,7 @@ def test_run_outputs_table():
 
 def test_run_trace_table():
     path = model_file("dyck1.cr")
-    model = load_model(path)
+    model = read_model(path)
     output = ok("run", path, "( )", "--trace").output
     sections = re.findall(r"^== (.+)$", output, flags=re.MULTILINE)
     expected = ["embed"]
@@ -313,7 +313,7 @@ def test_installed_command_has_no_traceback(tmp_path):
 
 def test_info(tmp_path):
     path = model_file("tomita7_local.cr", "relu", max_len=16)
-    model = load_model(path)
+    model = read_model(path)
     output = ok("info", path).output
     fields = dict(
         re.findall(r"^  (\w[\w ]*?):\s+(.*)$", output, flags=re.MULTILINE),

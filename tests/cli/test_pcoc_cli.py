@@ -17,7 +17,7 @@ import pytest
 from click.testing import Result
 
 from crasp_compiler.languages.pcoc import format_vector, load_program
-from crasp_compiler.model import load_model
+from crasp_compiler.model import read_model
 from tests.support.cli import invoke
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -94,7 +94,7 @@ def test_compile_reports_layers_and_heads_next_to_the_theorem(tmp_path):
         result.stdout,
     )
     assert match, result.stdout
-    model = load_model(out)
+    model = read_model(out)
     assert match[1] == str(out)
     assert int(match[2]) == len(model.layers) == 4
     assert int(match[3]) == int(match[4]) == model.info["rounds"] == 4
@@ -112,7 +112,7 @@ def test_compile_softmax_records_the_temperature(tmp_path):
         "compile", EXAMPLES / "cummin.pcoc", "--n", 8, "--mode", "softmax", "--tolerance", "1e-4",
         "-o", out,
     )  # fmt: skip
-    model = load_model(out)
+    model = read_model(out)
     temperature = model.options["temperature"]
     assert model.options["tolerance"] == 1e-4 and model.options["dtype"] == "float64"
     assert f"softmax attention, T = {temperature:.6g}" in result.stdout
@@ -197,7 +197,7 @@ def test_softmax_run_is_within_the_tolerance(tmp_path):
     text = vectors_text("running_argmax", seed=3)
     interpreted = ok("interpret", EXAMPLES / "running_argmax.pcoc", "--n", N, input=text)
     ran = ok("run", out, input=text)
-    model = load_model(out)
+    model = read_model(out)
     slack = model.guarantee.errors["float64"]
     for a, b in zip(ran.stdout.splitlines(), interpreted.stdout.splitlines(), strict=True):
         slot_a, _, xs = a.partition(": ")
@@ -325,8 +325,8 @@ def test_trace_outputs_and_echo_on_pcoc_models_and_programs():
     model = model_file("cumsum")
     traced = ok("run", model, "--trace", input="1 2 3 4 5 6 7 8\n").stdout
     sections = [line for line in traced.splitlines() if line.startswith("== ")]
-    assert len(sections) >= 1 + len(load_model(model).layers)  # the embedding, then sublayers
-    residual = load_model(model).residual
+    assert len(sections) >= 1 + len(read_model(model).layers)  # the embedding, then sublayers
+    residual = read_model(model).residual
     assert all(f"\n{label} " in traced for label in residual[:3])  # rows labelled
     assert traced.splitlines()[-1] == "1 3 6 10 15 21 28 36"
     table = ok("run", model, "--outputs", input="1 2 3 4 5 6 7 8\n").stdout.splitlines()

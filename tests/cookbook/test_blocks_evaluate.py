@@ -45,7 +45,7 @@ from crasp_compiler.languages.pcoc import load_program as load_pcoc
 from crasp_compiler.languages.pcoc.lower import lower_pcoc
 from crasp_compiler.model.features import feature_matrix
 from crasp_compiler.model.model import ACTIVATIONS, MASKS, WEIGHTINGS
-from crasp_compiler.runtime.numpy_exec import run
+from crasp_compiler.runtime.numpy_exec import run_tokens
 from tests.support.strategies import random_program
 
 FAST = settings(max_examples=40)
@@ -364,7 +364,7 @@ def assembled(cols, blocks, bos=None):
     for block in blocks:
         builder.add(block)
     model = builder.build({name: var(name) for name in written})
-    result = run(model, [symbols, symbols[::-1]], on_overlength="ignore")
+    result = run_tokens(model, [symbols, symbols[::-1]], on_overlength="ignore")
     size = n + 1
     values = {
         name: np.array([[bos.get(name, 0.0), *column], [bos.get(name, 0.0), *column[::-1]]])
@@ -525,7 +525,7 @@ def test_cookbook_constructions_evaluate_as_the_assembled_model(name, data):
 
 def bos_residual(builder: Builder, tokens: list[str], **kw) -> dict[str, float]:
     model = builder.build({}, reuse=False)  # every variable keeps its value to the end
-    trace = run(model, [tokens], residuals=True, on_overlength="ignore", **kw).residuals
+    trace = run_tokens(model, [tokens], residuals=True, on_overlength="ignore", **kw).residuals
     assert trace is not None
     final = trace[-1][1][0, 0]
     return dict(zip(model.residual, map(float, final), strict=True))

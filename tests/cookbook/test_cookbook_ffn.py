@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from crasp_compiler.assemble.builder import Builder
 from crasp_compiler.cookbook import ffn
 from crasp_compiler.cookbook.blocks import EXACT, FFNBlock, Form, var
-from crasp_compiler.runtime.numpy_exec import run
+from crasp_compiler.runtime.numpy_exec import run_tokens
 from tests.support.block_harness import evaluate
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -105,7 +105,7 @@ def test_assign_and_cancel_update_in_place(xy):
         assert len(block.units) == 2 and block.exact.exact
         model = b.build(outs)
         assert len(model.layers) == 1  # the update shares the MLP with the old reader
-        got = run(model, [[f"s{t}" for t in range(1, len(xs) + 1)]]).outputs
+        got = run_tokens(model, [[f"s{t}" for t in range(1, len(xs) + 1)]]).outputs
         np.testing.assert_allclose(got["x"][0], want, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(got["old"][0], x, rtol=1e-12, atol=1e-12)
 

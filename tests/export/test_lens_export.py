@@ -25,7 +25,7 @@ from crasp_compiler.model.model import (
     Model,
     Output,
 )
-from crasp_compiler.runtime.numpy_exec import run
+from crasp_compiler.runtime.numpy_exec import run_tokens
 
 EXAMPLES = sorted(
     p
@@ -92,7 +92,7 @@ def decide(rule: str, out: np.ndarray) -> np.ndarray:
 def check_against_executor(model: Model, inputs: list[list[str]], n_ctx=None) -> None:
     state, config = lens_state_dict(model, n_ctx)
     cfg, outputs = config["cfg"], config["crasp"]["outputs"]
-    result = run(model, inputs)
+    result = run_tokens(model, inputs)
     for b, words in enumerate(inputs):
         ids = np.array([[0, *model.token_ids(words)]])
         logits = lens_forward(state, cfg, ids)[0]
@@ -445,7 +445,7 @@ def test_round_trip_through_files(tmp_path):
     words = list("(()())") + list("()" * 20)
     ids = np.array([[0, *model.token_ids(words)]])
     got = lens_forward(loaded, config["cfg"], ids)[0, :, 0]
-    np.testing.assert_allclose(got, run(model, [words]).outputs["D"][0], rtol=TOL, atol=TOL)
+    np.testing.assert_allclose(got, run_tokens(model, [words]).outputs["D"][0], rtol=TOL, atol=TOL)
     assert got[-1] > 0.5  # a balanced string is accepted
 
 
@@ -498,7 +498,7 @@ def test_load_lens_export_rebuilds_the_model(tmp_path):
     assert [len(layer.heads) for layer in rebuilt.layers] == [2, 0, 1]  # no padding heads
     assert rebuilt.layers[1].mlp is not None and rebuilt.layers[2].mlp is None
     inputs = random_inputs(rng, "xy", 10, 11)
-    a, b = run(model, inputs), run(rebuilt, inputs)
+    a, b = run_tokens(model, inputs), run_tokens(rebuilt, inputs)
     for name in ("o", "c"):
         np.testing.assert_allclose(b.outputs[name], a.outputs[name], rtol=TOL, atol=TOL)
     assert load_model(out / "config.json").residual == model.residual
@@ -614,7 +614,7 @@ def test_fields_that_change_nothing_are_accepted(dyck_export, edit):
     model = compiled(EXAMPLES[0].parent / "dyck1.cr")
     rebuilt = load_model(dyck_export)
     words = [list("(()())"), list("(()"), []]
-    assert (run(rebuilt, words).values["D"] == run(model, words).values["D"]).all()
+    assert (run_tokens(rebuilt, words).values["D"] == run_tokens(model, words).values["D"]).all()
 
 
 def test_any_act_fn_of_the_two_fits_a_model_without_mlp_units(tmp_path):

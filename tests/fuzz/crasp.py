@@ -350,9 +350,9 @@ def _run_model(case: Case, step: str, program, model, words, traces, dtype: str,
     def execute(rows: list[int], overlength: str):
         batch = [words[k] for k in rows]
         if runtime == "numpy":
-            from crasp_compiler.runtime import run
+            from crasp_compiler.runtime import run_tokens
 
-            return run(model, batch, dtype=np_dtype, on_overlength=overlength).values
+            return run_tokens(model, batch, dtype=np_dtype, on_overlength=overlength).values
         from crasp_compiler.runtime.torch_module import TorchTransformer
 
         module = TorchTransformer(model)

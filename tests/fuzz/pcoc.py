@@ -242,7 +242,7 @@ def fuzz_pcoc(case: Case, rng: random.Random) -> None:
     from crasp_compiler.errors import CraspError
     from crasp_compiler.languages.pcoc.check import check_pcoc
     from crasp_compiler.languages.pcoc.compile import compile_program, run_pcoc
-    from crasp_compiler.languages.pcoc.interpret import interpret
+    from crasp_compiler.languages.pcoc.interpret import interpret_program
     from crasp_compiler.languages.pcoc.program import parse_program
 
     text, how = pcoc_text(rng)
@@ -270,7 +270,7 @@ def fuzz_pcoc(case: Case, rng: random.Random) -> None:
     if not ok:
         # the interpreter still has to run (or refuse) cleanly
         vectors = _pcoc_inputs(rng, program, n, True)
-        case.attempt("interpret", interpret, program, n, vectors)
+        case.attempt("interpret", interpret_program, program, n, vectors)
         return
     runtimes = ["numpy"] + (["torch"] if rng.random() < 0.1 else [])
     for trial in range(4):
@@ -278,14 +278,16 @@ def fuzz_pcoc(case: Case, rng: random.Random) -> None:
         vectors = _pcoc_inputs(rng, program, n, inside)
         label = "inside" if inside else "outside"
         try:
-            expected = interpret(program, n, vectors, check_promises=True)
+            expected = interpret_program(program, n, vectors, check_promises=True)
             promised = True
             case.ran.append(f"interpret-{label}-promised")
         except SlowCase:
             raise
         except CraspError:
             promised = False
-            ok, expected = case.attempt(f"interpret-{label}", interpret, program, n, vectors)
+            ok, expected = case.attempt(
+                f"interpret-{label}", interpret_program, program, n, vectors
+            )
             if not ok:
                 if case.findings and case.findings[-1].cls == "refused":
                     case.findings.pop()  # an input the reference itself refuses: nothing to compare

@@ -19,8 +19,8 @@ import pytest
 
 from crasp_compiler.errors import CraspError
 from crasp_compiler.languages.pcoc import (
-    interpret,
     interpret_batch,
+    interpret_program,
     load_program,
     parse_program,
 )
@@ -120,18 +120,18 @@ def test_two_sends_in_a_loop_with_a_receive():
 
 def test_send_semantics_by_hand():
     program = _program()
-    out = interpret(program, 4, [[1, 2, 3, 4], [2, 0, 9, -1]]).outputs["x"]
+    out = interpret_program(program, 4, [[1, 2, 3, 4], [2, 0, 9, -1]]).outputs["x"]
     assert out.tolist() == [2, 0, 1, 0]
 
 
 def test_collision_is_reported_with_round_and_machines():
     with pytest.raises(CraspError, match=r"collision in round r = 0: machines 0 and 2 both send"):
-        interpret(_program(), 4, [[1, 2, 3, 4], [2, 0, 2, 1]])
+        interpret_program(_program(), 4, [[1, 2, 3, 4], [2, 0, 2, 1]])
 
 
 def test_non_integer_destination_is_reported():
     with pytest.raises(CraspError, match="not an integer"):
-        interpret(_program(), 3, [[1, 2, 3], [0.5, 1, 2]])
+        interpret_program(_program(), 3, [[1, 2, 3], [0.5, 1, 2]])
 
 
 @pytest.mark.parametrize(

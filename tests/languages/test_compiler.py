@@ -37,7 +37,7 @@ from crasp_compiler.languages.crasp.compile import compile_program
 from crasp_compiler.languages.crasp.depth import dependency_bound
 from crasp_compiler.languages.crasp.nodes import Compare, walk
 from crasp_compiler.model.model import Model
-from crasp_compiler.runtime.numpy_exec import run
+from crasp_compiler.runtime.numpy_exec import run_tokens
 from tests.support.recognizers import REGISTRY
 from tests.support.strategies import all_inputs, programs, random_inputs
 
@@ -109,7 +109,7 @@ def assert_agrees(
         groups[len(word)].append(k)
 
     def decided(batch):
-        return run(compiled, batch, dtype=dtype, on_overlength=on_overlength).values
+        return run_tokens(compiled, batch, dtype=dtype, on_overlength=on_overlength).values
 
     batched = decided(words) if padded and words else None
     for n, rows in sorted(groups.items()):
@@ -156,7 +156,7 @@ def test_example_sampled_up_to_256(name, mode):
     assert_agrees(prog, model(name, mode), words, padded=True, what=f"{name} {mode}")
     # the generated members are accepted (the acceptance path is exercised)
     members = words[SAMPLED:]
-    result = run(model(name, mode), members)
+    result = run_tokens(model(name, mode), members)
     assert result.final(prog.accept).all()
 
 
@@ -188,7 +188,7 @@ def test_example_float32(name, mode):
     assert_agrees(prog, compiled, covered, dtype=np.float32, padded=True, what=f"{name} float32")
     if beyond:
         with pytest.raises(CraspError, match="proven exact for in float32"):
-            run(compiled, beyond[:1], dtype=np.float32)
+            run_tokens(compiled, beyond[:1], dtype=np.float32)
         assert_agrees(
             prog,
             compiled,
@@ -286,32 +286,32 @@ def test_relu_refuses_inputs_beyond_max_len():
     name = "majority.crasp"
     compiled = model(name, "relu")
     at_limit = ["1"] * RELU_MAX_LEN
-    assert run(compiled, [at_limit]).final("M").tolist() == [True]
+    assert run_tokens(compiled, [at_limit]).final("M").tolist() == [True]
     too_long = ["0"] * (RELU_MAX_LEN + 1)
     with pytest.raises(CraspError, match=r"input length 257 exceeds .*length <= 256"):
-        run(compiled, [too_long])
+        run_tokens(compiled, [too_long])
     with pytest.raises(CraspError, match="exceeds"):
-        run(compiled, [["1"], too_long])  # the longest input of a batch decides
+        run_tokens(compiled, [["1"], too_long])  # the longest input of a batch decides
     with pytest.warns(UserWarning, match="input length 257 exceeds"):
-        result = run(compiled, [too_long], on_overlength="warn")
+        result = run_tokens(compiled, [too_long], on_overlength="warn")
     assert result.values["M"].shape == (1, RELU_MAX_LEN + 2)
-    run(compiled, [too_long], on_overlength="ignore")
+    run_tokens(compiled, [too_long], on_overlength="ignore")
     with pytest.raises(ValueError, match="on_overlength"):
-        run(compiled, [too_long], on_overlength="nope")
+        run_tokens(compiled, [too_long], on_overlength="nope")
 
 
 def test_heaviside_has_no_length_limit():
     compiled = model("majority.crasp", "heaviside")
     assert compiled.guarantee.max_len is None
-    assert run(compiled, [["1"] * 3000]).final("M").tolist() == [True]
+    assert run_tokens(compiled, [["1"] * 3000]).final("M").tolist() == [True]
 
 
 def test_tiny_relu_limit():
     prog = program("dyck1.cr")
     compiled = compile_program(prog, mode="relu", max_len=0)
-    assert run(compiled, [[]]).final("D").tolist() == [True]
+    assert run_tokens(compiled, [[]]).final("D").tolist() == [True]
     with pytest.raises(CraspError):
-        run(compiled, [["("]])
+        run_tokens(compiled, [["("]])
 
 
 @pytest.mark.parametrize("name", ["dyck1.cr", "tomita7_local.cr", "induction_head.crasp"])
@@ -319,7 +319,7 @@ def test_residual_trace(name):
     compiled = model(name, "heaviside")
     alphabet = program(name).alphabet
     words = [[*alphabet, *alphabet[::-1], alphabet[0]], []]
-    result = run(compiled, words, residuals=True)
+    result = run_tokens(compiled, words, residuals=True)
     assert result.residuals is not None
     labels = [label for label, _ in result.residuals]
     expected = ["embed"]
@@ -337,19 +337,19 @@ def test_residual_trace(name):
     assert (embed[:, 0, bos] == 1).all()
     for out in compiled.outputs:
         np.testing.assert_array_equal(last @ out.weights, result.outputs[out.name])
-    assert run(compiled, words).residuals is None
+    assert run_tokens(compiled, words).residuals is None
 
 
 def test_bad_tokens_are_refused():
     compiled = model("dyck1.cr", "heaviside")
     with pytest.raises(CraspError, match="'x' at position 1 is not in the vocabulary"):
-        run(compiled, [["(", "x"]])
+        run_tokens(compiled, [["(", "x"]])
     with pytest.raises(CraspError, match="not in the vocabulary"):
-        run(compiled, [["<bos>"]])
+        run_tokens(compiled, [["<bos>"]])
 
 
 def test_empty_batch():
     compiled = model("contains_ab.crasp", "heaviside")
-    result = run(compiled, [])
+    result = run_tokens(compiled, [])
     assert result.values["L"].shape == (0, 1)
     assert result.final("L").shape == (0,)

@@ -18,7 +18,7 @@ from crasp_compiler.languages.crasp.compile import compile_program
 from crasp_compiler.languages.crasp.depth import Depth, Gate, Lit, dependency_bound
 from crasp_compiler.languages.crasp.interpret import interpret_batch
 from crasp_compiler.languages.crasp.nodes import BoolRef, TokenIs
-from crasp_compiler.runtime.numpy_exec import run
+from crasp_compiler.runtime.numpy_exec import run_tokens
 from tests.support.shuffle_dyck import one_violation, per_pair
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,7 +52,7 @@ def words(k: int, count: int, length: int, seed: int) -> list[list[str]]:
 
 def agree(program, model, inputs: list[list[str]], names: list[str]) -> None:
     """The model decides like the interpreter at every position of every input."""
-    got = run(model, inputs).values
+    got = run_tokens(model, inputs).values
     by_length: dict[int, list[int]] = {}
     for b, word in enumerate(inputs):
         by_length.setdefault(len(word), []).append(b)

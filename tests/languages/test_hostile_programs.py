@@ -18,11 +18,11 @@ from crasp_compiler import CraspError, interpret, interpret_batch, parse_program
 from crasp_compiler.languages.crasp import format_program
 from crasp_compiler.languages.crasp.compile import compile_program
 from crasp_compiler.languages.crasp.depth import dependency_bound
-from crasp_compiler.languages.pcoc import interpret as interpret_pcoc
+from crasp_compiler.languages.pcoc import interpret_program as interpret_pcoc
 from crasp_compiler.languages.pcoc import parse_program as parse_pcoc
 from crasp_compiler.languages.pcoc.compile import MAX_COMPILE_MACHINES
 from crasp_compiler.languages.pcoc.compile import compile_program as compile_pcoc
-from crasp_compiler.runtime.numpy_exec import run
+from crasp_compiler.runtime.numpy_exec import run_tokens
 
 
 def chain(n: int, step: str) -> str:
@@ -46,7 +46,7 @@ def test_long_chains_of_definitions_compile_without_recursion_errors(step):
     assert dependency_bound(program) >= 1
     model = compile_program(program)
     words = [["a"] * k for k in (0, 1, 5, 9)]
-    result = run(model, words)
+    result = run_tokens(model, words)
     for row, word in enumerate(words):
         assert result.final("E")[row] == interpret(program, word).accepted
 
@@ -56,7 +56,7 @@ def test_long_chains_of_formulas():
     text = "\n".join(['B0 = "a"', *(f'B{k} = B{k - 1} && "a"' for k in range(1, n))])
     program = parse_program(text + "\n")
     model = compile_program(program)
-    assert run(model, [["a", "a"]]).final(f"B{n - 1}").tolist() == [True]
+    assert run_tokens(model, [["a", "a"]]).final(f"B{n - 1}").tolist() == [True]
 
 
 def test_long_chains_of_distinct_disjunctions():
@@ -70,7 +70,7 @@ def test_long_chains_of_distinct_disjunctions():
     model = compile_program(program)
     assert len(model.layers) == 1 == dependency_bound(program)
     words = [["b"] * 3, ["a", "b"], ["a"] * 5]
-    assert run(model, words).final(f"B{n - 1}").tolist() == [False, True, True]
+    assert run_tokens(model, words).final(f"B{n - 1}").tolist() == [False, True, True]
 
 
 def test_integers_with_thousands_of_digits_are_refused_at_the_literal():
@@ -117,7 +117,7 @@ def test_a_window_of_ten_thousand_offsets_is_small():
         assert model.parameter_count() < 2000
         rng = np.random.default_rng(0)
         words = [list(rng.choice(["a", "b"], n)) for n in (0, 3, 10_000, 10_001, 10_002, 20_400)]
-        result = run(model, words)
+        result = run_tokens(model, words)
         for row, word in enumerate(words):
             want = interpret_batch(program, [word])
             for name in ("A", "E"):

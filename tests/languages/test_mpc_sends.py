@@ -18,14 +18,14 @@ import pytest
 
 from crasp_compiler.errors import CraspError
 from crasp_compiler.languages.pcoc import (
-    interpret,
     interpret_batch,
+    interpret_program,
     load_program,
     parse_program,
 )
 from crasp_compiler.languages.pcoc.benes import lower_sends, routing_rounds
 from crasp_compiler.languages.pcoc.compile import compile_program, run_pcoc
-from crasp_compiler.model.io import load_model, save_model
+from crasp_compiler.model.io import read_model, save_model
 
 PAIRS = Path(__file__).resolve().parents[2] / "examples" / "pcoc_sends" / "pairs.pcoc"
 OUTPUTS = ("x1", "y1", "x2", "y2", "total")
@@ -182,7 +182,7 @@ def test_receivers_list_senders_in_machine_order_by_hand():
     program = load_program(PAIRS)
     # machines 3 and 0 send to 1 (0 first), machine 1 to 2, machine 2 nowhere
     x, y, d = [10, 11, 12, 13], [20, 21, 22, 23], [1, 2, 9, 1]
-    out = interpret(program, 4, [x, y, d]).outputs
+    out = interpret_program(program, 4, [x, y, d]).outputs
     assert out["x1"].tolist() == [0, 10, 11, 0] and out["x2"].tolist() == [0, 13, 0, 0]
     assert out["y1"].tolist() == [0, 20, 21, 0] and out["y2"].tolist() == [0, 23, 0, 0]
     assert out["total"].tolist() == [0, 66, 32, 0]
@@ -194,12 +194,12 @@ def test_over_capacity_is_refused_by_the_interpreter_and_the_runtimes(tmp_path):
     program = load_program(PAIRS)
     over = [[1, 2, 3, 4], [5, 6, 7, 8], [2, 2, 0, 2]]
     with pytest.raises(CraspError, match=r"machines 0 and 1 and 3 all send to machine 2"):
-        interpret(program, 4, over)
+        interpret_program(program, 4, over)
     model = compile_program(program, 4)
     assert "at most 2 per machine" in model.guarantee.text
     path = tmp_path / "pairs.npz"
     save_model(model, path)
-    loaded = load_model(path)
+    loaded = read_model(path)
     assert loaded.guarantee.capacities == {"d": 2}
     for runtime in ("numpy", "torch"):
         with pytest.raises(CraspError, match=r"machines 0, 1 and 3 all to machine 2"):

@@ -54,9 +54,9 @@ from crasp_compiler.languages.pcoc.nodes import (
     Sub,
     SVar,
 )
-from crasp_compiler.model import load_model, save_model
+from crasp_compiler.model import read_model, save_model
 from crasp_compiler.model.features import onehot
-from crasp_compiler.runtime.numpy_exec import run
+from crasp_compiler.runtime.numpy_exec import run_tokens
 from tests.support.block_harness import build, evaluate
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -495,11 +495,11 @@ def test_examples_read_zero_at_the_sink(name):
     """Every output is 0 at BOS, on the empty input and on real ones (hard mode)."""
     model = compiled(name, 5)
     k = len(model.inputs)
-    empty = run(model, [[]], values=[np.zeros((0, k))])
+    empty = run_tokens(model, [[]], values=[np.zeros((0, k))])
     for raw in empty.outputs.values():
         assert raw[0, 0] == 0.0
     inputs = integers(np.random.default_rng(0), 1000, (k, 5))
-    full = run(model, [["m"] * 5], values=[inputs.T])
+    full = run_tokens(model, [["m"] * 5], values=[inputs.T])
     for raw in full.outputs.values():
         assert raw[0, 0] == 0.0
 
@@ -629,7 +629,7 @@ def test_save_and_load(tmp_path):
         model = compiled("running_argmax", 8, mode)
         path = tmp_path / f"{mode}.npz"
         save_model(model, path)
-        loaded = load_model(path)
+        loaded = read_model(path)
         assert is_pcoc(loaded) and machines(loaded) == 8
         assert loaded.inputs == ["x"] and [o.name for o in loaded.outputs] == ["x", "at"]
         assert loaded.options == model.options and loaded.info == model.info
@@ -710,7 +710,7 @@ def test_inputs_of_another_length_are_refused():
     assert input_matrix(model, [[1, 2, 3, 4], [5, 6, 7, 8]]).shape == (4, 2)
     # the executor refuses longer inputs: the guarantee covers n tokens
     with pytest.raises(CraspError, match="exceeds the model's guarantee"):
-        run(model, [["m"] * 5], values=[np.zeros((5, 2))])
+        run_tokens(model, [["m"] * 5], values=[np.zeros((5, 2))])
     with pytest.raises(CraspError, match="not compiled from a PCOC program"):
         machines(build({"v": [1.0]}, lambda b, cols: {"o": cols["v"]})[0])
 

@@ -30,7 +30,7 @@ import pytest
 from crasp_compiler.errors import CraspError
 from crasp_compiler.languages.pcoc import interpret_batch, load_program, parse_program
 from crasp_compiler.languages.pcoc.compile import compile_program, run_pcoc
-from crasp_compiler.model import load_model, save_model
+from crasp_compiler.model import read_model, save_model
 from crasp_compiler.model.model import Guarantee
 from tests.model.test_model_file import arrays_of, write
 
@@ -260,7 +260,7 @@ def test_integral_distinct_destinations_route_exactly(destinations, mode):
 def test_a_model_file_keeps_the_send_check(tmp_path):
     path = tmp_path / "permute.npz"
     save_model(permute(), path)
-    loaded = load_model(path)
+    loaded = read_model(path)
     assert loaded.guarantee.destinations == ["d"]
     assert loaded.guarantee.text == permute().guarantee.text
     with pytest.raises(CraspError, match="sends machines 0 and 1 both to machine 0"):
@@ -274,7 +274,7 @@ def test_a_file_written_before_the_send_check_still_loads(tmp_path):
     header = json.loads(str(arrays.pop("header")))
     del header["guarantee"]["destinations"]
     path = write(tmp_path, {"header": np.array(json.dumps(header)), **arrays})
-    old = load_model(path)
+    old = read_model(path)
     assert old.guarantee.destinations == []
     _run(old, [0, 0, 2, 3], "numpy")  # not refused: the file does not say to
 

@@ -17,8 +17,8 @@ from crasp_compiler.errors import CraspError
 from crasp_compiler.languages.pcoc import (
     check_pcoc,
     format_vector,
-    interpret,
     interpret_batch,
+    interpret_program,
     load_program,
     parse_program,
     read_vectors,
@@ -91,7 +91,7 @@ def example(name: str):
 
 
 def run(program, n: int, *vectors, **kwargs) -> dict[str, list[float]]:
-    trace = interpret(program, n, np.array(vectors, dtype=float).reshape(-1, n), **kwargs)
+    trace = interpret_program(program, n, np.array(vectors, dtype=float).reshape(-1, n), **kwargs)
     return {name: list(values) for name, values in trace.outputs.items()}
 
 
@@ -925,7 +925,7 @@ def test_the_lowering_evaluates_static_expressions_as_the_interpreter(value, con
         return
     xs = [float(v) for v in data.draw(st.lists(st.integers(-100, 100), min_size=n, max_size=n))]
     try:
-        want = interpret(prog, n, [xs]).outputs
+        want = interpret_program(prog, n, [xs]).outputs
     except CraspError as err:  # a static value that does not exist: refused alike
         with pytest.raises(CraspError) as caught:
             compile_program(prog, n)
@@ -978,14 +978,14 @@ def test_branches_select_per_machine_and_temporaries_merge():
 
 def test_trace_holds_every_slot_after_every_round():
     prog = example("cumsum")
-    trace = interpret(prog, 4, [[1, 2, 3, 4]])
+    trace = interpret_program(prog, 4, [[1, 2, 3, 4]])
     assert len(trace.rounds) == 3 and trace.n == 4
     assert [list(m["x"]) for m in trace.rounds] == [[1, 2, 3, 4], [1, 3, 5, 7], [1, 3, 6, 10]]
     assert trace.envs == [{"n": 4, "k": 0, "r": 0}, {"n": 4, "k": 1, "r": 1}]
     assert trace.outputs["x"].dtype == np.float64
     trace.outputs["x"][0] = 99  # the trace's arrays are the caller's
     assert trace.rounds[-1]["x"][0] == 1
-    single = interpret(prog, 4, [1, 2, 3, 4])  # one input slot: a plain vector works
+    single = interpret_program(prog, 4, [1, 2, 3, 4])  # one input slot: a plain vector works
     assert list(single.outputs["x"]) == [1, 3, 6, 10]
 
 
@@ -995,7 +995,7 @@ def test_batch_runs_agree_with_single_runs():
     prog = example("compare_vectors")
     batch = interpret_batch(prog, 7, inputs)
     for b in range(20):
-        single = interpret(prog, 7, inputs[b])
+        single = interpret_program(prog, 7, inputs[b])
         for name in prog.outputs:
             assert (batch.outputs[name][b] == single.outputs[name]).all()
         for k, memory in enumerate(single.rounds):
@@ -1006,7 +1006,7 @@ def test_batch_runs_agree_with_single_runs():
 def test_programs_without_inputs_or_rounds():
     prog = parse_program("slot s = 2.5\noutput s\nround { s = s + i }\n")
     assert run(prog, 3) == {"s": [2.5, 3.5, 4.5]}
-    assert list(interpret(prog, 3, None).outputs["s"]) == [2.5, 3.5, 4.5]
+    assert list(interpret_program(prog, 3, None).outputs["s"]) == [2.5, 3.5, 4.5]
     prog = parse_program("input x\noutput x\n")
     assert run(prog, 2, [4, 5]) == {"x": [4, 5]}
 
@@ -1016,11 +1016,11 @@ def test_bad_inputs_are_refused():
     with pytest.raises(
         CraspError, match=r"shape \(k, n\) with k = 1 input slot\(s\) \(x\) and n = 4"
     ):
-        interpret(prog, 4, [[1, 2, 3]])
+        interpret_program(prog, 4, [[1, 2, 3]])
     with pytest.raises(CraspError, match="finite"):
-        interpret(prog, 2, [[1, math.nan]])
+        interpret_program(prog, 2, [[1, math.nan]])
     with pytest.raises(CraspError, match="not an array of numbers"):
-        interpret(prog, 2, [["a", "b"]])
+        interpret_program(prog, 2, [["a", "b"]])
     with pytest.raises(CraspError, match="batch"):
         interpret_batch(example("compare_vectors"), 2, np.zeros((3, 1, 2)))
 

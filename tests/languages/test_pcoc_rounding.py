@@ -23,7 +23,7 @@ from crasp_compiler.errors import CraspError
 from crasp_compiler.languages import get_language
 from crasp_compiler.languages.pcoc import interpret_batch, load_program, parse_program
 from crasp_compiler.languages.pcoc.compile import compile_program, run_pcoc
-from crasp_compiler.languages.pcoc.interpret import interpret
+from crasp_compiler.languages.pcoc.interpret import interpret_program
 from crasp_compiler.languages.pcoc.lower import LONG_FORM, lower_pcoc
 from crasp_compiler.languages.pcoc.nodes import (
     Add,
@@ -37,7 +37,7 @@ from crasp_compiler.languages.pcoc.nodes import (
     Slot,
 )
 from crasp_compiler.languages.pcoc.rounding import UNIT, Floats, Var, grid
-from crasp_compiler.model import load_model, save_model
+from crasp_compiler.model import read_model, save_model
 from crasp_compiler.model.io import guarantee_header
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -231,7 +231,7 @@ def test_gates_at_their_bound_are_exact_when_unselected():
     x = np.array([1e9, -1e9] * 4)
     for row in (x, -x, np.sort(x), np.sort(x)[::-1]):
         got = run_pcoc(model, [row[None]])
-        want = interpret(prog, 8, row).outputs
+        want = interpret_program(prog, 8, row).outputs
         assert np.array_equal(got["at"][0], want["at"])
         assert np.max(np.abs(got["x"][0] - want["x"])) <= model.guarantee.errors["float64"]
 
@@ -247,7 +247,7 @@ def test_comparisons_just_outside_their_margin_decide_exactly():
         x = base - 0.5 * rng.integers(0, 3, 16)  # ties and gaps of one margin
         assert keeps_promises(prog, 16, x[None])
         got = run_pcoc(model, [x[None]])
-        want = interpret(prog, 16, x).outputs
+        want = interpret_program(prog, 16, x).outputs
         assert np.array_equal(got["at"][0], want["at"])
         assert np.max(np.abs(got["x"][0] - want["x"])) <= model.guarantee.errors["float64"]
 
@@ -274,7 +274,7 @@ def test_the_margin_limit_is_where_the_analysis_puts_it():
         row = np.array([x, 0.5 + need])
         assert keeps_promises(prog, 2, row[None])
         got = run_pcoc(model, [row[None]])["s"][0]
-        assert np.array_equal(got, interpret(prog, 2, row).outputs["s"])
+        assert np.array_equal(got, interpret_program(prog, 2, row).outputs["s"])
     with pytest.raises(CraspError, match="below what float64 resolves"):
         compile_program(parse_program(MARGIN.format(bound=1e9, margin=need / 4)), 2)
 
@@ -315,7 +315,7 @@ def test_exclusive_sums_are_a_promise_the_interpreter_checks():
     prog = Program(
         (Slot("x", 10.0), Slot("y", 100.0)), ("x",), ("y",), (Round((), (Assign("y", total),)),)
     )
-    assert interpret(prog, 2, [0.0, 1.0], check_promises=True).outputs["y"].tolist() == [
+    assert interpret_program(prog, 2, [0.0, 1.0], check_promises=True).outputs["y"].tolist() == [
         10,
         10,
     ]
@@ -324,7 +324,7 @@ def test_exclusive_sums_are_a_promise_the_interpreter_checks():
         (Slot("x", 10.0), Slot("y", 100.0)), ("x",), ("y",), (Round((), (Assign("y", twice),)),)
     )
     with pytest.raises(CraspError, match="more than one selection of an exclusive sum"):
-        interpret(prog2, 2, [0.0, 1.0], check_promises=True)
+        interpret_program(prog2, 2, [0.0, 1.0], check_promises=True)
     model = compile_program(prog, 2)
     got = run_pcoc(model, [[[0.0, 2.0]]])["y"][0]
     assert got.tolist() == [10.0, 10.0]
@@ -409,7 +409,7 @@ def test_the_bound_is_saved_and_checked_on_load(tmp_path):
     model = compiled("cumsum", 4)
     path = tmp_path / "m.npz"
     save_model(model, path)
-    assert load_model(path).guarantee.errors == model.guarantee.errors
+    assert read_model(path).guarantee.errors == model.guarantee.errors
     header = guarantee_header(model.guarantee)
     assert header["errors"] == model.guarantee.errors
 
@@ -439,7 +439,7 @@ def test_hostile_error_bounds_are_refused(tmp_path, errors, message):
         for name, data in members.items():
             archive.writestr(name, data)
     with pytest.raises(CraspError, match=message):
-        load_model(path)
+        read_model(path)
 
 
 def test_an_error_bound_for_an_uncovered_float_type_is_refused(tmp_path):
@@ -459,7 +459,7 @@ def test_an_error_bound_for_an_uncovered_float_type_is_refused(tmp_path):
         for name, data in members.items():
             archive.writestr(name, data)
     with pytest.raises(CraspError, match="'errors' bounds a float type"):
-        load_model(path)
+        read_model(path)
 
 
 def _npy(text: str) -> bytes:

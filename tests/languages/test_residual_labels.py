@@ -15,7 +15,7 @@ import crasp_compiler as cc
 from crasp_compiler.cli import main
 from crasp_compiler.languages.crasp.compile import compile_program
 from crasp_compiler.languages.crasp.program import parse_program
-from crasp_compiler.model import load_model
+from crasp_compiler.model import read_model
 
 ROOT = Path(__file__).resolve().parents[2]
 CRASP = sorted((ROOT / "examples" / "crasp").glob("*.cr"))
@@ -91,7 +91,7 @@ def test_crasp_compile_no_reuse(tmp_path):
     for extra, out in (([], "default.npz"), (["--no-reuse"], "plain.npz")):
         result = CliRunner().invoke(main, [*args, *extra, "-o", str(tmp_path / out)])
         assert result.exit_code == 0, result.output
-    default, plain = load_model(tmp_path / "default.npz"), load_model(tmp_path / "plain.npz")
+    default, plain = read_model(tmp_path / "default.npz"), read_model(tmp_path / "plain.npz")
     assert default.occupants is not None
     assert_one_label_per_dimension(plain)
     assert_same_outputs(plain, default, words_for(default))
@@ -100,7 +100,7 @@ def test_crasp_compile_no_reuse(tmp_path):
         main, ["compile", str(pcoc), "--n", "4", "--no-reuse", "-o", str(tmp_path / "s.npz")]
     )
     assert result.exit_code == 0, result.output
-    assert_one_label_per_dimension(load_model(tmp_path / "s.npz"))
+    assert_one_label_per_dimension(read_model(tmp_path / "s.npz"))
 
 
 WINDOW = 'alphabet "a", "b"\nW = #[j <= i, j >= i - 5 && j <= i] "a"\nE = W >= 5\noutput E, W\n'

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from crasp_compiler import CraspError, interpret_batch, parse_program
 from crasp_compiler.languages.crasp.compile import compile_program
 from crasp_compiler.languages.crasp.rounding import MAX_CLAIM, ZERO, Bound, Decision, Poly, horizon
-from crasp_compiler.model import load_model, save_model
-from crasp_compiler.runtime.numpy_exec import run
+from crasp_compiler.model import read_model, save_model
+from crasp_compiler.runtime.numpy_exec import run_tokens
 
 # the issue's program: each constant within 10^9, nested to 10^18
 NESTED = """
@@ -35,7 +35,7 @@ E = X == Y
 
 def agree(program, model, words, dtype=np.float64):
     """Every output equals the interpreter at every position of every word."""
-    result = run(model, words, dtype=dtype)
+    result = run_tokens(model, words, dtype=dtype)
     for row, word in enumerate(words):
         want = interpret_batch(program, [word])
         for name in program.outputs:
@@ -48,7 +48,7 @@ def test_nested_constants_are_divided_out_and_exact():
     A − W exactly (it printed False on `a a` where the interpreter prints True)."""
     program = parse_program(NESTED)
     model = compile_program(program)
-    assert run(model, [["a", "a"]]).final("E").tolist() == [True]
+    assert run_tokens(model, [["a", "a"]]).final("E").tolist() == [True]
     words = [["a"] * n for n in range(12)] + [["a"] * 5000]
     agree(program, model, words)
     agree(program, model, words[:12], np.float32)
@@ -79,9 +79,9 @@ def test_constants_float32_cannot_resolve_are_refused_in_float32_only():
     assert "in float32 for no input" in model.guarantee.text
     agree(program, model, [["a"] * 3])
     with pytest.raises(CraspError, match="proven exact for in float32"):
-        run(model, [["a"]], dtype=np.float32)
+        run_tokens(model, [["a"]], dtype=np.float32)
     with pytest.warns(UserWarning, match="float32"):
-        run(model, [["a"]], dtype=np.float32, on_overlength="warn")
+        run_tokens(model, [["a"]], dtype=np.float32, on_overlength="warn")
 
 
 def test_count_outputs_beyond_float64_integers_are_refused():
@@ -93,7 +93,7 @@ def test_count_outputs_beyond_float64_integers_are_refused():
 def test_the_guarantee_survives_a_model_file(tmp_path):
     model = compile_program(parse_program('A = # "a"\nE = A > 100000\n'))
     save_model(model, tmp_path / "m.npz")
-    loaded = load_model(tmp_path / "m.npz")
+    loaded = read_model(tmp_path / "m.npz")
     assert loaded.guarantee.dtypes == model.guarantee.dtypes
     assert loaded.guarantee.limit("float32") == model.guarantee.dtypes["float32"]
 

@@ -23,7 +23,7 @@ from crasp_compiler.languages.crasp.depth import Depth, Gate, Lit, Signal, Wire,
 from crasp_compiler.languages.crasp.interpret import interpret_batch
 from crasp_compiler.languages.crasp.nodes import And, Node, Or, Program
 from crasp_compiler.languages.crasp.nodes import Definition as Def
-from crasp_compiler.runtime.numpy_exec import run
+from crasp_compiler.runtime.numpy_exec import run_tokens
 from tests.languages.test_wide_programs import alternating_definitions
 
 MODES = [("heaviside", None), ("layernorm", None), ("relu", 600)]
@@ -97,7 +97,7 @@ def words(seed: int, count: int, length: int) -> list[list[str]]:
 def agree(program: Program, model, inputs: list[list[str]], dtype=np.float64) -> int:
     """The model decides every output at every position of inputs of one length as the
     interpreter does; returns how many decisions are true (a test sees both values)."""
-    got, want = run(model, inputs, dtype=dtype).values, interpret_batch(program, inputs)
+    got, want = run_tokens(model, inputs, dtype=dtype).values, interpret_batch(program, inputs)
     for name in program.outputs:
         assert (got[name] == want[name]).all(), name
     return sum(int(want[name].sum()) for name in program.outputs)
@@ -125,7 +125,7 @@ def test_alternating_chain_of_500_leaves_in_logarithmic_layers(form, mode, max_l
     if mode == "relu":
         assert limit == -1
         with pytest.raises(CraspError, match="proven exact for in float32"):
-            run(model, inputs[:1], dtype=np.float32)
+            run_tokens(model, inputs[:1], dtype=np.float32)
     else:
         assert limit > 4_000_000
         agree(program, model, inputs, np.float32)

@@ -18,7 +18,7 @@ from crasp_compiler.languages.crasp.depth import Depth, dependency_bound
 from crasp_compiler.languages.crasp.nodes import And, Not, Periodic, Program, TokenIs, children
 from crasp_compiler.languages.crasp.nodes import Definition as Def
 from crasp_compiler.languages.pcoc.program import parse_program as parse_pcoc
-from crasp_compiler.runtime import run
+from crasp_compiler.runtime import run_tokens
 from tests.support.strategies import programs
 
 HEAD = 'alphabet "a", "b"\nC = # "a" - # "b"\nD = # "b"\n'
@@ -62,7 +62,7 @@ def assert_pipeline(text: str, mode: str = "heaviside") -> int:
     assert parse_program(format_program(program)) == program
     model = compile_program(program, mode=mode, max_len=12 if mode == "relu" else None)
     assert model.info["dependency_bound"] == dependency_bound(program, mode)
-    decided = run(model, WORDS).values
+    decided = run_tokens(model, WORDS).values
     for row, word in enumerate(WORDS):
         trace = interpret(program, word)
         for name in program.outputs:

@@ -19,10 +19,10 @@ import pytest
 
 from crasp_compiler import CraspError, load_program
 from crasp_compiler.languages.crasp.compile import compile_program
-from crasp_compiler.model import load_model, save_model
+from crasp_compiler.model import read_model, save_model
 from crasp_compiler.model.io import VERSION
 from crasp_compiler.model.model import HeadKind, Model, derive_kinds, head_kinds
-from crasp_compiler.runtime.numpy_exec import run
+from crasp_compiler.runtime.numpy_exec import run_tokens
 from tests.support.strategies import all_inputs, random_inputs, random_program
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "crasp"
@@ -76,7 +76,7 @@ def assert_same_model(a: Model, b: Model) -> None:
 
 
 def assert_same_outputs(a: Model, b: Model, words: list[list[str]]) -> None:
-    ra, rb = run(a, words), run(b, words)
+    ra, rb = run_tokens(a, words), run_tokens(b, words)
     for out in a.outputs:
         np.testing.assert_array_equal(ra.outputs[out.name], rb.outputs[out.name])
         np.testing.assert_array_equal(ra.values[out.name], rb.values[out.name])
@@ -91,14 +91,14 @@ def test_round_trip_examples(tmp_path, name, mode):
     model = compiled(name, mode)
     path = tmp_path / "model.npz"
     save_model(model, path)
-    again = load_model(path)
+    again = read_model(path)
     assert_same_model(model, again)
     symbols = model.vocab[1:]
     words = [[], symbols, symbols[::-1] * 5, (symbols * 11)[:30]]
     assert_same_outputs(model, again, words)
     # saving the loaded model again gives an identical model
     save_model(again, tmp_path / "again.npz")
-    assert_same_model(model, load_model(str(tmp_path / "again.npz")))
+    assert_same_model(model, read_model(str(tmp_path / "again.npz")))
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -107,7 +107,7 @@ def test_round_trip_random_programs(tmp_path, seed):
     mode = ("heaviside", "relu", "layernorm")[seed % 3]
     model = compile_program(program, mode=mode, max_len=12 if mode == "relu" else None)
     save_model(model, tmp_path / "m.npz")
-    again = load_model(tmp_path / "m.npz")
+    again = read_model(tmp_path / "m.npz")
     assert_same_model(model, again)
     words = all_inputs(program, 3) + random_inputs(program, seed, count=20, max_len=12)
     assert_same_outputs(model, again, words)
@@ -157,7 +157,7 @@ def edited(tmp_path: Path, edit: Callable[[dict, dict], None], name: str = "dyck
 
 def refused(path: Path, *fragments: str) -> str:
     with pytest.raises(CraspError) as info:
-        load_model(path)
+        read_model(path)
     message = str(info.value)
     assert str(path) in message
     assert "Traceback" not in message
@@ -191,7 +191,7 @@ def test_corrupted_compressed_archive(tmp_path):
     arrays = arrays_of(compiled("dyck1.cr"), tmp_path)
     path = tmp_path / "compressed.npz"
     np.savez_compressed(path, **arrays)
-    assert_same_model(compiled("dyck1.cr"), load_model(path))
+    assert_same_model(compiled("dyck1.cr"), read_model(path))
     data = bytearray(path.read_bytes())
     for k in range(200, 260):
         data[k] ^= 0xFF
@@ -224,9 +224,9 @@ def test_empty_and_text_files(tmp_path):
 
 def test_missing_file_and_directory(tmp_path):
     with pytest.raises(CraspError, match="cannot read model file"):
-        load_model(tmp_path / "nope.npz")
+        read_model(tmp_path / "nope.npz")
     with pytest.raises(CraspError, match="cannot read model file"):
-        load_model(tmp_path)
+        read_model(tmp_path)
 
 
 def test_zip_that_is_not_npz(tmp_path):
@@ -466,7 +466,7 @@ def test_files_record_head_kinds(tmp_path):
     stored = [[head["kind"] for head in layer["heads"]] for layer in header["layers"]]
     assert stored == [[str(kind) for kind in row] for row in derive_kinds(model)]
     assert {"uniform", "bos-keyed"} <= {kind for row in stored for kind in row}
-    assert head_kinds(load_model(tmp_path / "m.npz")) == derive_kinds(model)
+    assert head_kinds(read_model(tmp_path / "m.npz")) == derive_kinds(model)
 
 
 def test_files_without_kinds_get_them_from_the_weights(tmp_path):
@@ -479,7 +479,7 @@ def test_files_without_kinds_get_them_from_the_weights(tmp_path):
             for head in layer["heads"]:
                 del head["kind"]
 
-    loaded = load_model(edited(tmp_path, drop, "c_near_a.cr"))
+    loaded = read_model(edited(tmp_path, drop, "c_near_a.cr"))
     assert [[h.kind for h in layer.heads] for layer in loaded.layers] == derive_kinds(model)
     words = [[], list("abcab"), list("cab" * 9)]
     assert_same_outputs(model, loaded, words)
@@ -505,7 +505,7 @@ def test_a_kind_the_weights_do_not_bear_out_is_refused(tmp_path):
         "records kind 'uniform', which its weights do not bear out (they give 'bos-keyed')",
     )
     # a weaker claim holds: the head is evaluated on the general path, with the same result
-    loaded = load_model(edited(tmp_path, claim("general"), "c_near_a.cr"))
+    loaded = read_model(edited(tmp_path, claim("general"), "c_near_a.cr"))
     assert loaded.layers[layer].heads[head].kind is HeadKind.GENERAL
     assert_same_outputs(model, loaded, [[], list("abcab"), list("cab" * 9)])
 
@@ -533,11 +533,11 @@ def test_version_1_files_with_periodic_features_load_as_the_same_model(tmp_path)
             w_e[0] += arrays["w_p"][:, column]
     arrays["w_e"] = w_e
     np.savez(path, header=np.array(json.dumps(header)), **arrays)
-    loaded = load_model(path)
+    loaded = read_model(path)
     words = [*random_inputs(program, 5, count=30, max_len=12), []]
     np.testing.assert_array_equal(loaded.w_e, model.w_e)
-    for name, values in run(loaded, words).values.items():
-        np.testing.assert_array_equal(values, run(model, words).values[name])
+    for name, values in run_tokens(loaded, words).values.items():
+        np.testing.assert_array_equal(values, run_tokens(model, words).values[name])
 
 
 def test_version_3_files_list_activations_and_labels_unit_by_unit(tmp_path):
@@ -560,7 +560,7 @@ def test_version_3_files_list_activations_and_labels_unit_by_unit(tmp_path):
             for key in ("activations", "labels"):
                 layer["mlp"][key] = [v for v, count in layer["mlp"][key] for _ in range(count)]
     np.savez(path, header=np.array(json.dumps(header)), **arrays)
-    loaded = load_model(path)
+    loaded = read_model(path)
     assert loaded.provenance == model.provenance  # read from info and options
     for old, new in zip(loaded.layers, model.layers, strict=True):
         if new.mlp is not None:
@@ -587,8 +587,8 @@ def test_the_provenance_is_a_header_field_of_its_own(tmp_path, example):
         "mode": model.provenance.mode,
         "size": model.provenance.size,
     }
-    assert load_model(path).provenance == model.provenance
+    assert read_model(path).provenance == model.provenance
     header["version"] = 4
     del header["provenance"]
     np.savez(path, header=np.array(json.dumps(header)), **arrays)
-    assert load_model(path).provenance == model.provenance
+    assert read_model(path).provenance == model.provenance

@@ -24,8 +24,8 @@ from crasp_compiler.cli import main
 from crasp_compiler.languages.crasp.compile import compile_program
 from crasp_compiler.languages.pcoc.compile import compile_program as compile_pcoc
 from crasp_compiler.languages.pcoc.program import load_program as load_pcoc
-from crasp_compiler.model import load_model, save_model
 from crasp_compiler.model import model as model_module
+from crasp_compiler.model import read_model, save_model
 from crasp_compiler.model.features import check_feature
 from crasp_compiler.model.model import Model
 from tests.assemble.test_sparse_weights import assert_same_weights
@@ -111,11 +111,11 @@ def test_index_arrays_must_be_int32_or_int64(sparse_arrays, tmp_path, part, dtyp
 
 
 def test_int32_index_arrays_load(sparse_arrays, tmp_path):
-    want = load_model(write(tmp_path, sparse_arrays, "good.npz"))
+    want = read_model(write(tmp_path, sparse_arrays, "good.npz"))
     for name in list(sparse_arrays):
         if name.endswith((".indices", ".indptr")):
             sparse_arrays[name] = sparse_arrays[name].astype(np.int32)
-    got = load_model(write(tmp_path, sparse_arrays))
+    got = read_model(write(tmp_path, sparse_arrays))
     assert got.is_sparse()
     assert_same_weights(got, want)
 
@@ -214,7 +214,7 @@ def test_total_size_above_the_budget(tmp_path, monkeypatch):
     assert path.stat().st_size < 100_000
     refused(path, "unexpected array(s)", "'pad'")  # within the default budget
     with pytest.raises(CraspError, match="invalid model file") as err:
-        load_model(path, max_bytes=1_000_000)
+        read_model(path, max_bytes=1_000_000)
     message = str(err.value)
     assert "1,000,000" in message and f"{(2 << 20) + 128:,}" in message and "'pad'" in message
     assert "CRASP_MAX_MODEL_BYTES" in message
@@ -222,15 +222,15 @@ def test_total_size_above_the_budget(tmp_path, monkeypatch):
     refused(path, "1,000,000", "CRASP_MAX_MODEL_BYTES")
     good = tmp_path / "good.npz"
     save_model(compiled("dyck1.cr"), good)
-    assert_same_model(load_model(good), compiled("dyck1.cr"))
+    assert_same_model(read_model(good), compiled("dyck1.cr"))
     for bad in ("lots", "-5", "0", "1e9"):
         monkeypatch.setenv("CRASP_MAX_MODEL_BYTES", bad)
         with pytest.raises(CraspError, match="CRASP_MAX_MODEL_BYTES"):
-            load_model(good)
+            read_model(good)
     monkeypatch.delenv("CRASP_MAX_MODEL_BYTES")
     for bad in (0, -1, 2.5, True):
         with pytest.raises(CraspError, match="max_bytes"):
-            load_model(good, max_bytes=bad)
+            read_model(good, max_bytes=bad)
 
 
 def test_compressed_zeros_far_above_a_low_budget(tmp_path):
@@ -240,7 +240,7 @@ def test_compressed_zeros_far_above_a_low_budget(tmp_path):
     assert path.stat().st_size < 200_000
     refused(path, "'pad'", "compress", f"{(64 << 20) + 128:,}")
     with pytest.raises(CraspError, match="budget") as err:
-        load_model(path, max_bytes=4 << 20)
+        read_model(path, max_bytes=4 << 20)
     assert "'pad'" in str(err.value) and f"{4 << 20:,}" in str(err.value)
 
 
@@ -318,7 +318,7 @@ def test_deeply_nested_header(tmp_path, depth):
 def test_header_nesting_of_real_models_is_accepted(tmp_path):
     header = json.loads(str(arrays_of(compiled("dyck1.cr"), tmp_path)["header"]))
     header["info"]["deep"] = json.loads("[" * 20 + "]" * 20)
-    load_model(_raw_header(tmp_path, json.dumps(header)))
+    read_model(_raw_header(tmp_path, json.dumps(header)))
 
 
 # ---------------------------------------------------------------- header fields by schema
@@ -369,7 +369,7 @@ def test_malformed_definitions_are_refused(tmp_path, definitions):
 def test_wellformed_definitions_are_shown(tmp_path):
     forms = {"D": {"D": 1}, "V": {"C_open": 1e300, "C_close": -3}, "E": {}}
     path = file_of(tmp_path, compiled("dyck1.cr"), _definitions(forms))
-    assert load_model(path).info["definitions"] == forms
+    assert read_model(path).info["definitions"] == forms
     result = cli("info", path)
     assert result.exit_code == 0, result.output
     assert "V = 1e+300·C_open - 3·C_close" in result.output
@@ -442,7 +442,7 @@ def test_header_values_of_the_wrong_type(tmp_path, edit, fragment):
 
 
 def test_an_integer_scale_loads_as_a_float(tmp_path):
-    model = load_model(file_of(tmp_path, compiled("dyck1.cr"), _head("scale", 3)))
+    model = read_model(file_of(tmp_path, compiled("dyck1.cr"), _head("scale", 3)))
     assert model.layers[0].heads[0].scale == 3.0
     assert type(model.layers[0].heads[0].scale) is float
 
@@ -538,7 +538,7 @@ def test_bad_pcoc_info(tmp_path, edit, fragment):
 
 def test_pcoc_models_load(tmp_path):
     for model in (pcoc(), pcoc("cumsum.pcoc", 8, "softmax"), pcoc("sort.pcoc", 4)):
-        assert_same_model(load_model(file_of(tmp_path, model)), model)
+        assert_same_model(read_model(file_of(tmp_path, model)), model)
 
 
 def test_pcoc_run_refuses_a_model_without_n(tmp_path):
@@ -579,16 +579,16 @@ def test_run_reads_the_weights_not_the_source(tmp_path):
     good = file_of(tmp_path / "good", compiled("majority.crasp"))
     swapped = file_of(tmp_path / "swapped", compiled("majority.crasp"), _source(other))
     refused(swapped, "'source'", "outputs")
-    assert load_model(swapped, check_source=False).source == other
+    assert read_model(swapped, check_source=False).source == other
     for text in ("1 1 0", "0 0 1", "1"):
         result = cli("run", swapped, text)
         assert result.exit_code == 0, result.output
         assert result.output == cli("run", good, text).output
     path = file_of(tmp_path, pcoc(), _source((PCOC / "cumsum.pcoc").read_text()))
-    assert load_model(path, check_source=False).inputs == pcoc().inputs
+    assert read_model(path, check_source=False).inputs == pcoc().inputs
     lying = file_of(tmp_path / "lying", compiled("majority.crasp"), _options("mode", "sigmoid"))
     with pytest.raises(CraspError, match="mode"):
-        load_model(lying, check_source=False)
+        read_model(lying, check_source=False)
 
 
 @pytest.mark.parametrize("language", ["Python", 3, ""])
@@ -634,7 +634,7 @@ def test_a_relu_model_may_claim_less_than_its_max_len(tmp_path, relu30):
     def shorter(header, arrays):
         header["guarantee"].update(max_len=12, dtypes={"float64": 12, "float32": 12})
 
-    assert load_model(file_of(tmp_path, relu30, shorter)).guarantee.max_len == 12
+    assert read_model(file_of(tmp_path, relu30, shorter)).guarantee.max_len == 12
 
 
 def test_unlimited_guarantee_of_a_relu_model_is_not_run(tmp_path, relu30):
@@ -684,7 +684,7 @@ def test_malformed_send_capacities_are_refused(tmp_path, capacities):
 
 
 def test_consistent_headers_load(tmp_path, relu30):
-    assert_same_model(load_model(file_of(tmp_path, relu30)), relu30)
+    assert_same_model(read_model(file_of(tmp_path, relu30)), relu30)
 
     # a heaviside model may claim less than it could (a guarantee up to a length)
     def weaker_guarantee(header, arrays):
@@ -692,4 +692,4 @@ def test_consistent_headers_load(tmp_path, relu30):
         header["guarantee"].pop("dtypes", None)
 
     weaker = file_of(tmp_path, compiled("dyck1.cr"), weaker_guarantee)
-    assert load_model(weaker).guarantee.max_len == 12
+    assert read_model(weaker).guarantee.max_len == 12

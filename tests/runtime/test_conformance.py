@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from crasp_compiler.model import Model
-from crasp_compiler.runtime import run
+from crasp_compiler.runtime import run_tokens
 from tests.support.reference_model import (
     SEEDS,
     Probe,
@@ -32,7 +32,7 @@ Raw = dict[str, np.ndarray]  # output name -> (batch, T) raw outputs, BOS first
 
 
 def _numpy(model: Model, inputs: list[list[str]]) -> tuple[Raw, Raw]:
-    result = run(model, inputs)
+    result = run_tokens(model, inputs)
     return result.outputs, result.values
 
 

@@ -44,7 +44,7 @@ from crasp_compiler.model.model import (
 from crasp_compiler.runtime import numpy_exec
 from crasp_compiler.runtime.backend import NUMPY
 from crasp_compiler.runtime.forward import Observer, Path, forward, head_path
-from crasp_compiler.runtime.numpy_exec import RunResult, run
+from crasp_compiler.runtime.numpy_exec import RunResult, run_tokens
 from tests.support.reference_model import (
     SEEDS,
     Probe,
@@ -119,7 +119,7 @@ def raw(result: RunResult, name: str, row: int = 0) -> np.ndarray:
 def assert_matches_reference(model: Model, inputs: list[list[str]], what: str) -> int:
     """Run ``inputs`` as one batch and compare every well-separated sequence with the
     naive reference; returns how many sequences were compared."""
-    result = run(model, inputs)
+    result = run_tokens(model, inputs)
     compared = 0
     for row, tokens in enumerate(inputs):
         probe = Probe()
@@ -192,8 +192,8 @@ def test_residual_trace(seed):
     model.layers[1].mlp = None
     model.layers[2].heads = []
     inputs = draw_batch(rng, model, count=5)
-    result = run(model, inputs, residuals=True)
-    assert run(model, inputs).residuals is None
+    result = run_tokens(model, inputs, residuals=True)
+    assert run_tokens(model, inputs).residuals is None
     labels = ["embed", "layer 1 attention", "layer 1 mlp", "layer 2 attention", "layer 3 mlp"]
     assert result.residuals is not None
     assert [label for label, _ in result.residuals] == labels
@@ -240,7 +240,7 @@ def test_strict_mask_reads_zero_at_bos(weighting, zero_query, expected):
     # every score is 1 (query and key read the constant dim), or 0 with a zero query
     h = head(3, None if zero_query else 1, 1, 0, 2, weighting=weighting, mask="strict")
     model = make_model(STRICT_EMBED, [Layer([h], None)], {"o": (2, "bool")})
-    result = run(model, [["c", "a", "c", "c"], [], ["a"]])
+    result = run_tokens(model, [["c", "a", "c", "c"], [], ["a"]])
     np.testing.assert_allclose(raw(result, "o", 0), expected, rtol=1e-12, atol=0)
     assert raw(result, "o", 1).tolist() == [0.0]
     np.testing.assert_allclose(raw(result, "o", 2), [0, 5], rtol=1e-12, atol=0)
@@ -270,9 +270,9 @@ def test_mask_none_sees_own_sequence_only(weighting):
         w_p=w_p,
     )
     inputs = [["a"], ["a", "b", "b", "b"], []]
-    result = run(model, inputs)
+    result = run_tokens(model, inputs)
     for row, tokens in enumerate(inputs):
-        alone = run(model, [tokens])
+        alone = run_tokens(model, [tokens])
         for name in ("bos", "pick", "b"):
             np.testing.assert_array_equal(raw(result, name, row), raw(alone, name))
     np.testing.assert_allclose(raw(result, "bos", 0), [0.5, 0.5], rtol=1e-12)
@@ -295,7 +295,7 @@ def test_past_mask_sees_itself_and_later_positions(weighting):
         {"o": (2, "bool")},
     )
     inputs = [list("abbab"), list("ab"), []]
-    result = run(model, inputs)
+    result = run_tokens(model, inputs)
     for row, tokens in enumerate(inputs):
         is_b = [0.0] + [1.0 if x == "b" else 0.0 for x in tokens]
         n = len(is_b)
@@ -306,7 +306,7 @@ def test_past_mask_sees_itself_and_later_positions(weighting):
         else:
             want = [is_b[-1]] * n
         np.testing.assert_allclose(raw(result, "o", row), want, rtol=0, atol=1e-12)
-        np.testing.assert_array_equal(raw(result, "o", row), raw(run(model, [tokens]), "o"))
+        np.testing.assert_array_equal(raw(result, "o", row), raw(run_tokens(model, [tokens]), "o"))
 
 
 @pytest.mark.parametrize("weighting", ["softmax", "hard", "hard-left", "hard-right"])
@@ -321,7 +321,7 @@ def test_strict_past_mask_sees_later_positions_only(weighting):
         {"o": (2, "bool")},
     )
     inputs = [list("abbab"), list("ba"), []]
-    result = run(model, inputs)
+    result = run_tokens(model, inputs)
     for row, tokens in enumerate(inputs):
         is_b = [0.0] + [1.0 if x == "b" else 0.0 for x in tokens]
         n = len(is_b)
@@ -332,7 +332,7 @@ def test_strict_past_mask_sees_later_positions_only(weighting):
         else:
             want = [*[is_b[-1]] * (n - 1), 0.0]
         np.testing.assert_allclose(raw(result, "o", row), want, rtol=0, atol=1e-12)
-        np.testing.assert_array_equal(raw(result, "o", row), raw(run(model, [tokens]), "o"))
+        np.testing.assert_array_equal(raw(result, "o", row), raw(run_tokens(model, [tokens]), "o"))
 
 
 # ---------------------------------------------------------------- hard attention and ties
@@ -369,16 +369,18 @@ def tie_model(weighting: str, mask: str, scale: float = 3.0) -> Model:
 @pytest.mark.parametrize("weighting", ["hard-left", "hard-right", "hard"])
 def test_hard_attention_ties(weighting, mask):
     # batched with a longer sequence so that TIE_INPUT has padding after it
-    result = run(tie_model(weighting, mask), [TIE_INPUT, ["c", "b", "a", "c", "c", "b", "c", "c"]])
+    result = run_tokens(
+        tie_model(weighting, mask), [TIE_INPUT, ["c", "b", "a", "c", "c", "b", "c", "c"]]
+    )
     np.testing.assert_allclose(raw(result, "o"), TIE_EXPECTED[mask][weighting], rtol=1e-12, atol=0)
 
 
 @pytest.mark.parametrize("mask", ["causal", "none"])
 def test_softmax_with_large_scale_approaches_average_hard(mask):
     hard = TIE_EXPECTED[mask]["hard"]
-    sharp = raw(run(tie_model("softmax", mask, scale=60.0), [TIE_INPUT]), "o")
+    sharp = raw(run_tokens(tie_model("softmax", mask, scale=60.0), [TIE_INPUT]), "o")
     np.testing.assert_allclose(sharp, hard, rtol=0, atol=1e-12)
-    soft = raw(run(tie_model("softmax", mask, scale=1.0), [TIE_INPUT]), "o")
+    soft = raw(run_tokens(tie_model("softmax", mask, scale=1.0), [TIE_INPUT]), "o")
     assert np.max(np.abs(soft - hard)) > 0.05
 
 
@@ -388,7 +390,7 @@ def test_uniform_unique_hard_head_picks_an_end(weighting):
     h = head(2, None, None, 0, 1, weighting=weighting, mask="causal")
     model = make_model({BOS: [1, 0], "a": [0, 0]}, [Layer([h], None)], {"o": (1, "bool")})
     expected = [1, 1, 1, 1] if weighting == "hard-left" else [1, 0, 0, 0]
-    assert raw(run(model, [["a", "a", "a"]]), "o").tolist() == expected
+    assert raw(run_tokens(model, [["a", "a", "a"]]), "o").tolist() == expected
 
 
 # ---------------------------------------------------------------- relative bias
@@ -415,7 +417,7 @@ def bias_model(bias: dict[int, float], weighting: str, mask: str) -> Model:
 )
 def test_relative_bias_hard(bias, mask, expected):
     longer = ["a"] * 9  # padding after BIAS_INPUT
-    result = run(bias_model(bias, "hard", mask), [BIAS_INPUT, longer])
+    result = run_tokens(bias_model(bias, "hard", mask), [BIAS_INPUT, longer])
     np.testing.assert_allclose(raw(result, "o"), expected, rtol=1e-12, atol=0)
 
 
@@ -429,7 +431,7 @@ def test_relative_bias_softmax(bias):
         expected.append(
             sum(w * v for w, v in zip(weights, BIAS_VALUES, strict=False)) / sum(weights)
         )
-    got = raw(run(bias_model(bias, "softmax", "causal"), [BIAS_INPUT, ["a"] * 9]), "o")
+    got = raw(run_tokens(bias_model(bias, "softmax", "causal"), [BIAS_INPUT, ["a"] * 9]), "o")
     np.testing.assert_allclose(got, expected, rtol=1e-12, atol=0)
     if bias == {7: 50.0, -3: 50.0}:  # offsets never realised: the plain causal mean
         np.testing.assert_allclose(got, np.cumsum(BIAS_VALUES) / np.arange(1, n + 1), rtol=1e-12)
@@ -461,7 +463,7 @@ def test_heaviside_at_zero_is_one():
         embed={BOS: [1.5, 0, 0, 0, 0], "a": [0, 0, 0, 0, 0]},
         outputs={"x": (1, "bool"), "zero": (2, "bool"), "neg": (3, "bool"), "pos": (4, "bool")},
     )
-    result = run(model, [["a"]])
+    result = run_tokens(model, [["a"]])
     assert raw(result, "x").tolist() == [1.0, 0.0]  # 2·1.5 − 3 = 0 exactly at BOS; −3 at a
     assert raw(result, "zero").tolist() == [1.0, 1.0]
     assert raw(result, "neg").tolist() == [0.0, 0.0]
@@ -480,7 +482,7 @@ def test_gelu_and_relu_match_their_formulas():
         outputs={"gelu": (1, "bool"), "relu": (2, "bool")},
     )
     tokens = [s for s in values if s != BOS]
-    result = run(model, [tokens])
+    result = run_tokens(model, [tokens])
     z = np.array([values[BOS]] + [values[s] for s in tokens])
     tanh_form = [
         0.5 * v * (1 + math.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v**3))) for v in z
@@ -510,7 +512,7 @@ def test_layer_norm_on_a_pair_gives_signs():
         norm_groups=[[0, 1], [2, 3]],
     )
     tokens = [s for s in values if s != BOS]
-    result = run(model, [tokens])
+    result = run_tokens(model, [tokens])
     z = [values[BOS]] + [values[s] for s in tokens]
     np.testing.assert_allclose(raw(result, "signed"), np.sign(z), rtol=1e-14, atol=0)
     # z > 0 → (1, −1) → 1; z < 0 → (−1, 1) → 2; z = 0 → (0, 0) → 1 + 2 (0, not NaN)
@@ -539,7 +541,7 @@ def test_layer_norm_group_of_three():
         norm_groups=[[0, 1, 2], [3, 4, 5]],
     )
     tokens = ["a", "b", "c"]
-    result = run(model, [tokens])
+    result = run_tokens(model, [tokens])
     z = [rows[BOS]] + [rows[s] for s in tokens]
     for i in range(3):
         expected = []
@@ -565,7 +567,7 @@ def test_decision_rules():
         Output("above", np.array([0.5 + 1e-12]), "bool"),
         Output("neg", np.array([-3.0]), "bool"),
     ]
-    result = run(model, [["a"] * 5, ["a"]])
+    result = run_tokens(model, [["a"] * 5, ["a"]])
     # 0.35 · (t + 1) = 0.35, 0.7, 1.05, 1.4, 1.75, 2.1
     assert result.values["count+"][0].tolist() == [0, 1, 1, 1, 2, 2]
     assert result.values["count-"][0].tolist() == [0, -1, -1, -1, -2, -2]
@@ -587,11 +589,11 @@ def test_a_vocabulary_of_bos_alone_runs_the_empty_input():
     """A model with no token but BOS reads only the empty input; every other is refused
     by name (the single-character fast path once took ``max`` of no tokens)."""
     model = make_model({BOS: [1.0]}, [], {"one": (0, "bool")})
-    for result in (run(model, [[]]), run(model, [[], []], dtype=np.float32)):
+    for result in (run_tokens(model, [[]]), run_tokens(model, [[], []], dtype=np.float32)):
         assert result.lengths.tolist() == [0] * len(result.lengths)
         assert result.values["one"].tolist() == [[True]] * len(result.lengths)
     with pytest.raises(CraspError, match="token 'a' at position 0 is not in the vocabulary"):
-        run(model, [[], ["a"]])
+        run_tokens(model, [[], ["a"]])
     pytest.importorskip("torch")
     from crasp_compiler.runtime.torch_module import TorchTransformer
 
@@ -631,7 +633,7 @@ def long_uniform_run() -> RunResult:
         residual=["token", "mean"],
         guarantee=Guarantee(None, "test"),
     )
-    return run(model, [["a"] * LONG], dtype=np.float32)
+    return run_tokens(model, [["a"] * LONG], dtype=np.float32)
 
 
 LONG_POSITIONS = np.r_[0:5, 2**24 - 3 : LONG + 1, np.arange(5, LONG, 99991)]
@@ -670,7 +672,7 @@ def test_float32_decides_like_float64(chunk):
         if not keep:
             continue
         compared += len(keep)
-        r64, r32 = run(model, keep), run(model, keep, dtype=np.float32)
+        r64, r32 = run_tokens(model, keep), run_tokens(model, keep, dtype=np.float32)
         for out in model.outputs:
             assert r32.outputs[out.name].dtype == np.float32
             for row, tokens in enumerate(keep):
@@ -732,11 +734,11 @@ def test_keys_only_at_bos_fast_path(weighting):
         assert head_path(replace(head, kind=HeadKind.GENERAL), fused=False) is Path.CHUNKED
         words = [*random_inputs(rng, model, count=6, max_len=12), []]
         lengths = np.array([len(w) for w in words])
-        fast = run(model, words).outputs["o"]
+        fast = run_tokens(model, words).outputs["o"]
         for row, word in enumerate(words):
             expected = naive_forward(model, word)["o"]
             np.testing.assert_allclose(fast[row, : lengths[row] + 1], expected, atol=TOLERANCE)
-        dense = run(recorded(model, HeadKind.GENERAL), words).outputs["o"]
+        dense = run_tokens(recorded(model, HeadKind.GENERAL), words).outputs["o"]
         for row, n in enumerate(lengths):
             np.testing.assert_allclose(fast[row, : n + 1], dense[row, : n + 1], atol=TOLERANCE)
     assert keyed >= 30
@@ -820,9 +822,9 @@ def test_recorded_kinds_are_trusted_not_recomputed():
     files refuse such a head, see tests/model/test_model_file.py)."""
     h = head(4, 0, 1, 2, 3, weighting="hard", mask="causal", scale=3.0)
     model = make_model(TIE_EMBED, [Layer([h], None)], {"o": (3, "bool")})
-    scored = raw(run(model, [TIE_INPUT]), "o")
+    scored = raw(run_tokens(model, [TIE_INPUT]), "o")
     np.testing.assert_allclose(scored, TIE_EXPECTED["causal"]["hard"], rtol=1e-12)
-    claimed = raw(run(recorded(model, HeadKind.UNIFORM), [TIE_INPUT]), "o")
+    claimed = raw(run_tokens(recorded(model, HeadKind.UNIFORM), [TIE_INPUT]), "o")
     is_c = np.array([0, 1, 0, 0, 0, 1])
     np.testing.assert_allclose(claimed, np.cumsum(is_c) / np.arange(1, 7), rtol=1e-12)
 
@@ -855,7 +857,7 @@ def test_observer_points_and_patterns():
             Observer(hook, patterns=patterns),
         )
         np.testing.assert_array_equal(seen["hook_outputs"], raw_out)
-        trace = run(model, inputs, residuals=True).residuals
+        trace = run_tokens(model, inputs, residuals=True).residuals
         assert trace is not None
         np.testing.assert_allclose(seen["blocks.0.hook_resid_pre"], trace[0][1], rtol=0, atol=1e-12)
         np.testing.assert_allclose(seen["hook_resid_final"], trace[-1][1], rtol=0, atol=1e-12)

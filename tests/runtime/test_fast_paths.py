@@ -30,7 +30,7 @@ from crasp_compiler.runtime.numpy_exec import (
     encode,
     encode_vocab,
     prepared,
-    run,
+    run_tokens,
     units_by_kind,
 )
 from crasp_compiler.runtime.torch_module import TorchTransformer
@@ -71,7 +71,7 @@ def test_bad_token_names_token_and_position(runtime: str) -> None:
     inputs = [list("(())"), ["(", ")", "x", "("]]
     with pytest.raises(CraspError, match=r"token 'x' at position 2 is not in the vocabulary"):
         if runtime == "numpy":
-            run(model, inputs)
+            run_tokens(model, inputs)
         else:
             TorchTransformer(model).run(inputs)
 
@@ -179,7 +179,7 @@ def test_mixed_activations_equal_their_formulas() -> None:
     z = np.array([values[BOS]] + [values[s] for s in tokens])[:, None] * mlp.w1[:, 0] + mlp.b1
     gelu = 0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z**3)))
     formulas = {"relu": np.maximum(z, 0), "heaviside": (z >= 0) * 1.0, "gelu": gelu}
-    numpy_out = run(model, [tokens]).outputs
+    numpy_out = run_tokens(model, [tokens]).outputs
     module = TorchTransformer(model)
     ids, lengths = module.encode([tokens])
     with torch.no_grad():
@@ -207,8 +207,8 @@ def test_banded_lookups_equal_the_general_path(name) -> None:
     alphabet = model.vocab[1:]
     words = [list(rng.choice(alphabet, size=n)) for n in (0, 1, 7, 200, 599)]
     for dtype, tol in ((np.float64, 1e-12), (np.float32, 1e-5)):
-        fast = run(model, words, dtype=dtype, on_overlength="ignore")
-        general = run(model, words, dtype=dtype, residuals=True, on_overlength="ignore")
+        fast = run_tokens(model, words, dtype=dtype, on_overlength="ignore")
+        general = run_tokens(model, words, dtype=dtype, residuals=True, on_overlength="ignore")
         for out in fast.outputs:
             np.testing.assert_allclose(fast.outputs[out], general.outputs[out], atol=tol)
             assert np.array_equal(fast.values[out], general.values[out])
@@ -282,7 +282,7 @@ def test_column_path_leaves_a_block_input_alone_and_follows_weight_edits() -> No
         head.w_v[0, 3] = 0.5  # two nonzeros in a row of W_V: no column path for the layer
         got = module(ids, lengths)
     assert block.columns is None or block.columns.values is None
-    want = run(module.to_model(), [list("(()())"), list(")(")]).outputs
+    want = run_tokens(module.to_model(), [list("(()())"), list(")(")]).outputs
     np.testing.assert_allclose(got[..., 0].numpy(), want[module.output_names[0]], atol=1e-12)
 
 
@@ -470,10 +470,10 @@ def test_prepared_parts_are_reused_until_a_weight_changes() -> None:
     assert prepared(model, np.float64) is parts
     assert prepared(model, np.float32) is not parts
     inputs = [list("(()"), list("()")]
-    before = run(model, inputs).outputs["D"]
+    before = run_tokens(model, inputs).outputs["D"]
     model.outputs[0].weights[0] += 0.25  # in place: the next run sees it
     assert prepared(model, np.float64) is not parts
-    after = run(model, inputs).outputs["D"]
+    after = run_tokens(model, inputs).outputs["D"]
     np.testing.assert_array_equal(after[:, 0], before[:, 0] + 0.25)
 
 
@@ -490,7 +490,7 @@ def test_torch_plans_follow_dtype_and_weight_edits() -> None:
     with torch.no_grad():
         module.readout.weight[0, 0] += 0.25
         got = module(ids, lengths)
-    want = run(module.to_model(), [list("(()())"), list(")(")]).outputs["D"]
+    want = run_tokens(module.to_model(), [list("(()())"), list(")(")]).outputs["D"]
     np.testing.assert_array_equal(got[..., 0].numpy(), want)
 
 

@@ -25,7 +25,7 @@ torch = pytest.importorskip("torch")
 from crasp_compiler import api, load_program  # noqa: E402
 from crasp_compiler.languages.crasp.compile import compile_program  # noqa: E402
 from crasp_compiler.model.model import HeadKind, Model, derive_kinds  # noqa: E402
-from crasp_compiler.runtime.numpy_exec import run  # noqa: E402
+from crasp_compiler.runtime.numpy_exec import run_tokens  # noqa: E402
 from crasp_compiler.runtime.torch_module import TorchTransformer  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -83,7 +83,7 @@ def numpy_values(model: Model, args) -> dict[str, np.ndarray]:
     values = None
     if len(args) == 3:
         values = [args[2][b, 1 : n + 1].numpy() for b, n in enumerate(lengths)]
-    return run(model, words, values=values).values
+    return run_tokens(model, words, values=values).values
 
 
 def assert_decides_like_numpy(

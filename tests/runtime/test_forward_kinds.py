@@ -28,7 +28,7 @@ from crasp_compiler.runtime import forward as fw  # noqa: E402
 from crasp_compiler.runtime import numpy_exec  # noqa: E402
 from crasp_compiler.runtime.backend import NUMPY  # noqa: E402
 from crasp_compiler.runtime.forward import Observer  # noqa: E402
-from crasp_compiler.runtime.numpy_exec import run  # noqa: E402
+from crasp_compiler.runtime.numpy_exec import run_tokens  # noqa: E402
 from crasp_compiler.runtime.torch_module import TorchTransformer  # noqa: E402
 from tests.support.reference_model import random_inputs, random_model  # noqa: E402
 
@@ -58,7 +58,7 @@ def assert_like_numpy(module: TorchTransformer, words: list[list[str]]) -> None:
     """The module's raw outputs equal the numpy executor's on its current weights (whose
     kinds ``to_model`` derives from those weights) at every real position."""
     model = module.to_model()
-    result = run(model, words)
+    result = run_tokens(model, words)
     raw = raw_of(module, words)
     for k, out in enumerate(model.outputs):
         for row, word in enumerate(words):

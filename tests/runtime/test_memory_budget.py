@@ -80,7 +80,7 @@ def test_the_api_and_the_numpy_executor_refuse_before_running(one_mib, monkeypat
     with pytest.raises(CraspError, match=r"needs about .*CRASP_MAX_MEMORY"):
         api.run(model, [[np.ones(300)]])
     with pytest.raises(CraspError, match=r"needs about .*CRASP_MAX_MEMORY"):
-        numpy_exec.run(model, [["m"] * 300], values=[np.ones(300)])
+        numpy_exec.run_tokens(model, [["m"] * 300], values=[np.ones(300)])
 
 
 def test_the_torch_module_refuses_before_running(one_mib):

@@ -12,8 +12,8 @@ from crasp_compiler.cookbook import attention, ffn
 from crasp_compiler.errors import CraspError
 from crasp_compiler.export.lens import lens_state_dict
 from crasp_compiler.export.torch_files import export_model, load_export
-from crasp_compiler.model.io import load_model, save_model
-from crasp_compiler.runtime.numpy_exec import run
+from crasp_compiler.model.io import read_model, save_model
+from crasp_compiler.runtime.numpy_exec import run_tokens
 from crasp_compiler.runtime.torch_module import TorchTransformer
 from tests.model.test_model_file import assert_same_model
 
@@ -48,7 +48,7 @@ def test_numpy_and_torch_read_numeric_inputs():
     assert model.inputs == ["u", "v"] and model.numeric_weights.shape == (model.width, 2)
     rng = np.random.default_rng(0)
     tokens, values = batch(rng)
-    result = run(model, tokens, values=values)
+    result = run_tokens(model, tokens, values=values)
     module = TorchTransformer(model)
     ids, lengths = module.encode(tokens)
     with torch.no_grad():
@@ -67,7 +67,7 @@ def test_single_channel_takes_flat_arrays():
     b = Builder(["m"])
     x = b.numeric("x")
     model = b.build({"x": x})
-    got = run(model, [["m"] * 3], values=[np.array([1.5, -2.0, 7.0])]).outputs["x"][0]
+    got = run_tokens(model, [["m"] * 3], values=[np.array([1.5, -2.0, 7.0])]).outputs["x"][0]
     assert got.tolist() == [0.0, 1.5, -2.0, 7.0]
 
 
@@ -83,7 +83,7 @@ def test_single_channel_takes_flat_arrays():
 def test_bad_numeric_inputs_are_clear_errors(values, message):
     model = running_max_model()
     with pytest.raises(CraspError, match=message):
-        run(model, [["m"] * 3], values=values)
+        run_tokens(model, [["m"] * 3], values=values)
     with pytest.raises(CraspError, match=message):
         TorchTransformer(model).run([["m"] * 3], values=values)
 
@@ -91,14 +91,14 @@ def test_bad_numeric_inputs_are_clear_errors(values, message):
 def test_numeric_inputs_survive_files_exports_and_to_model(tmp_path):
     model = running_max_model()
     save_model(model, tmp_path / "m.npz")
-    assert_same_model(model, load_model(tmp_path / "m.npz"))
+    assert_same_model(model, read_model(tmp_path / "m.npz"))
     for fmt in ("safetensors", "torch"):
         export_model(model, tmp_path / fmt, fmt)
         assert_same_model(model, load_export(tmp_path / fmt))
     assert_same_model(model, TorchTransformer(model).to_model())
     tokens, values = batch(np.random.default_rng(1))
-    a = run(model, tokens, values=values)
-    b = run(load_model(tmp_path / "m.npz"), tokens, values=values)
+    a = run_tokens(model, tokens, values=values)
+    b = run_tokens(read_model(tmp_path / "m.npz"), tokens, values=values)
     for out in model.outputs:
         np.testing.assert_array_equal(a.outputs[out.name], b.outputs[out.name])
 

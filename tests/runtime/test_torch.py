@@ -13,7 +13,7 @@ Checked here, on the CPU and (where torch sees one) on a CUDA device:
   naive reference, raw outputs to 1e-9, in padded batches of mixed lengths;
 - padding (a mixed batch equals each input alone), hooks and parameter names,
   ``to_model()`` round trips, a gradient step, a 10 000-token input, and the refusals of
-  ``run()``.
+  ``run_tokens()``.
 
 The module runs single-threaded: its tensors are small, and on a two-core machine
 torch's intra-op threads cost more than they gain (several times slower when the cores
@@ -41,7 +41,7 @@ from crasp_compiler import CraspError, Program, interpret_batch
 from crasp_compiler.languages.crasp.compile import compile_program
 from crasp_compiler.model.model import HeadKind, Layer, Model, derive_kinds
 from crasp_compiler.runtime.forward import Path, head_path
-from crasp_compiler.runtime.numpy_exec import run
+from crasp_compiler.runtime.numpy_exec import run_tokens
 from crasp_compiler.runtime.torch_module import TorchTransformer
 from tests.languages.test_compiler import (
     EXAMPLE_FILES,
@@ -175,7 +175,7 @@ def assert_decides_like(
 
 def assert_raw_close(compiled: Model, raw: np.ndarray, words, what: str) -> None:
     """Raw torch outputs within TOLERANCE of the numpy executor's at every real position."""
-    result = run(compiled, [list(w) for w in words])
+    result = run_tokens(compiled, [list(w) for w in words])
     real = real_positions(result.lengths, raw.shape[1])
     for k, out in enumerate(compiled.outputs):
         gap = np.where(real, np.abs(raw[..., k] - result.outputs[out.name]), 0.0)
@@ -532,7 +532,7 @@ def test_to_model_round_trip(name, mode):
     back = TorchTransformer(compiled).to_model()
     assert_same_model(compiled, back)
     words = list(map(list, sampled_words(name, "32", "round-trip")))
-    a, b = run(compiled, words), run(back, words)
+    a, b = run_tokens(compiled, words), run_tokens(back, words)
     for out in compiled.outputs:
         np.testing.assert_array_equal(a.outputs[out.name], b.outputs[out.name])
 
@@ -581,7 +581,7 @@ def test_gradient_step(name):
         after = loss()
     assert after < before
     tuned = module.to_model()
-    result = run(tuned, words)
+    result = run_tokens(tuned, words)
     with torch.no_grad():
         raw = module(ids, lengths).numpy()
     for k, out in enumerate(tuned.outputs):
@@ -623,7 +623,7 @@ def test_edited_uniform_head_is_not_frozen():
     module.blocks[0].attn.register_forward_hook(record)
     with torch.no_grad():
         module(ids, lengths)
-    label, want = run(module.to_model(), words, residuals=True).residuals[1]
+    label, want = run_tokens(module.to_model(), words, residuals=True).residuals[1]
     assert label == "layer 1 attention"
     for row, word in enumerate(words):  # padding positions are unspecified
         real = len(word) + 1
@@ -695,7 +695,7 @@ def test_run_matches_numpy_values():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         values = module.run(words)
-    result = run(model(name, "heaviside"), words)
+    result = run_tokens(model(name, "heaviside"), words)
     for key, array in values.items():
         real = real_positions(result.lengths, array.shape[1])
         np.testing.assert_array_equal(

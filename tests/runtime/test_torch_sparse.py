@@ -93,7 +93,7 @@ def raw(module: TorchTransformer, words: list[list[str]]) -> np.ndarray:
 
 
 def numpy_raw(model: Model, words: list[list[str]], dtype: type = np.float64) -> np.ndarray:
-    result = numpy_exec.run(model, words, dtype=dtype)
+    result = numpy_exec.run_tokens(model, words, dtype=dtype)
     return np.stack([result.outputs[o.name] for o in model.outputs], axis=-1)
 
 

@@ -26,7 +26,7 @@ from crasp_compiler.languages.pcoc.compile import compile_program as compile_pco
 from crasp_compiler.languages.pcoc.compile import input_matrix
 from crasp_compiler.model.model import Model, positional_patterns
 from crasp_compiler.runtime import numpy_exec
-from crasp_compiler.runtime.numpy_exec import NumpyParts, _FixedPattern, run
+from crasp_compiler.runtime.numpy_exec import NumpyParts, _FixedPattern, run_tokens
 
 ROOT = Path(__file__).resolve().parents[2]
 SENDS = ROOT / "examples" / "pcoc_sends"
@@ -59,8 +59,8 @@ def both_passes(model: Model, batch: list[np.ndarray], dtype: type = np.float64)
     """Outputs of the unobserved pass and of the observed (general) one."""
     tokens = [["m"] * model.info["n"]] * len(batch)
     values = [input_matrix(model, x) for x in batch]
-    fast = run(model, tokens, dtype=dtype, values=values)
-    general = run(model, tokens, dtype=dtype, values=values, residuals=True)
+    fast = run_tokens(model, tokens, dtype=dtype, values=values)
+    general = run_tokens(model, tokens, dtype=dtype, values=values, residuals=True)
     return fast.outputs, general.outputs
 
 

@@ -21,9 +21,9 @@ import pytest
 import torch
 
 from crasp_compiler.errors import CraspError
-from crasp_compiler.model.io import load_model, save_model
+from crasp_compiler.model.io import read_model, save_model
 from crasp_compiler.model.model import Model
-from crasp_compiler.runtime.numpy_exec import run
+from crasp_compiler.runtime.numpy_exec import run_tokens
 from crasp_compiler.runtime.torch_module import TorchTransformer
 from tests.model.test_model_file import assert_same_model
 
@@ -78,7 +78,7 @@ def near_dyck_words(k: int, depth: int, count: int, seed: int) -> list[list[str]
 def run_both(model: Model, words: list[list[str]]):
     """The numpy result, after checking the torch module against it: raw outputs within
     1e-9 and equal decided values at every real position (BOS included)."""
-    result = run(model, words, on_overlength="ignore")
+    result = run_tokens(model, words, on_overlength="ignore")
     module = TorchTransformer(model)
     ids, lengths = module.encode(words)
     with torch.no_grad():
@@ -98,7 +98,7 @@ def run_both(model: Model, words: list[list[str]]):
 def saved_and_loaded(model: Model, tmp_path: Path, name: str) -> Model:
     path = tmp_path / f"{name}.npz"
     save_model(model, path)
-    loaded = load_model(path)
+    loaded = read_model(path)
     assert_same_model(model, loaded)
     return loaded
 
@@ -210,7 +210,7 @@ def test_most_frequent_relu_comparators_guarantee():
     model = induction.most_frequent_induction("AB", max_len=6)
     assert model.guarantee.max_len == 6
     with pytest.raises(CraspError, match="exceeds the model's guarantee"):
-        run(model, [list("ABABABA")])
+        run_tokens(model, [list("ABABABA")])
 
 
 def test_induction_invalid_arguments():
@@ -382,7 +382,7 @@ def test_dyck1_nonuniform(max_len, tmp_path):
             got = list(result.values["accept"][row, : len(word) + 1])
             assert got == dyck.dyck_prefix_members(word), word
     with pytest.raises(CraspError, match="exceeds the model's guarantee"):
-        run(model, [["("] * (max_len + 1)])
+        run_tokens(model, [["("] * (max_len + 1)])
 
 
 def test_dyck1_paper_tolerances_are_too_loose_with_bos():
@@ -392,13 +392,13 @@ def test_dyck1_paper_tolerances_are_too_loose_with_bos():
     ours = dyck.dyck1_nonuniform(n)
     paper = dyck._dyck1_decided(n, 1 / n, 1 / n**2)
     for model, expected in ((ours, 0.0), (paper, 1 - (n / (n + 1)) ** 2)):
-        result = run(model, [word])
+        result = run_tokens(model, [word])
         assert result.outputs["error"][0, n] == pytest.approx(1 / (n + 1) ** 2, abs=1e-15)
         # the EqZero output itself, read from the residual stream
-        residual = run(model, [word], residuals=True).residuals[-1][1][0, n]
+        residual = run_tokens(model, [word], residuals=True).residuals[-1][1][0, n]
         assert residual[model.residual.index("no violation")] == pytest.approx(expected, abs=1e-9)
     balanced = list("()" * 5 + "(")  # b_11 = 1/12, inside (0, 1/11)
-    residual = run(paper, [balanced], residuals=True).residuals[-1][1][0, n]
+    residual = run_tokens(paper, [balanced], residuals=True).residuals[-1][1][0, n]
     assert residual[paper.residual.index("balanced")] == pytest.approx(1 - n / (n + 1), abs=1e-9)
 
 
@@ -467,7 +467,7 @@ def test_dyck_kd_long_input_uniform():
     """The unique-hard, Heaviside model needs no length bound: a 400-token word."""
     model = dyck.dyck_kd(2, 2)
     word = list("([][])" * 60 + "[()()]" * 6 + "(")
-    result = run(model, [word])
+    result = run_tokens(model, [word])
     assert list(result.values["accept"][0]) == dyck.dyck_prefix_members(word, 2, 2)
 
 

@@ -21,7 +21,7 @@ from crasp_compiler.languages.crasp.lower import lower_program
 from crasp_compiler.languages.crasp.nodes import Program, Sort
 from crasp_compiler.languages.crasp.rounding import Analysis
 from crasp_compiler.model.model import Guarantee, Model
-from crasp_compiler.runtime.numpy_exec import run
+from crasp_compiler.runtime.numpy_exec import run_tokens
 
 
 def adversarial(alphabet: Sequence[str], length: int, rng: random.Random, extra: int = 8):
@@ -62,7 +62,7 @@ def assert_within_bounds(program: Program, mode: str, max_len: int | None, words
     columns = {name: k for k, name in enumerate(model.residual)}
     finals = {}
     for kind in (np.float64, dtype):
-        result = run(model, words, dtype=kind, residuals=True, on_overlength="ignore")
+        result = run_tokens(model, words, dtype=kind, residuals=True, on_overlength="ignore")
         assert result.residuals is not None
         finals[np.dtype(kind).name] = result.residuals[-1][1].astype(np.float64)
     exact_64: Analysis = lowered.rounding["float64"]
@@ -104,7 +104,7 @@ def assert_decisions_agree(program: Program, model: Model, words, dtype=np.float
     groups = [words] if want is not None else [[w] for w in words]
     for group in groups:
         expected = interpret_batch(program, group)
-        got = run(model, group, dtype=dtype)
+        got = run_tokens(model, group, dtype=dtype)
         for name in program.outputs:
             np.testing.assert_array_equal(got.values[name], expected[name], err_msg=name)
     torch = pytest.importorskip("torch")

@@ -20,7 +20,7 @@ from crasp_compiler.assemble.builder import BOS_VAR, NONBOS_VAR, Builder, token_
 from crasp_compiler.cookbook.blocks import Form, evaluate_blocks, form_value
 from crasp_compiler.model.features import feature_matrix
 from crasp_compiler.model.model import Model
-from crasp_compiler.runtime.numpy_exec import run
+from crasp_compiler.runtime.numpy_exec import run_tokens
 
 Construct = Callable[[Builder, dict[str, Form]], Mapping[str, Mapping[str, float]]]
 
@@ -86,7 +86,7 @@ def evaluate(
 ) -> dict[str, np.ndarray]:
     """Raw outputs at positions 0..n, numpy and torch agreeing to 1e-9."""
     model, tokens, own = _build(columns, construct, bos_values)
-    result = run(model, [tokens], on_overlength="ignore")
+    result = run_tokens(model, [tokens], on_overlength="ignore")
     got = {name: values[0] for name, values in result.outputs.items()}
     for name, values in own.items():  # the blocks' own semantics, with no model
         np.testing.assert_allclose(values, got[name], rtol=1e-9, atol=1e-9, err_msg=name)

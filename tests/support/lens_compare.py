@@ -11,7 +11,7 @@ import torch
 
 import crasp_compiler
 from crasp_compiler.model.model import FREE, Model
-from crasp_compiler.runtime import run
+from crasp_compiler.runtime import run_tokens
 
 EXAMPLES = sorted(
     p
@@ -40,7 +40,7 @@ def inputs_for(model: Model, rng: np.random.Generator, samples: int) -> list[lis
 def compare(lens, model: Model, inputs: list[list[str]]) -> int:
     """Lens logits against the numpy executor, batched by length (no padding needed):
     raw outputs within TOL, no decision disagreement. Returns the inputs compared."""
-    result = run(model, inputs)
+    result = run_tokens(model, inputs)
     by_length: dict[int, list[int]] = {}
     for b, words in enumerate(inputs):
         by_length.setdefault(len(words), []).append(b)

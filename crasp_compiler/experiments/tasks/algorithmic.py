@@ -40,7 +40,7 @@ from crasp_compiler.languages.crasp import Program, interpret_batch
 from crasp_compiler.languages.crasp.compile import compile_program
 from crasp_compiler.languages.crasp.program import parse_program
 from crasp_compiler.model.model import Model
-from crasp_compiler.runtime.numpy_exec import run
+from crasp_compiler.runtime.numpy_exec import run_tokens
 
 FAMILY = "algorithmic"
 SOS, SEP, EOS = "$", "SEP", "EOS"
@@ -139,7 +139,7 @@ class AlgorithmicTask(SequenceTask):
             order = sorted(range(len(inputs)), key=lambda k: len(inputs[k]))
             for start in range(0, len(order), RUN_BATCH):
                 group = order[start : start + RUN_BATCH]
-                result = run(model, [inputs[k] for k in group])
+                result = run_tokens(model, [inputs[k] for k in group])
                 for row, k in enumerate(group):
                     holds[k] = {name: result.values[name][row] for name in names}
         return [

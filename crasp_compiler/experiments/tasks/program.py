@@ -64,7 +64,7 @@ from crasp_compiler.languages.crasp.program import (
 )
 from crasp_compiler.languages.pcoc import PROGRAM_SUFFIXES as PCOC_SUFFIXES
 from crasp_compiler.model.model import Model
-from crasp_compiler.runtime.numpy_exec import run
+from crasp_compiler.runtime.numpy_exec import run_tokens
 
 FAMILY = PROGRAM_FAMILY
 MAX_OUTPUTS = 8  # 2**8 classes at most
@@ -350,7 +350,7 @@ class ProgramTask(SequenceTask):
         order = sorted(range(len(words)), key=lambda k: len(words[k]))
         for start in range(0, len(order), RUN_BATCH):
             group = order[start : start + RUN_BATCH]
-            result = run(model, [words[k] for k in group])
+            result = run_tokens(model, [words[k] for k in group])
             for row, k in enumerate(group):
                 out[k] = self._labels(result.values, row, len(words[k]) + 1)
         return out

@@ -47,7 +47,7 @@ from crasp_compiler.languages.crasp import Program, interpret_batch
 from crasp_compiler.languages.crasp.compile import compile_program
 from crasp_compiler.languages.crasp.program import load_program
 from crasp_compiler.model.model import Model
-from crasp_compiler.runtime.numpy_exec import run
+from crasp_compiler.runtime.numpy_exec import run_tokens
 
 START = "$"
 EOS = "EOS"
@@ -295,7 +295,7 @@ class RegularTask(SequenceTask):
         order = sorted(range(len(words)), key=lambda k: len(words[k]))
         for start in range(0, len(order), RUN_BATCH):
             group = order[start : start + RUN_BATCH]
-            result = run(model, [words[k] for k in group])
+            result = run_tokens(model, [words[k] for k in group])
             for row, k in enumerate(group):
                 size = len(words[k]) + 1
                 outputs[k] = {name: value[row, :size] for name, value in result.values.items()}

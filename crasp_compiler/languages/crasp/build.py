@@ -82,7 +82,7 @@ _RELATION_CLASSES = (
 
 # A position, or every residue at once.
 Positions = int | npt.NDArray[np.int64]
-# What building each of several children gives (:meth:`_Builder._both`).
+# What building each of several children gives (:meth:`_Elaborator._both`).
 Built = TypeVar("Built")
 
 
@@ -131,7 +131,7 @@ def _holds(op: str, a: Positions, b: Positions) -> bool | npt.NDArray[np.bool_]:
     return {"<=": a <= b, "<": a < b, "==": a == b, "!=": a != b, ">=": a >= b, ">": a > b}[op]
 
 
-class _Builder:
+class _Elaborator:
     def __init__(self, source: str, filename: str) -> None:
         self.source = source
         self.filename = filename
@@ -956,4 +956,4 @@ def _shown_int(text: str) -> str:
 
 def build_program(tree: Tree[Token], source: str, filename: str = "<string>") -> Program:
     """Check a parse tree and build its typed IR; raise :class:`CraspError` on any error."""
-    return _Builder(source, filename).program(tree)
+    return _Elaborator(source, filename).program(tree)

@@ -2,7 +2,7 @@
 
 - :func:`parse_program`, :func:`load_program`: program text to the IR of :mod:`.nodes`;
 - :func:`check_pcoc`: static checks for a given ``n`` (returns the unrolled rounds);
-- :func:`interpret`, :func:`interpret_batch`: the reference semantics, as a
+- :func:`interpret_program`, :func:`interpret_batch`: the reference semantics, as a
   :class:`Trace`;
 - :func:`read_vectors`, :func:`format_vector`: input and output text.
 
@@ -20,8 +20,8 @@ if TYPE_CHECKING:
         Trace,
         format_number,
         format_vector,
-        interpret,
         interpret_batch,
+        interpret_program,
         read_vectors,
     )
     from crasp_compiler.languages.pcoc.nodes import span_of
@@ -36,7 +36,7 @@ __getattr__ = exports(
         "check_pcoc": "crasp_compiler.languages.pcoc.check",
         "format_number": _INTERPRET,
         "format_vector": _INTERPRET,
-        "interpret": _INTERPRET,
+        "interpret_program": _INTERPRET,
         "interpret_batch": _INTERPRET,
         "read_vectors": _INTERPRET,
         "span_of": "crasp_compiler.languages.pcoc.nodes",
@@ -52,8 +52,8 @@ __all__ = [
     "check_pcoc",
     "format_number",
     "format_vector",
-    "interpret",
     "interpret_batch",
+    "interpret_program",
     "load_program",
     "parse_program",
     "read_vectors",

@@ -31,7 +31,7 @@ from crasp_compiler.languages.pcoc.lower import (
 from crasp_compiler.languages.pcoc.nodes import Assign, Program, Round, Stmt
 from crasp_compiler.languages.pcoc.rounding import DTYPES, UNIT, times
 from crasp_compiler.model.model import Guarantee, Model, Provenance
-from crasp_compiler.runtime.numpy_exec import beyond_guarantee, numeric_matrix, run
+from crasp_compiler.runtime.numpy_exec import beyond_guarantee, numeric_matrix, run_tokens
 
 # The most machines a model is compiled for (the interpreter goes to 10^7).
 MAX_COMPILE_MACHINES = 100_000
@@ -538,7 +538,7 @@ def machines(model: Model) -> int:
 
 def input_matrix(model: Model, inputs: Inputs, where: str = "input") -> np.ndarray:
     """One run's inputs as an ``(n, k)`` array (k input slots, declaration order), from a
-    mapping ``slot -> vector`` or, as :func:`~crasp_compiler.languages.pcoc.interpret.interpret`
+    mapping ``slot -> vector`` or, as :func:`~crasp_compiler.languages.pcoc.interpret.interpret_program`
     takes them, one vector per input slot (shape ``(k, n)``; a single vector for one
     input slot). CraspError unless every vector has exactly n finite numbers."""
     n, names = machines(model), list(model.inputs)
@@ -601,7 +601,7 @@ def run_pcoc(
         return {out.name: np.zeros((0, n)) for out in model.outputs}
     tokens = [[TOKEN] * n for _ in matrices]
     if runtime == "numpy":
-        result = run(model, tokens, dtype=dtype, values=matrices, on_overlength=on_beyond)
+        result = run_tokens(model, tokens, dtype=dtype, values=matrices, on_overlength=on_beyond)
         return {name: raw[:, 1:] for name, raw in result.outputs.items()}
     if runtime != "torch":
         raise ValueError(f"runtime must be numpy or torch, not {runtime!r}")

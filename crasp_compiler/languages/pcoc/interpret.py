@@ -1,7 +1,7 @@
 """Running PCOC programs for a given number of machines ``n`` (checked for that ``n`` by
 :func:`~crasp_compiler.languages.pcoc.check.check_pcoc`).
 
-- :func:`interpret` / :func:`interpret_batch`: the reference semantics of
+- :func:`interpret_program` / :func:`interpret_batch`: the reference semantics of
   :mod:`crasp_compiler.languages.pcoc.nodes` in float64, giving a :class:`Trace` (every slot of every
   machine after every round). Data comparisons are exact; with ``check_promises=True`` the
   interpreter also reports values that break a declared margin or slot bound.
@@ -474,7 +474,7 @@ def require_interpreter_memory(program: Program, n: int, batch: int) -> None:
     )
 
 
-def interpret(
+def interpret_program(
     program: Program,
     n: int,
     inputs: Sequence[Sequence[float]] | np.ndarray,
@@ -508,7 +508,7 @@ def interpret_batch(
     check_promises: bool = False,
     on_beyond: str = "error",
 ) -> Trace:
-    """:func:`interpret` on many inputs at once: ``inputs`` of shape
+    """:func:`interpret_program` on many inputs at once: ``inputs`` of shape
     ``(batch, len(program.inputs), n)`` (or ``(batch, n)`` for one input slot); the trace's
     arrays have shape ``(batch, n)``."""
     n = validate_n(n, program.filename)

@@ -22,8 +22,8 @@ from crasp_compiler.languages.pcoc.declaration import DECLARATION
 from crasp_compiler.languages.pcoc.interpret import (
     NUMBER,
     format_vector,
-    interpret,
     interpret_batch,
+    interpret_program,
     read_vectors,
     require_interpreter_memory,
 )
@@ -224,7 +224,7 @@ class Pcoc(Language):
         n = options.get("n") or (vectors.shape[-1] if vectors.size else None)
         if n is None:
             raise CraspError("give n: the program reads no inputs to take it from")
-        return interpret(program, n, item, on_beyond=options.get("on_beyond", "error"))
+        return interpret_program(program, n, item, on_beyond=options.get("on_beyond", "error"))
 
     def trace(self, program: Program, item: Any, **options: Any) -> list[str]:
         result = self.evaluate(program, item, **options)

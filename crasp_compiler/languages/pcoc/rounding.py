@@ -8,7 +8,7 @@ compiler records only what it proves (``Guarantee.dtypes``, ``Guarantee.errors``
 
 **What is bounded.** The *reference* of a value is its value in real arithmetic, in the
 average-hard model, with every data comparison decided as the interpreter
-(:func:`~crasp_compiler.languages.pcoc.interpret.interpret`, float64) decides it.
+(:func:`~crasp_compiler.languages.pcoc.interpret.interpret_program`, float64) decides it.
 Each value carries three bounds, at every position (the sink, BOS, included):
 
 - ``err[d]``: ``|computed − reference|`` when the model runs in float type d, for the
