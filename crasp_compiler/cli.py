@@ -24,6 +24,7 @@ from crasp_compiler import api
 from crasp_compiler.console import need_torch, warnings_on_stderr
 from crasp_compiler.errors import CraspError
 from crasp_compiler.languages import (
+    Declaration,
     Item,
     Language,
     Option,
@@ -65,10 +66,41 @@ class _Command(click.Group):
             ctx.exit(1)
 
 
-@click.group(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
+# ------------------------------------------------------------------ help, from the registry
+
+
+def _titles() -> str:
+    """The registered languages' titles: ``C-RASP and PCOC``."""
+    titles = [language.title for language in declarations()]
+    return " and ".join([", ".join(titles[:-1]), titles[-1]] if len(titles) > 1 else titles)
+
+
+def _help(first: str, *paragraphs: str) -> str:
+    """A command's help: its first line, then every paragraph that says something."""
+    return "\n\n".join([first, *(p for p in paragraphs if p)])
+
+
+def _reading(language: Declaration, lead: str) -> str:
+    """``lead`` and what a language's INPUT is and what is printed per input ("" when
+    the language says neither)."""
+    text = " ".join(t for t in (language.input_help, language.output_help) if t)
+    return f"{lead}: {text}" if text else ""
+
+
+def _needs(language: Declaration, stage: str) -> str:
+    """`` (needs --n)``: the flags a language requires at ``stage``."""
+    flags = [option.flag for option in language.options if stage in option.required]
+    return f" (needs {', '.join(flags)})" if flags else ""
+
+
+@click.group(
+    cls=_Command,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    help=f"Compile {_titles()} programs into transformers, and run them.",
+)
 @click.version_option(package_name="crasp-compiler")
 def main() -> None:
-    """Compile C-RASP and PCOC programs into transformers, and run them."""
+    """The ``crasp`` command group (its help names the registered languages)."""
 
 
 def _experiment_commands() -> dict[str, click.Command]:
@@ -205,7 +237,16 @@ def _show_outputs(language: Language, result: Outputs) -> None:
     click.echo(language.table(result.labels[0], rows))
 
 
-@main.command("interpret")
+@main.command(
+    "interpret",
+    help=_help(
+        "Run PROGRAM with the reference interpreter on INPUT (or one input per stdin line).",
+        *(
+            _reading(language, language.title + _needs(language, "interpret"))
+            for language in declarations()
+        ),
+    ),
+)
 @click.argument("program", type=click.Path(exists=True, dir_okay=False))
 @click.argument("input", required=False)
 @click.option("--trace", is_flag=True, help="Print every definition at every position.")
@@ -223,17 +264,8 @@ def interpret_command(
     beyond_guarantee: str,
     **options: Any,
 ) -> None:
-    """Run PROGRAM with the reference interpreter on INPUT (or one input per stdin line).
-
-    C-RASP: INPUT is a whitespace-separated token string, e.g. "( ( ) )". Prints True or
-    False per input: whether the acceptance output holds at the last position. On stdin,
-    blank and `//` lines are skipped and a line holding only ε is the empty string.
-
-    PCOC (needs --n): INPUT is one input vector written out ("3 1 4 1"), or a file of
-    them (default: stdin), one per line: n numbers per input slot. Prints each output vector on one line (`slot: ` first when
-    there are several output slots), as `crasp run` does; --trace prints every slot after
-    every round.
-    """
+    """Run PROGRAM with the reference interpreter on INPUT (or one input per stdin line);
+    what INPUT is and what is printed, per language: the declarations' help texts."""
     language, options = _language_for(program, "interpret", options)
     prog = language.load(program, **options)
     for warning in language.warnings(prog):
@@ -366,7 +398,17 @@ def _check_model(
     click.echo("all runtimes agree")
 
 
-@main.command("compile")
+@main.command(
+    "compile",
+    help=_help(
+        "Compile PROGRAM into transformer weights written to OUTPUT.",
+        *(
+            f"A {language.title} program ({', '.join(language.suffixes)}) {language.compile_help}"
+            for language in declarations()
+            if language.compile_help
+        ),
+    ),
+)
 @click.argument("program", type=click.Path(exists=True, dir_okay=False))
 @click.option(
     "-o", "--output", required=True, type=click.Path(dir_okay=False), help="Model file (.npz)."
@@ -374,10 +416,11 @@ def _check_model(
 @click.option(
     "--mode",
     type=click.Choice([mode for language in declarations() for mode in language.modes]),
-    help="C-RASP (default heaviside): heaviside: Heaviside units, exact at every length; "
-    "layernorm: ReLU units and layer-norm signs, exact at every length; relu: plain "
-    "softmax/ReLU model, exact up to --max-len. PCOC (default hard): hard: average-hard "
-    "routing, exact; softmax: softmax routing within --tolerance of it.",
+    help=" ".join(
+        f"{language.title} (default {language.modes[0]}): {language.mode_help}"
+        for language in declarations()
+        if language.mode_help
+    ),
 )
 @click.option(
     "--no-reuse",
@@ -390,10 +433,8 @@ def _check_model(
 def compile_command(
     program: str, output: str, mode: str | None, no_reuse: bool, **options: Any
 ) -> None:
-    """Compile PROGRAM into transformer weights written to OUTPUT.
-
-    A PCOC program (.pcoc) compiles for exactly --n machines: one layer per round (plus
-    the MLP depth its local computations need), one routing head per source pattern."""
+    """Compile PROGRAM into transformer weights written to OUTPUT (what each language's
+    programs compile to: the declarations' help texts)."""
     language, options = _language_for(program, "compile", options)
     if mode is not None and mode not in language.modes:
         owner = next(lang for lang in declarations() if mode in lang.modes)
@@ -413,7 +454,16 @@ def compile_command(
     )
 
 
-@main.command("run")
+@main.command(
+    "run",
+    help=_help(
+        "Run a compiled MODEL on INPUT (or one input per stdin line), like `crasp interpret`.",
+        *(
+            _reading(language, f"A model compiled from {language.title}")
+            for language in declarations()
+        ),
+    ),
+)
 @click.argument("model_file", metavar="MODEL", type=click.Path(exists=True))
 @click.argument("input", required=False)
 @click.option("--outputs", is_flag=True, help="Print every named output at every position.")
@@ -435,12 +485,8 @@ def run_command(
     echo: bool,
     invalid: str,
 ) -> None:
-    """Run a compiled MODEL on INPUT (or one input per stdin line), like `crasp interpret`.
-
-    A model compiled from PCOC reads INPUT as one input vector written out ("3 1 4 1")
-    or a file of them (default: stdin), one per line with exactly n numbers per input
-    slot, and prints each output vector on one line (`slot: ` first when there are
-    several output slots)."""
+    """Run a compiled MODEL on INPUT (or one input per stdin line), like `crasp interpret`
+    (what INPUT is and what is printed, per language: the declarations' help texts)."""
     model = api.load_model(model_file, check_source=False)  # runs weights: no parser
     language = api.model_language(model)
     if not (trace or outputs) and not language.has_verdict(model):

@@ -275,9 +275,10 @@ def train_command(ctx: click.Context, /, task: str | None, **options: Any) -> No
         raise click.UsageError("give a TASK (see `crasp tasks`) or --program PROG.cr")
     alphabet, lengths = options.pop("alphabet"), options.pop("lengths")
     generator = options.pop("generator")
-    from crasp_compiler.languages.pcoc import PROGRAM_SUFFIXES
+    from crasp_compiler.languages import declaration_for_path
 
-    pcoc = program is not None and Path(program).suffix in PROGRAM_SUFFIXES
+    declared = None if program is None else declaration_for_path(program)
+    pcoc = declared is not None and declared.name == "pcoc"
     given = [
         "--" + name
         for name in _PROGRAM_ONLY

@@ -62,7 +62,7 @@ import torch
 from torch import Tensor
 
 from crasp_compiler.errors import CraspError, Diagnostic
-from crasp_compiler.experiments.tasks.base import Example, SequenceTask
+from crasp_compiler.experiments.tasks.base import Example, SequenceTask, crasp_language
 from crasp_compiler.experiments.train.data import (
     Bin,
     bin_name,
@@ -75,8 +75,6 @@ from crasp_compiler.experiments.train.loop import load, resolve_task
 from crasp_compiler.experiments.train.models import Block, SequenceModel, stage_names
 from crasp_compiler.experiments.train.provenance import provenance
 from crasp_compiler.files import writable_dir, write_text
-from crasp_compiler.languages.crasp import Program, Sort, interpret_batch
-from crasp_compiler.languages.crasp.compile import compile_program
 
 RECORD = "compare.json"
 FIGURE = "compare.png"
@@ -215,12 +213,13 @@ def _by_length(examples: Sequence[Example]) -> dict[int, list[int]]:
     return groups
 
 
-def program_values(program: Program, examples: Sequence[Example]) -> list[dict[str, np.ndarray]]:
+def program_values(program: Any, examples: Sequence[Example]) -> list[dict[str, np.ndarray]]:
     """Every definition's value at every position of every example (the interpreter on
     the words after the start token; entry 0 is the empty prefix)."""
+    language = crasp_language()
     out: list[dict[str, np.ndarray]] = [{} for _ in examples]
     for group in _by_length(examples).values():
-        values = interpret_batch(program, [examples[k].tokens[1:] for k in group])
+        values = language.definition_values(program, [examples[k].tokens[1:] for k in group])
         for row, k in enumerate(group):
             out[k] = {name: value[row] for name, value in values.items()}
     return out
@@ -280,7 +279,7 @@ def run_model(
 def probe_set(
     model: SequenceModel | Any,
     task: SequenceTask,
-    program: Program,
+    program: Any,
     examples: list[Example],
     seed: int,
 ) -> Probed:
@@ -291,7 +290,7 @@ def probe_set(
         stages, predicted, _ = run_model(model, task, examples, seed)
     else:
         stages, predicted = compiled_pass(model, examples)[0], []
-    names = [d.name for d in program.definitions]
+    names = list(crasp_language().definition_sorts(program))
     return Probed(
         examples=examples,
         values={n: np.concatenate([v[n] for v in values]) for n in names},
@@ -348,22 +347,22 @@ def score(kind: str, truth: np.ndarray, guess: np.ndarray) -> float | None:
 CHANCE = {"bool": 0.5, "count": 0.0, "fraction": 0.0}
 
 
-def targets(program: Program, probed: Probed) -> dict[str, tuple[str, np.ndarray]]:
+def targets(program: Any, probed: Probed) -> dict[str, tuple[str, np.ndarray]]:
     """The probe targets: per Boolean ``v`` its 0/1 values; per count ``v`` the count
     (``v``) and the fraction ``v / (t + 1)`` (``v / (t+1)``)."""
     out: dict[str, tuple[str, np.ndarray]] = {}
-    for definition in program.definitions:
-        value = probed.values[definition.name].astype(np.float64)
-        if definition.sort == Sort.BOOL:
-            out[definition.name] = ("bool", value)
+    for name, sort in crasp_language().definition_sorts(program).items():
+        value = probed.values[name].astype(np.float64)
+        if sort == "bool":
+            out[name] = ("bool", value)
         else:
-            out[definition.name] = ("count", value)
-            out[f"{definition.name} / (t+1)"] = ("fraction", value / (probed.position + 1))
+            out[name] = ("count", value)
+            out[f"{name} / (t+1)"] = ("fraction", value / (probed.position + 1))
     return out
 
 
 def probe_scores(
-    program: Program,
+    program: Any,
     fitting: Probed,
     scored: Mapping[str, Probed],
     ridge: float,
@@ -475,7 +474,7 @@ def covariance_direction(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 def interchange(
     model: SequenceModel,
     task: SequenceTask,
-    program: Program,
+    program: Any,
     pairs: Sequence[tuple[Example, Example]],
     variable: str,
     stage: int,
@@ -504,7 +503,7 @@ def interchange(
     for k, (a, _) in enumerate(pairs):
         before = task.labels_from_values(a, values_a[k])
         overrides = {variable: values_b[k][variable][None]}
-        after_values = interpret_batch(program, [a.tokens[1:]], overrides)
+        after_values = crasp_language().definition_values(program, [a.tokens[1:]], overrides)
         after = task.labels_from_values(a, {n: v[0] for n, v in after_values.items()})
         for t, (old, new) in enumerate(zip(before, after, strict=True)):
             if old is None:
@@ -531,16 +530,14 @@ def interchange(
 # ---------------------------------------------------------------- the comparison
 
 
-def _reference(task: SequenceTask, path: str | Path) -> Program:
+def _reference(task: SequenceTask, path: str | Path) -> Any:
     """The program at ``path`` over the alphabet of the run's program."""
-    from crasp_compiler.languages.crasp.program import load_program
-
-    return load_program(path, task.crasp_program().alphabet)
+    return crasp_language().load(path, alphabet=list(task.crasp_program().alphabet))
 
 
 def _same_function(
     task: SequenceTask,
-    program: Program,
+    program: Any,
     probe_sets: Sequence[Sequence[Example]],
     against: str | Path | None,
 ) -> None:
@@ -653,7 +650,7 @@ def compare(
 
     _same_function(task, crasp, [fitting, *sets.values()], against)
     compiled = getattr(task, "compiled_model", None) if against is None else None
-    compiled_model = compiled() if callable(compiled) else compile_program(crasp)
+    compiled_model = compiled() if callable(compiled) else crasp_language().compile(crasp)
 
     def read(m: SequenceModel | Any) -> tuple[Probed, dict[str, Probed]]:
         return probe_set(m, task, crasp, fitting, seed), {
@@ -761,7 +758,7 @@ def compare(
         "train": meta.get("train"),
         "model": meta.get("model"),
         "program": {
-            "definitions": [d.name for d in crasp.definitions],
+            "definitions": list(crasp_language().definition_sorts(crasp)),
             "outputs": list(crasp.outputs),
             "against": None if against is None else Path(against).name,
         },

@@ -4,15 +4,18 @@ A source language is one folder under ``crasp_compiler/languages/`` (grammar, no
 checker, interpreter, lowering, compile entry) plus one :class:`Language` object that
 tells the rest of the package how to use it: which files are its programs, which options
 its stages take, how to load, summarise, interpret and compile a program, and how its
-inputs and outputs map to the model family's token and numeric inputs. The CLI, ``crasp
-check`` (programs and models), the verifier and the public API (:mod:`crasp_compiler.api`)
-work only through this interface, so adding a language is one folder and one
-:func:`register` call in :mod:`crasp_compiler.languages`.
+inputs and outputs map to the model family's token and numeric inputs, and what tools
+read from its programs and models (definitions, dependencies, theory, bounds, counts,
+routing). The CLI, ``crasp check`` (programs and models), the verifier, the public API
+(:mod:`crasp_compiler.api`), ``crasp show`` and the experiments work only through this
+interface (an import-linter contract keeps them from importing a language's modules), so
+adding a language is one folder and one :func:`register` call in
+:mod:`crasp_compiler.languages`.
 
-A language is registered by its :class:`Declaration` (names, suffixes, modes, options:
-all the CLI's flags and the look-ups need) and its :class:`Language` object is imported
-on first use (:func:`language_for_path`, :func:`get_language`, ...): a command imports
-only the language it runs. A :class:`Language` object may be registered directly too.
+A language is registered by its :class:`Declaration` (names, suffixes, modes, options,
+help texts: all the CLI's flags, its help and the look-ups need) and its
+:class:`Language` object is imported on first use (:func:`language_for_path`,
+:func:`get_language`, ...): a command imports only the language it runs. A :class:`Language` object may be registered directly too.
 
 Inputs in this interface are the language's own: a token list for C-RASP, an array of
 input vectors ``(slots, n)`` for PCOC. Every stage works on a *batch* of inputs; results
@@ -25,7 +28,7 @@ from __future__ import annotations
 import importlib
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,6 +101,11 @@ class Language(ABC):
     modes: tuple[str, ...]  # compile modes, the default first
     options: tuple[Option, ...]
     input_help: str  # what a CLI INPUT is for this language
+    # CLI help (:class:`Declaration`): what `interpret`/`run` print per input, what each
+    # compile mode does, what compiling a program of this language gives ("": nothing)
+    output_help: str = ""
+    mode_help: str = ""
+    compile_help: str = ""
 
     # ------------------------------------------------------------ programs
 
@@ -238,6 +246,76 @@ class Language(ABC):
         tokens, _ = self.model_inputs(model, [item])
         return ["ε", *tokens[0]]
 
+    # ------------------------------------------------------------ what tools read from programs
+    #
+    # ``crasp show``, the task registry and ``crasp compare`` (``experiments/``) read these;
+    # a language that has none of what one asks for keeps the default.
+
+    def definition_sorts(self, program: Any) -> dict[str, str]:
+        """Every named definition of ``program``, in program order, with its sort as the
+        language writes it (C-RASP: ``bool`` or ``count``); {} for a language without
+        named definitions."""
+        return {}
+
+    def definition_values(
+        self,
+        program: Any,
+        inputs: Sequence[Any],
+        overrides: Mapping[str, np.ndarray] | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Every definition of :meth:`definition_sorts` on a batch of inputs of one length:
+        name → ``(batch, positions)`` array. ``overrides`` (name → such an array) replaces
+        those definitions, and every later one reads the replacement (an interchange
+        intervention). CraspError for a language without named definitions."""
+        raise CraspError(f"{self.title} programs have no named definitions to evaluate")
+
+    def dependencies(self, program: Any) -> dict[str, set[str]]:
+        """Each named definition of ``program`` (in program order) → the names of the
+        definitions it reads (the program graph of ``crasp show``); {} for a language
+        without named references."""
+        return {}
+
+    def theory(self, program: Any) -> dict[str, Any] | None:
+        """What the language's theory predicts for ``program`` (a run's results record
+        it): its ``class``, whether a transformer learns it so as to generalise in length
+        with absolute (``ape``) or no (``nope``) positional encodings (``"yes"``, or None
+        where the program shows nothing), and the lines that say so (``text``); None for a
+        language without such a theory."""
+        return None
+
+    def require_tokens(self, program: Any) -> Any:
+        """``program``, or a CraspError where a model of it (or a training task made from
+        it) would have no token to read (C-RASP: an empty alphabet)."""
+        return program
+
+    def input_bounds(self, program: Any) -> dict[str, float | None]:
+        """Each numeric input of ``program`` (in order) → the bound its values are declared
+        to keep (None: none declared); {} for a language without numeric inputs."""
+        return {}
+
+    def rebound(self, program: Any, bound: float) -> Any:
+        """``program`` with the one bound its inputs declare replaced by ``bound``
+        everywhere the program writes it, parsed and checked again (fine-tuning a model
+        compiled for smaller values); CraspError for a language without declared bounds."""
+        raise CraspError(f"{self.title} programs declare no bounds to replace")
+
+    # ------------------------------------------------------------ what tools read from models
+
+    def count_forms(self, model: Model) -> set[str] | None:
+        """The source expressions and residual labels of a compiled model whose values are
+        counts ``c`` stored as ``c/(t+1)`` (``crasp show`` colours them as counts, beside
+        what causal uniform heads write); None for a language whose models store no counts
+        so."""
+        return None
+
+    def routing_labels(self, model: Model) -> dict[tuple[int, int], str] | None:
+        """``(round, send) → "send x to d"`` for every data-dependent send of a compiled
+        model's program (rounds unrolled), which the model's routing slots and heads are
+        named after (``crasp show`` names them by their send and the other rows by the
+        program text); None for a language whose models are named by the program as they
+        are."""
+        return None
+
 
 def length_buckets(max_len: int) -> list[tuple[int, int]]:
     """Length ranges ``[0, 0], [1, 4], [5, 16], …`` (powers of 4), the last one ending at
@@ -253,9 +331,14 @@ def length_buckets(max_len: int) -> list[tuple[int, int]]:
 @dataclass(frozen=True)
 class Declaration:
     """A registered language before it is used: the :class:`Language` members that the
-    CLI's flags and the registry's look-ups read, and ``implementation``, the
+    CLI's flags, its help and the registry's look-ups read, and ``implementation``, the
     ``module:attribute`` of the :class:`Language` object, imported on first use (empty
-    for an object registered as it is)."""
+    for an object registered as it is).
+
+    The help texts, each a sentence or more ("": nothing to say): ``input_help``, what a
+    CLI INPUT is; ``output_help``, what ``crasp interpret`` and ``crasp run`` print per
+    input; ``mode_help``, what each compile mode gives; ``compile_help``, what compiling a
+    program gives beyond the weights."""
 
     name: str
     title: str
@@ -263,12 +346,24 @@ class Declaration:
     modes: tuple[str, ...]
     options: tuple[Option, ...]
     implementation: str = ""
+    input_help: str = ""
+    output_help: str = ""
+    mode_help: str = ""
+    compile_help: str = ""
 
     @classmethod
     def of(cls, language: Language) -> Declaration:
         """The declaration of a :class:`Language` object registered as it is."""
         return cls(
-            language.name, language.title, language.suffixes, language.modes, language.options
+            language.name,
+            language.title,
+            language.suffixes,
+            language.modes,
+            language.options,
+            input_help=language.input_help,
+            output_help=language.output_help,
+            mode_help=language.mode_help,
+            compile_help=language.compile_help,
         )
 
 
@@ -314,6 +409,13 @@ def _implementation(declared: Declaration) -> Language:
 def declarations() -> list[Declaration]:
     """Every registered language's declaration, in registration order (imports none)."""
     return list(_DECLARED.values())
+
+
+def declaration_for_path(path: str | Path) -> Declaration | None:
+    """The declaration of the language whose suffix ``path`` has (None: no language's;
+    imports none)."""
+    suffix = Path(path).suffix
+    return next((d for d in _DECLARED.values() if suffix in d.suffixes), None)
 
 
 def languages() -> list[Language]:

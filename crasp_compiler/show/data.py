@@ -17,6 +17,7 @@ import numpy as np
 from crasp_compiler import api
 from crasp_compiler.budget import require_memory
 from crasp_compiler.errors import CraspError
+from crasp_compiler.languages import language_of_model
 from crasp_compiler.model.model import Mask, Model, Weighting
 from crasp_compiler.runtime import numpy_exec
 from crasp_compiler.runtime.backend import NUMPY
@@ -349,32 +350,18 @@ def _points(model: Model, target: str) -> dict[str, list[int] | None]:
 # ---------------------------------------------------------------- what rows hold
 
 
-def _language(model: Model) -> str | None:
-    """The title of the language ``model`` was compiled from (None: built by hand)."""
-    return model.provenance.language if model.provenance is not None else None
-
-
 def count_labels(model: Model) -> set[str]:
-    """The residual labels of a C-RASP model whose values are counts ``c`` stored as
-    ``c/(t+1)`` (BOS included in ``t + 1``): the dimensions of count definitions, count
-    sub-expressions of the program (a dimension is labelled with its source expression),
-    the gated offsets of a local count (``ONE·P(i-1) in …``) and what a causal uniform
-    head writes (a prefix average of a Boolean, ``ONE``)."""
-    if _language(model) != "C-RASP":
+    """The residual labels of a model whose values are counts ``c`` stored as ``c/(t+1)``
+    (BOS included in ``t + 1``), for a language whose models store counts so
+    (:meth:`~crasp_compiler.languages.registry.Language.count_forms`, C-RASP): the
+    dimensions of count definitions, count sub-expressions of the program (a dimension is
+    labelled with its source expression), the gated offsets of a local count
+    (``ONE·P(i-1) in …``) and what a causal uniform head writes (a prefix average of a
+    Boolean, ``ONE``)."""
+    language = language_of_model(model)
+    counts = None if language is None else language.count_forms(model)
+    if counts is None:
         return set()
-    from crasp_compiler.languages.crasp.nodes import CountExpr, Sort, walk
-    from crasp_compiler.languages.crasp.printer import format_expr
-
-    program = api.model_language(model).model_program(model)
-    counts: set[str] = set()
-    count_definitions = set()
-    for definition in getattr(program, "definitions", ()):
-        if definition.sort == Sort.COUNT:
-            count_definitions.add(definition.name)
-        counts |= {format_expr(n) for n in walk(definition.expr) if isinstance(n, CountExpr)}
-    for name, form in (model.info.get("definitions") or {}).items():
-        if name in count_definitions:
-            counts |= set(form)
     averaging = {}
     for index, layer in enumerate(model.layers):
         for h, head in enumerate(layer.heads):
@@ -428,10 +415,12 @@ def row_names(model: Model) -> dict[str, str]:
     in a PCOC model, a value an MLP computes by the program text of its block (``min in a
     branch in `x = min(x, right)```, a routing step by its send: ``clamp (routing send x
     to d)``), a received value by its slot and round, a routed entry by its send; other
-    labels are their own names."""
-    if _language(model) != "PCOC":
-        return {}
+    labels are their own names (:meth:`~crasp_compiler.languages.registry.Language.
+    routing_labels`: a language whose models are named by the program as they are has
+    none to rename)."""
     sends = _sends(model)
+    if sends is None:
+        return {}
     names: dict[str, str] = {}
     for index, layer in enumerate(model.layers):
         if layer.heads:
@@ -452,19 +441,12 @@ def row_names(model: Model) -> dict[str, str]:
     return {label: name for label, name in names.items() if name != label}
 
 
-def _sends(model: Model) -> dict[tuple[int, int], str]:
-    """``(round, send) -> send x to d`` for every send statement of a PCOC model's
-    program (rounds unrolled, as the routing's slot names number them)."""
-    from crasp_compiler.languages.pcoc.static import unroll
-
-    program = api.model_language(model).model_program(model)
-    if program is None:
-        return {}
-    return {
-        (number, q): f"send {send.slot} to {send.dest}"
-        for number, (rnd, _) in enumerate(unroll(program, int(model.info.get("n", 1))))
-        for q, send in enumerate(rnd.sends)
-    }
+def _sends(model: Model) -> dict[tuple[int, int], str] | None:
+    """``(round, send) -> send x to d`` for every send statement of the model's program
+    (rounds unrolled, as the routing's slot names number them); None for a model whose
+    language routes no sends (or one built by hand)."""
+    language = language_of_model(model)
+    return None if language is None else language.routing_labels(model)
 
 
 def _routing(sends: dict[tuple[int, int], str]) -> str:
@@ -492,10 +474,12 @@ def head_label(model: Model, label: str) -> str:
     """A head's label as the pictures show it: in a PCOC model, the routing slots a head
     receives counted per send (``round 1: recv 16 routing field(s) of send x to d``)
     rather than listed by their made-up names."""
-    if _language(model) != "PCOC" or ": recv " not in label:
+    if ": recv " not in label:
+        return label
+    sends = _sends(model)
+    if sends is None:
         return label
     when, names = label.split(": recv ", 1)
-    sends = _sends(model)
     kept: list[str] = []
     routed: dict[str, int] = {}
     for name in names.split(", "):
@@ -670,17 +654,15 @@ def layout_groups(model: Model) -> list[tuple[str, int, int, int]]:
 def program_graph(model: Model) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """The program as a graph over the model: ``(definition, site)`` per definition
     (:func:`definitions`) and ``(used, user)`` edges between definitions, from the
-    model's stored source (empty edges when the language has no named references)."""
-    from crasp_compiler.languages.crasp.nodes import walk
-
+    model's stored source (:meth:`~crasp_compiler.languages.registry.Language.
+    dependencies`: no edges when the language has no named references)."""
     nodes = [(name, site) for name, _, site in definitions(model)]
     known = {name for name, _ in nodes}
-    program = api.model_language(model).model_program(model)
+    language = api.model_language(model)
+    program = language.model_program(model)
     edges: list[tuple[str, str]] = []
-    for definition in getattr(program, "definitions", ()):
-        expr = getattr(definition, "expr", None)
-        if expr is None or definition.name not in known:
-            continue
-        used = {str(getattr(n, "name", "")) for n in walk(expr) if type(n).__name__.endswith("Ref")}
-        edges += [(name, str(definition.name)) for name in sorted(used & known)]
+    reads = language.dependencies(program) if program is not None else {}
+    for user, used in reads.items():
+        if user in known:
+            edges += [(name, user) for name in sorted(used & known)]
     return nodes, edges

@@ -13,7 +13,6 @@ from crasp_compiler.errors import CraspError
 from crasp_compiler.experiments.tasks.registry import get_task
 from crasp_compiler.experiments.train.finetune import (
     FinetuneConfig,
-    declared_bound,
     dump_records,
     finetune,
     finetune_runs,
@@ -22,6 +21,7 @@ from crasp_compiler.experiments.train.finetune import (
 )
 from crasp_compiler.languages.pcoc import parse_program
 from crasp_compiler.languages.pcoc.nodes import For
+from crasp_compiler.languages.pcoc.rebound import declared_bound
 
 SMALL = {"n": 4, "steps": 20, "test_size": 32, "scales": [1.0, 10.0], "batch_size": 16}
 

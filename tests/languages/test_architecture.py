@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from crasp_compiler.errors import CraspError
@@ -47,12 +48,12 @@ def test_core_runs_without_the_experiment_stack():
 
 
 @pytest.mark.skipif(shutil.which("lint-imports") is None, reason="import-linter not installed")
-def test_no_import_cycles_no_experiment_stack_in_the_core_and_one_lark_importer():
+def test_no_import_cycles_no_experiment_stack_in_the_core_one_lark_importer_and_no_internals():
     proc = subprocess.run(
         ["lint-imports", "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "3 kept, 0 broken" in proc.stdout
+    assert "4 kept, 0 broken" in proc.stdout
 
 
 def test_registry_lookups():
@@ -92,6 +93,51 @@ def test_languages_are_declared_and_imported_on_first_use():
     assert {name: set(get_language(name).modes) for name in lowerings} == {
         name: set(modes) for name, modes in lowerings.items()
     }
+
+
+def test_what_tools_read_from_programs_and_models():
+    """The registry's members that ``crasp show`` and the experiments read (they import no
+    module of a language): definitions, dependencies, theory, bounds, counts, routing."""
+    crasp, pcoc = get_language("crasp"), get_language("pcoc")
+    dyck = crasp.load(ROOT / "examples/crasp/dyck1.cr")
+    sorts = crasp.definition_sorts(dyck)
+    assert sorts == {
+        "C_open": "count",
+        "C_close": "count",
+        "V": "bool",
+        "CV": "count",
+        "M": "bool",
+        "B": "bool",
+        "D": "bool",
+    }
+    values = crasp.definition_values(dyck, [["(", ")"], [")", "("]])
+    assert list(values) == list(sorts) and values["D"].tolist() == [
+        [True, False, True],
+        [True, False, False],
+    ]
+    patched = crasp.definition_values(dyck, [["(", ")"]], {"V": np.ones((1, 3), dtype=bool)})
+    assert patched["CV"].tolist() == [[0, 1, 2]]  # V counted at every token
+    assert (
+        crasp.dependencies(dyck)["D"] == {"M", "B"} and crasp.dependencies(dyck)["C_open"] == set()
+    )
+    assert crasp.theory(dyck)["class"] == "C-RASP[∅]"
+    model = crasp.compile(dyck)
+    assert {"C_open", "C_close", "CV"} <= crasp.count_forms(model)
+    assert crasp.routing_labels(model) is None and crasp.input_bounds(dyck) == {}
+    with pytest.raises(CraspError, match="no bounds"):
+        crasp.rebound(dyck, 10.0)
+
+    cummax = pcoc.load(ROOT / "examples/pcoc/cummax.pcoc")
+    assert pcoc.input_bounds(cummax) == {"x": 1e9}
+    assert "x bound 100.0" in pcoc.rebound(cummax, 100.0).source
+    assert pcoc.definition_sorts(cummax) == {} and pcoc.dependencies(cummax) == {}
+    assert pcoc.theory(cummax) is None and pcoc.require_tokens(cummax) is cummax
+    with pytest.raises(CraspError, match="no named definitions"):
+        pcoc.definition_values(cummax, [])
+    permute = pcoc.load(ROOT / "examples/pcoc_sends/permute.pcoc")
+    routed = pcoc.compile(permute, n=4)
+    assert set(pcoc.routing_labels(routed).values()) == {"send x to d"}
+    assert pcoc.count_forms(routed) is None
 
 
 def test_one_api_for_both_languages(tmp_path):

@@ -229,6 +229,7 @@ def test_its_option_is_a_flag_and_it_runs_nothing_of_crasp_or_pcoc(tmp_path, vot
     assert [two[1], three[1]] == ["False\n", "True\n"]
     assert "  source:      Tally: rules 3, symbols 3, margin 1\n" in info[1]
     assert "--margin K" in helped[1]
+    assert "Tally: INPUT is a whitespace-separated token string" in helped[1]  # its help text
     assert misused[0] == 2
     assert "--margin: only for Tally programs (.tally)" in misused[2]
 
@@ -273,6 +274,22 @@ def test_one_api_loads_checks_interprets_and_compiles_it(tally, vote):
     ]
     with pytest.raises(CraspError, match="takes no option"):
         api.compile(program, n=4)
+
+
+def test_what_tools_read_has_defaults_it_need_not_write(tally, vote):
+    """What ``crasp show`` and the experiments read from a language has defaults: Tally
+    writes none of it, has no named definitions, theory or bounds, and its models store
+    no counts ``crasp show`` colours and route no sends."""
+    program = api.load(vote)
+    assert tally.definition_sorts(program) == {} and tally.dependencies(program) == {}
+    assert tally.theory(program) is None and tally.input_bounds(program) == {}
+    assert tally.require_tokens(program) is program
+    with pytest.raises(CraspError, match="Tally programs have no named definitions"):
+        tally.definition_values(program, [["yes"]])
+    with pytest.raises(CraspError, match="Tally programs declare no bounds"):
+        tally.rebound(program, 10.0)
+    model = api.compile(program)
+    assert tally.count_forms(model) is None and tally.routing_labels(model) is None
 
 
 def random_program(rng: random.Random) -> str:

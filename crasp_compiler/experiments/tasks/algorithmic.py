@@ -31,14 +31,12 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from crasp_compiler.errors import CraspError, Diagnostic
-from crasp_compiler.experiments.tasks.base import Example, SequenceTask
-from crasp_compiler.languages.crasp import Program, interpret_batch
-from crasp_compiler.languages.crasp.compile import compile_program
-from crasp_compiler.languages.crasp.program import parse_program
+from crasp_compiler.experiments.tasks.base import Example, SequenceTask, crasp_language
 from crasp_compiler.model.model import Model
 from crasp_compiler.runtime.numpy_exec import run_tokens
 
@@ -64,7 +62,7 @@ class AlgorithmicTask(SequenceTask):
     name: str = ""
     family: str = FAMILY
     description: str = ""
-    _program: Program | None = field(default=None, init=False, repr=False, compare=False)
+    _program: Any = field(default=None, init=False, repr=False, compare=False)
     _model: Model | None = field(default=None, init=False, repr=False, compare=False)
 
     # ------------------------------------------------------------------ lengths
@@ -97,17 +95,19 @@ class AlgorithmicTask(SequenceTask):
         """The task's C-RASP program for its vocabulary (outputs ``NEXT_<label>``)."""
         raise CraspError([Diagnostic(f"task {self.name!r} has no C-RASP program")])
 
-    def crasp_program(self) -> Program:
+    def crasp_program(self) -> Any:
         """The parsed and checked program (parsed once)."""
         if self._program is None:
             alphabet = [token for token in self.vocab if token != SOS]
-            self._program = parse_program(self.program_text(), f"<{self.name}>", alphabet)
+            self._program = crasp_language().parse(
+                self.program_text(), f"<{self.name}>", alphabet=alphabet
+            )
         return self._program
 
     def compiled_model(self) -> Model:
         """The program compiled in heaviside mode (exact at every length; compiled once)."""
         if self._model is None:
-            self._model = compile_program(self.crasp_program())
+            self._model = crasp_language().compile(self.crasp_program())
         return self._model
 
     def compiled_labels(
@@ -127,11 +127,12 @@ class AlgorithmicTask(SequenceTask):
         # holds[k][name]: the output at every example position of example k
         holds: list[dict[str, np.ndarray]] = [{} for _ in examples]
         if backend == "interpreter":
+            language = crasp_language()
             by_length: dict[int, list[int]] = defaultdict(list)
             for k, tokens in enumerate(inputs):
                 by_length[len(tokens)].append(k)
             for group in by_length.values():
-                values = interpret_batch(program, [inputs[k] for k in group])
+                values = language.definition_values(program, [inputs[k] for k in group])
                 for row, k in enumerate(group):
                     holds[k] = {name: values[name][row] for name in names}
         else:

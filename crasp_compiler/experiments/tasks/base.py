@@ -11,12 +11,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from crasp_compiler.languages.crasp import Program
+from crasp_compiler.languages import Language, get_language
 
 PROGRAMS = Path(__file__).parent / "programs"
 
@@ -96,8 +95,9 @@ class SequenceTask(Task):
         cached). Tasks with a program override this."""
         raise NotImplementedError(f"task {self.name!r} has no program")
 
-    def crasp_program(self) -> Program:
-        """The task's C-RASP program (tasks with one override this)."""
+    def crasp_program(self) -> Any:
+        """The task's C-RASP program (tasks with one override this; a program of the
+        registered language ``crasp``: :func:`crasp_language`)."""
         raise NotImplementedError(f"task {self.name!r} has no C-RASP program")
 
     def labels_from_values(
@@ -108,6 +108,16 @@ class SequenceTask(Task):
         example's scored positions (``None`` elsewhere). Tasks with a program override
         this; :func:`~crasp_compiler.experiments.compare` reads interventions with it."""
         raise NotImplementedError(f"task {self.name!r} has no C-RASP program")
+
+
+def crasp_language() -> Language:
+    """C-RASP, as the registry gives it: the language of the sequence tasks' programs."""
+    return get_language("crasp")
+
+
+def pcoc_language() -> Language:
+    """PCOC, as the registry gives it: the language of the numeric tasks' programs."""
+    return get_language("pcoc")
 
 
 SAMPLINGS = ("interval", "uniform")

@@ -32,15 +32,19 @@ import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from crasp_compiler.errors import CraspError, Diagnostic
-from crasp_compiler.experiments.tasks.base import PROGRAM_FAMILY, NumericExample, NumericTask
-from crasp_compiler.languages.pcoc import interpret_batch, load_program
-from crasp_compiler.languages.pcoc.compile import compile_program, run_pcoc
-from crasp_compiler.languages.pcoc.nodes import Program
+from crasp_compiler.experiments.tasks.base import (
+    PROGRAM_FAMILY,
+    NumericExample,
+    NumericTask,
+    pcoc_language,
+)
 from crasp_compiler.model.model import Model
+from crasp_compiler.runtime.numpy_exec import run_tokens
 
 BACKENDS = ("interpreter", "compiled")
 
@@ -94,7 +98,7 @@ class PcocNumericTask(NumericTask):
     function: Callable[[np.ndarray], np.ndarray] | None = field(default=None, repr=False)
     output: str = "x"
     path: str = ""
-    _program: Program | None = field(default=None, init=False, repr=False, compare=False)
+    _program: Any = field(default=None, init=False, repr=False, compare=False)
     _models: dict[tuple[int, str], Model] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -103,7 +107,8 @@ class PcocNumericTask(NumericTask):
     def from_file(cls, path: str | Path) -> PcocNumericTask:
         """The task of the PCOC file ``path``: a CraspError naming the file when it cannot
         be read or parsed, or has other than one input and one output slot."""
-        program = load_program(path)
+        language = pcoc_language()
+        program = language.load(path)
         for what, names in (("input", program.inputs), ("output", program.outputs)):
             if len(names) != 1:
                 raise CraspError(
@@ -117,7 +122,7 @@ class PcocNumericTask(NumericTask):
                     ],
                     filename=str(path),
                 )
-        bound = program.slot(program.inputs[0]).bound
+        bound = language.input_bounds(program)[program.inputs[0]]
         task = cls(
             name=Path(path).stem,
             family=PROGRAM_FAMILY,
@@ -150,19 +155,19 @@ class PcocNumericTask(NumericTask):
         made from a file)."""
         return bool(self.path)
 
-    def pcoc_program(self) -> Program:
+    def pcoc_program(self) -> Any:
         """The task's PCOC program (parsed once)."""
         if self._program is None:
             path = self.program_path
             if path is None:
                 raise CraspError(f"task {self.name!r} has no program")
-            self._program = load_program(path)
+            self._program = pcoc_language().load(path)
         return self._program
 
     def _interpret(self, values: np.ndarray) -> np.ndarray:
         """The interpreter's output slot for inputs ``(batch, n)``."""
-        trace = interpret_batch(self.pcoc_program(), values.shape[1], values)
-        return trace.outputs[self.output]
+        result = pcoc_language().interpret(self.pcoc_program(), list(values), n=values.shape[1])
+        return result.values[self.output]
 
     def target(self, inputs: np.ndarray) -> np.ndarray:
         values = np.asarray(inputs, dtype=np.float64)
@@ -174,7 +179,7 @@ class PcocNumericTask(NumericTask):
         """Refuse a scale factor c whose values (up to R·c) would exceed the declared bound
         of the input slot."""
         program = self.pcoc_program()
-        bound = program.slot(program.inputs[0]).bound
+        bound = pcoc_language().input_bounds(program)[program.inputs[0]]
         for c in scales:
             if bound is not None and self.value_range * c > bound:
                 raise CraspError(
@@ -201,7 +206,7 @@ class PcocNumericTask(NumericTask):
         compiled once per (n, mode))."""
         key = (n, mode)
         if key not in self._models:
-            self._models[key] = compile_program(self.pcoc_program(), n, mode=mode)
+            self._models[key] = pcoc_language().compile(self.pcoc_program(), n=n, mode=mode)
         return self._models[key]
 
     def compiled_values(
@@ -217,7 +222,11 @@ class PcocNumericTask(NumericTask):
             raise CraspError(f"backend must be one of {BACKENDS}, not {backend!r}")
         if len(values) == 0:
             return np.zeros((0, n))
-        return run_pcoc(self.compiled_model(n, mode), list(values))[self.output]
+        model, batch = self.compiled_model(n, mode), list(values)
+        language = pcoc_language()
+        tokens, numeric = language.model_inputs(model, batch)
+        raw = run_tokens(model, tokens, values=numeric).outputs[self.output]
+        return language.model_outputs(model, batch, raw)
 
 
 def _task(

@@ -52,17 +52,15 @@ from typing import Any, ClassVar
 import numpy as np
 
 from crasp_compiler.errors import CraspError, Diagnostic
-from crasp_compiler.experiments.tasks.base import PROGRAM_FAMILY, Example, SequenceTask
+from crasp_compiler.experiments.tasks.base import (
+    PROGRAM_FAMILY,
+    Example,
+    SequenceTask,
+    crasp_language,
+)
 from crasp_compiler.experiments.tasks.numeric import PcocNumericTask
 from crasp_compiler.experiments.tasks.regular import RUN_BATCH
-from crasp_compiler.languages.crasp import Program, Sort, interpret_batch
-from crasp_compiler.languages.crasp.compile import compile_program
-from crasp_compiler.languages.crasp.program import (
-    PROGRAM_SUFFIXES,
-    load_program,
-    require_alphabet,
-)
-from crasp_compiler.languages.pcoc import PROGRAM_SUFFIXES as PCOC_SUFFIXES
+from crasp_compiler.languages import declaration_for_path, language_of_program
 from crasp_compiler.model.model import Model
 from crasp_compiler.runtime.numpy_exec import run_tokens
 
@@ -185,7 +183,9 @@ def load_program_task(
     (``.pcoc``; no ``alphabet``, ``lengths`` or ``generator``). A CraspError naming the
     file otherwise."""
     suffix = Path(path).suffix
-    if suffix in PCOC_SUFFIXES:
+    declared = declaration_for_path(path)
+    language = declared.name if declared is not None else None
+    if language == "pcoc":
         given = [
             name
             for name, value in (
@@ -201,7 +201,7 @@ def load_program_task(
                 filename=str(path),
             )
         return PcocNumericTask.from_file(path)
-    if suffix in PROGRAM_SUFFIXES:
+    if language == "crasp":
         return ProgramTask.from_file(path, alphabet, lengths or (1, 50), generator)
     raise CraspError(
         [
@@ -218,7 +218,7 @@ def load_program_task(
 class ProgramTask(SequenceTask):
     """A C-RASP program's output at every prefix (see the module docstring)."""
 
-    crasp: Program
+    crasp: Any  # a program of the registered language "crasp"
     path: str = ""
     generator: UserGenerator | None = None
     _model: Model | None = field(default=None, init=False, repr=False, compare=False)
@@ -251,14 +251,17 @@ class ProgramTask(SequenceTask):
         """The task of the program file ``path`` (CraspError when it cannot be read or
         parsed, or its outputs are not Boolean), trained on LEN ``lengths[0]..lengths[1]``,
         its strings drawn by ``generator`` when given."""
-        program = require_alphabet(load_program(path, alphabet))
+        language = crasp_language()
+        options = {} if alphabet is None else {"alphabet": list(alphabet)}
+        program = language.require_tokens(language.load(path, **options))
         outputs = program.outputs
         if not outputs:
             raise CraspError(
                 "the program has no output to train on",
                 filename=str(path),
             )
-        counts = [name for name in outputs if program[name].sort != Sort.BOOL]
+        sorts = language.definition_sorts(program)
+        counts = [name for name in outputs if sorts[name] != "bool"]
         if counts:
             raise CraspError(
                 [
@@ -297,17 +300,19 @@ class ProgramTask(SequenceTask):
 
     @property
     def alphabet(self) -> tuple[str, ...]:
-        return self.crasp.alphabet
+        alphabet: tuple[str, ...] = self.crasp.alphabet
+        return alphabet
 
     @property
     def steer_output(self) -> str:
         """The output the sampler steers toward: ``accept``, else the first output."""
-        return self.crasp.accept or self.crasp.outputs[0]
+        output: str = self.crasp.accept or self.crasp.outputs[0]
+        return output
 
     def lengths(self, lo: int, hi: int) -> list[int]:
         return list(range(max(lo, 0), hi + 1))
 
-    def crasp_program(self) -> Program:
+    def crasp_program(self) -> Any:
         return self.crasp
 
     def labels_from_values(
@@ -321,7 +326,7 @@ class ProgramTask(SequenceTask):
     def compiled_model(self) -> Model:
         """The program compiled in heaviside mode (compiled once and cached)."""
         if self._model is None:
-            self._model = compile_program(self.crasp)
+            self._model = crasp_language().compile(self.crasp)
         return self._model
 
     # ---- labels
@@ -338,8 +343,9 @@ class ProgramTask(SequenceTask):
         by_length: dict[int, list[int]] = defaultdict(list)
         for k, word in enumerate(words):
             by_length[len(word)].append(k)
+        language = crasp_language()
         for size, group in by_length.items():
-            values = interpret_batch(self.crasp, [words[k] for k in group])
+            values = language.definition_values(self.crasp, [words[k] for k in group])
             for row, k in enumerate(group):
                 out[k] = self._labels(values, row, size + 1)
         return out
@@ -382,6 +388,7 @@ class ProgramTask(SequenceTask):
         tails = list(product(range(len(sigma)), repeat=depth))
         words: list[list[str]] = [[] for _ in range(count)]
         name = self.steer_output
+        language = crasp_language()
         # per string, an exploration rate log-uniform in [1 / (2 length), EXPLORE]: some
         # strings wander off (and may stay rejected), some stay near acceptance throughout
         low = np.log(min(EXPLORE, 1 / (2 * max(length, 1))))
@@ -389,7 +396,8 @@ class ProgramTask(SequenceTask):
         for t in range(length):
             depth_now = min(depth, length - t)
             cands = [(*w, *(sigma[a] for a in tail[:depth_now])) for w in words for tail in tails]
-            accepted = interpret_batch(self.crasp, cands)[name][:, t + 1 : t + 1 + depth_now]
+            accepted = language.definition_values(self.crasp, cands)[name]
+            accepted = accepted[:, t + 1 : t + 1 + depth_now]
             accepted = np.asarray(accepted, dtype=bool).reshape(count, len(sigma), -1, depth_now)
             # first depth d (1-based) at which some continuation through symbol a is accepted
             hit = accepted.any(axis=2)  # (count, |Σ|, depth_now)
@@ -437,21 +445,13 @@ class ProgramTask(SequenceTask):
 
 def task_theory(task: object) -> dict[str, Any] | None:
     """What the theory predicts for a task, as a run's results record it
-    (:mod:`crasp_compiler.languages.crasp.theory`): for a C-RASP ``--program`` task, its
-    program's class and prediction (None where the program shows nothing); for a
-    registered task with a C-RASP class, that class (the smallest with a program, from
-    the papers) and the predictions it implies; None for the others."""
-    from crasp_compiler.languages.crasp.theory import reading
-
+    (:meth:`~crasp_compiler.languages.registry.Language.theory`): for a C-RASP
+    ``--program`` task, its program's class and prediction (None where the program shows
+    nothing); for a registered task with a C-RASP class, that class (the smallest with a
+    program, from the papers) and the predictions it implies; None for the others."""
     if isinstance(task, ProgramTask):
-        found = reading(task.crasp)
-        return {
-            "source": "program",
-            "class": found.relation_class,
-            "ape": found.ape,
-            "nope": found.nope,
-            "text": list(found.lines),
-        }
+        found = language_of_program(task.crasp).theory(task.crasp)
+        return None if found is None else {"source": "program", **found}
     klass = getattr(task, "crasp_class", None)
     if isinstance(klass, str) and klass.startswith("C-RASP"):
         return {

@@ -37,15 +37,12 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
 from crasp_compiler.errors import CraspError, Diagnostic
-from crasp_compiler.experiments.tasks.base import Example, SequenceTask
-from crasp_compiler.languages.crasp import Program, interpret_batch
-from crasp_compiler.languages.crasp.compile import compile_program
-from crasp_compiler.languages.crasp.program import load_program
+from crasp_compiler.experiments.tasks.base import Example, SequenceTask, crasp_language
 from crasp_compiler.model.model import Model
 from crasp_compiler.runtime.numpy_exec import run_tokens
 
@@ -184,7 +181,7 @@ class RegularTask(SequenceTask):
     """A regular language as a next-symbol-set task (see the module docstring)."""
 
     dfa: Dfa
-    _program: Program | None = field(default=None, init=False, repr=False, compare=False)
+    _program: Any = field(default=None, init=False, repr=False, compare=False)
     _model: Model | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -251,7 +248,7 @@ class RegularTask(SequenceTask):
             for example, out in zip(examples, outputs, strict=True)
         ]
 
-    def crasp_program(self) -> Program:
+    def crasp_program(self) -> Any:
         return self.loaded_program()
 
     def labels_from_values(
@@ -262,29 +259,30 @@ class RegularTask(SequenceTask):
             None if t is None else label for label, t in zip(labels, example.targets, strict=True)
         ]
 
-    def loaded_program(self) -> Program:
+    def loaded_program(self) -> Any:
         """The task's next-symbol program (parsed once)."""
         path = self.program_path
         if path is None:
             raise NotImplementedError(f"task {self.name!r} has no program")
         if self._program is None:
-            self._program = load_program(path)
+            self._program = crasp_language().load(path)
         return self._program
 
     def compiled_model(self) -> Model:
         """The program compiled in heaviside mode (compiled once and cached)."""
         if self._model is None:
-            self._model = compile_program(self.loaded_program())
+            self._model = crasp_language().compile(self.loaded_program())
         return self._model
 
     def _interpreter_outputs(self, words: list[tuple[str, ...]]) -> list[dict[str, np.ndarray]]:
         program = self.loaded_program()
+        language = crasp_language()
         outputs: list[dict[str, np.ndarray]] = [{} for _ in words]
         by_length: dict[int, list[int]] = defaultdict(list)
         for k, word in enumerate(words):
             by_length[len(word)].append(k)
         for group in by_length.values():
-            values = interpret_batch(program, [words[k] for k in group])
+            values = language.definition_values(program, [words[k] for k in group])
             for row, k in enumerate(group):
                 outputs[k] = {name: values[name][row] for name in program.outputs}
         return outputs

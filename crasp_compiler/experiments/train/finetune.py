@@ -32,21 +32,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from crasp_compiler.errors import CraspError
-from crasp_compiler.experiments.tasks.base import NumericTask
+from crasp_compiler.experiments.tasks.base import NumericTask, pcoc_language
 from crasp_compiler.experiments.tasks.numeric import PcocNumericTask
 from crasp_compiler.experiments.tasks.registry import get_task
 from crasp_compiler.files import write_text
-from crasp_compiler.languages.pcoc import interpret_batch
-from crasp_compiler.languages.pcoc.compile import compile_program
-from crasp_compiler.languages.pcoc.lower import TOKEN
-from crasp_compiler.languages.pcoc.nodes import Program
-from crasp_compiler.languages.pcoc.program import parse_program
-from crasp_compiler.languages.pcoc.syntax import parse_tree
+from crasp_compiler.model.model import Model
 
 if TYPE_CHECKING:
     import torch
@@ -80,51 +75,33 @@ class FinetuneConfig:
     bound: float | None = None  # the program's declared bound B (None: its own)
 
 
-def declared_bound(program: Program) -> float:
-    """The one bound B that every input and bounded slot of ``program`` declares
-    (CraspError if there is none or they differ)."""
-    bounds = {slot.bound for slot in program.slots if slot.bound is not None}
-    inputs = {program.slot(name).bound for name in program.inputs}
-    if len(bounds) != 1 or inputs != bounds:
-        raise CraspError(
-            f"{program.filename}: re-bounding needs one bound declared on every input and "
-            f"bounded slot, not {sorted(bounds | inputs, key=str)}"
-        )
-    return float(bounds.pop())
+def rebound_program(program: Any, bound: float) -> Any:
+    """``program`` (PCOC) with its declared bound B replaced by ``bound``: every number
+    literal equal to B (the slots' bounds, and the defaults and initial values ±B that
+    must dominate every value, as in the task programs) becomes ``bound``; the rewritten
+    text is parsed and checked again (:meth:`~crasp_compiler.languages.registry.Language.
+    rebound`). Literals equal to B are taken to mean the bound."""
+    return pcoc_language().rebound(program, bound)
 
 
-def rebound_program(program: Program, bound: float) -> Program:
-    """``program`` with its declared bound B replaced by ``bound``: every number literal
-    equal to B (the slots' bounds, and the defaults and initial values ±B that must
-    dominate every value, as in the task programs) becomes ``bound``; the rewritten text
-    is parsed and checked again. Literals equal to B are taken to mean the bound."""
-    if not (math.isfinite(bound) and bound > 0):
-        raise CraspError(f"the bound must be a finite number > 0, not {bound!r}")
-    old = declared_bound(program)
-    literals = [
-        token
-        for token in parse_tree(program.source, program.filename).scan_values(
-            lambda v: getattr(v, "type", None) == "NUMBER"
-        )
-        if float(token) == old
-    ]
-    text = program.source
-    # a lexed token has its position (lark types it optional for tokens made by hand)
-    for token in sorted(literals, key=lambda t: cast(int, t.start_pos), reverse=True):
-        text = text[: token.start_pos] + repr(float(bound)) + text[token.end_pos :]
-    return parse_program(text, f"{program.filename} (bound {bound:g})")
-
-
-def _forward(module: TorchTransformer, inputs: np.ndarray, output: int) -> torch.Tensor:
-    """The module's output slot at the n machine positions, for inputs (B, n)."""
-    ids, lengths = module.encode([[TOKEN] * inputs.shape[1]] * len(inputs))
+def _forward(
+    module: TorchTransformer, model: Model, inputs: np.ndarray, output: int
+) -> torch.Tensor:
+    """The module (of the compiled ``model``) output slot at the n machine positions, for
+    inputs (B, n)."""
+    tokens, _ = pcoc_language().model_inputs(model, list(inputs))
+    ids, lengths = module.encode(tokens)
     values = module.encode_values(list(inputs), lengths)
     out: torch.Tensor = module(ids, lengths, values)[:, 1:, output]
     return out
 
 
 def _evaluate(
-    module: TorchTransformer, task: NumericTask, tests: dict[float, np.ndarray], output: int
+    module: TorchTransformer,
+    model: Model,
+    task: NumericTask,
+    tests: dict[float, np.ndarray],
+    output: int,
 ) -> dict[str, Any]:
     """MSE/c² and the largest absolute error at every test scale c."""
     import torch
@@ -132,7 +109,7 @@ def _evaluate(
     out = {}
     with torch.no_grad():
         for scale, inputs in tests.items():
-            got = _forward(module, inputs, output).numpy()
+            got = _forward(module, model, inputs, output).numpy()
             err = got - task.target(inputs)
             out[str(scale)] = {
                 "mse_over_c2": float(np.mean(err**2) / scale**2),
@@ -172,9 +149,10 @@ def finetune(config: FinetuneConfig) -> dict[str, Any]:
         raise CraspError(f"optimizer must be one of {OPTIMIZERS}, not {config.optimizer!r}")
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
+    language = pcoc_language()
     program = task.pcoc_program()
     if config.bound is None:
-        bound = program.slot(program.inputs[0]).bound
+        bound = language.input_bounds(program)[program.inputs[0]]
         model = task.compiled_model(config.n, config.mode)
     else:
         bound = float(config.bound)
@@ -186,7 +164,7 @@ def finetune(config: FinetuneConfig) -> dict[str, Any]:
                 f"c = {largest / task.value_range:g})"
             )
         program = rebound_program(program, bound)
-        model = compile_program(program, config.n, mode=config.mode)
+        model = language.compile(program, n=config.n, mode=config.mode)
     if len(model.inputs) != 1:
         raise CraspError(f"task {config.task!r}: expected one numeric input channel")
     output = [o.name for o in model.outputs].index(task.output)
@@ -220,12 +198,12 @@ def finetune(config: FinetuneConfig) -> dict[str, Any]:
     if config.bound is not None:
         for c, inputs in tests.items():  # every slot within the new bound
             try:
-                interpret_batch(program, config.n, inputs, check_promises=True)
+                language.interpret(program, list(inputs), n=config.n, check_promises=True)
             except CraspError as err:
                 raise CraspError(
                     f"bound {bound:g} is too small for {config.task} at c = {c:g}: {err}"
                 ) from None
-    before = _evaluate(module, task, tests, output)
+    before = _evaluate(module, model, task, tests, output)
     if config.bound is not None and not _exact(before, tolerance):
         raise CraspError(
             f"the model of {config.task} compiled with bound {bound:g} is not exact on the "
@@ -243,12 +221,12 @@ def finetune(config: FinetuneConfig) -> dict[str, Any]:
             ]
         )
         target = torch.tensor(task.target(inputs))
-        loss = torch.mean((_forward(module, inputs, output) - target) ** 2)
+        loss = torch.mean((_forward(module, model, inputs, output) - target) ** 2)
         opt.zero_grad()
         loss.backward()  # type: ignore[no-untyped-call]
         opt.step()
         losses.append(float(loss.detach()))
-    after = _evaluate(module, task, tests, output)
+    after = _evaluate(module, model, task, tests, output)
     moved = _largest(
         [
             float((p.detach() - start_weights[n]).abs().max())

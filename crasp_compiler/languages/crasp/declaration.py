@@ -24,4 +24,17 @@ DECLARATION = Declaration(
         ),
     ),
     implementation="crasp_compiler.languages.crasp.language:CRASP",
+    input_help=(
+        'INPUT is a whitespace-separated token string, e.g. "( ( ) )"; without it, one input '
+        "per stdin line (blank and `//` lines skipped, a line holding only ε is the empty "
+        "string)."
+    ),
+    output_help=(
+        "Prints True or False per input: whether the acceptance output holds at the last position."
+    ),
+    mode_help=(
+        "heaviside: Heaviside units, exact at every length; layernorm: ReLU units and "
+        "layer-norm signs, exact at every length; relu: plain softmax/ReLU model, exact up "
+        "to --max-len."
+    ),
 )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -17,9 +17,9 @@ from crasp_compiler.display import value_table
 from crasp_compiler.errors import CraspError
 from crasp_compiler.languages.crasp.declaration import DECLARATION
 from crasp_compiler.languages.crasp.interpret import interpret, interpret_batch
-from crasp_compiler.languages.crasp.nodes import Program, Sort
+from crasp_compiler.languages.crasp.nodes import BoolRef, CountExpr, CountRef, Program, Sort, walk
 from crasp_compiler.languages.crasp.printer import format_expr
-from crasp_compiler.languages.crasp.program import parse_program, tokenize
+from crasp_compiler.languages.crasp.program import parse_program, require_alphabet, tokenize
 from crasp_compiler.languages.registry import Item, Language, Outputs, expect
 from crasp_compiler.model.model import Model
 
@@ -73,11 +73,10 @@ class Crasp(Language):
     suffixes = DECLARATION.suffixes
     modes = DECLARATION.modes
     options = DECLARATION.options
-    input_help = (
-        'INPUT is a whitespace-separated token string, e.g. "( ( ) )"; without it, one input '
-        "per stdin line (blank and `//` lines skipped, a line holding only ε is the empty "
-        "string)."
-    )
+    input_help = DECLARATION.input_help
+    output_help = DECLARATION.output_help
+    mode_help = DECLARATION.mode_help
+    compile_help = DECLARATION.compile_help
 
     def parse(self, text: str, filename: str, **options: Any) -> Program:
         alphabet = options.get("alphabet")
@@ -232,6 +231,58 @@ class Crasp(Language):
 
     def model_outputs(self, model: Model, inputs: Sequence[Any], decided: np.ndarray) -> np.ndarray:
         return decided
+
+    # ------------------------------------------------------------ what tools read
+
+    def definition_sorts(self, program: Program) -> dict[str, str]:
+        return {d.name: d.sort.value for d in program.definitions}
+
+    def definition_values(
+        self,
+        program: Program,
+        inputs: Sequence[Any],
+        overrides: Mapping[str, np.ndarray] | None = None,
+    ) -> dict[str, np.ndarray]:
+        """:func:`~crasp_compiler.languages.crasp.interpret.interpret_batch`: positions are
+        the empty prefix and every token."""
+        return interpret_batch(program, inputs, overrides)
+
+    def dependencies(self, program: Program) -> dict[str, set[str]]:
+        return {
+            d.name: {n.name for n in walk(d.expr) if isinstance(n, BoolRef | CountRef)}
+            for d in program.definitions
+        }
+
+    def theory(self, program: Program) -> dict[str, Any]:
+        """:func:`~crasp_compiler.languages.crasp.theory.reading` (the class is an upper
+        bound: the smallest class of the program's relations)."""
+        from crasp_compiler.languages.crasp.theory import reading
+
+        found = reading(program)
+        return {
+            "class": found.relation_class,
+            "ape": found.ape,
+            "nope": found.nope,
+            "text": list(found.lines),
+        }
+
+    def require_tokens(self, program: Program) -> Program:
+        return require_alphabet(program)
+
+    def count_forms(self, model: Model) -> set[str]:
+        """The count sub-expressions of the model's program (as the source writes them:
+        the labels of their dimensions) and the residual forms of its count definitions."""
+        program = self.model_program(model)
+        counts: set[str] = set()
+        count_definitions = set()
+        for definition in program.definitions if program is not None else ():
+            if definition.sort == Sort.COUNT:
+                count_definitions.add(definition.name)
+            counts |= {format_expr(n) for n in walk(definition.expr) if isinstance(n, CountExpr)}
+        for name, form in (model.info.get("definitions") or {}).items():
+            if name in count_definitions:
+                counts |= set(form)
+        return counts
 
 
 CRASP = Crasp()

@@ -35,4 +35,19 @@ DECLARATION = Declaration(
         ),
     ),
     implementation="crasp_compiler.languages.pcoc.language:PCOC",
+    input_help=(
+        'INPUT is one input vector written out ("3 1 4 1"), or a file of them (default: '
+        "stdin), one per line: n numbers per input slot."
+    ),
+    output_help=(
+        "Prints each output vector on one line (`slot: ` first when there are several "
+        "output slots)."
+    ),
+    mode_help=(
+        "hard: average-hard routing, exact; softmax: softmax routing within --tolerance of it."
+    ),
+    compile_help=(
+        "compiles for exactly --n machines: one layer per round (plus the MLP depth its local "
+        "computations need), one routing head per source pattern."
+    ),
 )

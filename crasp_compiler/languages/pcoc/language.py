@@ -100,10 +100,10 @@ class Pcoc(Language):
     suffixes = DECLARATION.suffixes
     modes = DECLARATION.modes
     options = DECLARATION.options
-    input_help = (
-        'INPUT is one input vector written out ("3 1 4 1"), or a file of them (default: '
-        "stdin), one per line: n numbers per input slot."
-    )
+    input_help = DECLARATION.input_help
+    output_help = DECLARATION.output_help
+    mode_help = DECLARATION.mode_help
+    compile_help = DECLARATION.compile_help
 
     def parse(self, text: str, filename: str, **options: Any) -> Program:
         return parse_program(text, filename)
@@ -203,12 +203,20 @@ class Pcoc(Language):
     # ------------------------------------------------------------ stages
 
     def interpret(self, program: Program, inputs: Sequence[Any], **options: Any) -> Outputs:
+        """``check_promises=True`` also refuses inputs that break a promise the compiled
+        models rely on (a value beyond its bound, a data comparison within its margin)."""
         n = options["n"]
         on_beyond = options.get("on_beyond", "error")
         if not inputs:
             values = {name: np.zeros((0, n)) for name in program.outputs}
         else:
-            trace = interpret_batch(program, n, np.stack(list(inputs)), on_beyond=on_beyond)
+            trace = interpret_batch(
+                program,
+                n,
+                np.stack(list(inputs)),
+                check_promises=options.get("check_promises", False),
+                on_beyond=on_beyond,
+            )
             values = {name: np.asarray(trace.outputs[name]) for name in program.outputs}
         return Outputs(values, [[str(i) for i in range(n)] for _ in inputs])
 
@@ -371,6 +379,31 @@ class Pcoc(Language):
 
     def position_labels(self, model: Model, item: Any) -> list[str]:
         return ["bos", *(str(i) for i in range(machines(model)))]
+
+    # ------------------------------------------------------------ what tools read
+
+    def input_bounds(self, program: Program) -> dict[str, float | None]:
+        return {name: program.slot(name).bound for name in program.inputs}
+
+    def rebound(self, program: Program, bound: float) -> Program:
+        """:func:`~crasp_compiler.languages.pcoc.rebound.rebound_program`: every number
+        literal equal to the one bound B the program declares (the slots' bounds, and the
+        defaults ±B that must dominate every value) becomes ``bound``."""
+        from crasp_compiler.languages.pcoc.rebound import rebound_program
+
+        return rebound_program(program, bound)
+
+    def routing_labels(self, model: Model) -> dict[tuple[int, int], str]:
+        from crasp_compiler.languages.pcoc.static import unroll
+
+        program = self.model_program(model)
+        if program is None:
+            return {}
+        return {
+            (number, q): f"send {send.slot} to {send.dest}"
+            for number, (rnd, _) in enumerate(unroll(program, int(model.info.get("n", 1))))
+            for q, send in enumerate(rnd.sends)
+        }
 
 
 def shape(model: Model) -> str:

@@ -20,4 +20,10 @@ DECLARATION = Declaration(
         ),
     ),
     implementation="tests.support.tally.language:TALLY",
+    input_help=(
+        'INPUT is a whitespace-separated token string, e.g. "yes no yes"; without it, one '
+        "input per stdin line (blank and # lines skipped, a line holding only ε is the "
+        "empty input)."
+    ),
+    output_help="Prints True or False per input: whether the accept rule holds at the input.",
 )

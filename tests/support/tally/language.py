@@ -39,11 +39,8 @@ class Tally(Language):
     suffixes = DECLARATION.suffixes
     modes = DECLARATION.modes
     options = DECLARATION.options
-    input_help = (
-        'INPUT is a whitespace-separated token string, e.g. "yes no yes"; without it, one '
-        "input per stdin line (blank and # lines skipped, a line holding only ε is the "
-        "empty input)."
-    )
+    input_help = DECLARATION.input_help
+    output_help = DECLARATION.output_help
 
     # ------------------------------------------------------------ programs
 
