@@ -86,19 +86,9 @@ def load_model(path: str | Path, *, check_source: bool = True) -> Model:
     path = Path(path)
     if not (path.is_dir() or path.name == "config.json"):
         return read_model(path, check_source=check_source)
-    from crasp_compiler.export.lens import load_lens_export, read_lens_config
+    from crasp_compiler.export import read_export
 
-    if read_lens_config(path) is not None:  # a TransformerLens export: safetensors, no torch
-        return load_lens_export(path)
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        raise CraspError(
-            "reading an export directory needs torch: pip install 'crasp-compiler[torch]'"
-        ) from None
-    from crasp_compiler.export.torch_files import load_export
-
-    return load_export(path)
+    return read_export(path)
 
 
 def run(

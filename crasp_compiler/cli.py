@@ -23,6 +23,7 @@ import click
 from crasp_compiler import api
 from crasp_compiler.console import need_torch, warnings_on_stderr
 from crasp_compiler.errors import CraspError
+from crasp_compiler.export import EXPORTERS
 from crasp_compiler.languages import (
     Declaration,
     Item,
@@ -710,11 +711,10 @@ def show_command(
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["safetensors", "torch", "lens"]),
-    default="safetensors",
+    type=click.Choice(list(EXPORTERS)),
+    default=next(iter(EXPORTERS)),
     show_default=True,
-    help="safetensors/torch: the torch module's weights; lens: TransformerLens names "
-    "and shapes (standard models only).",
+    help="; ".join(f"{name}: {exporter.help}" for name, exporter in EXPORTERS.items()) + ".",
 )
 @click.option(
     "-o", "--output", required=True, type=click.Path(file_okay=False), help="Output directory."
@@ -727,15 +727,10 @@ def show_command(
 def export_command(model_file: str, fmt: str, output: str, n_ctx: int | None) -> None:
     """Export a compiled MODEL to a directory: weights plus a JSON config."""
     model = api.load_model(model_file)
-    if fmt == "lens":
-        from crasp_compiler.export.lens import export_lens
-
-        export_lens(model, output, n_ctx)
-    else:
+    exporter = EXPORTERS[fmt]
+    if exporter.needs_torch:
         need_torch()
-        from crasp_compiler.export.torch_files import export_model
-
-        export_model(model, output, fmt)
+    exporter.write(model, output, n_ctx)
     click.echo(f"{output}: {fmt} export of {model_file}")
 
 

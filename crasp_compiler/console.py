@@ -23,11 +23,11 @@ def warnings_on_stderr(where: str | None = None) -> Iterator[None]:
         click.echo(f"{prefix}warning: {warning.message}", err=True)
 
 
-def need_torch() -> None:
-    """CraspError unless torch can be imported."""
+def need_torch(what: str = "this") -> None:
+    """CraspError unless torch can be imported (``what`` needs it)."""
     try:
         import torch  # noqa: F401
     except ImportError:
         raise CraspError(
-            "this needs torch: pip install 'crasp-compiler[torch]' (torch>=2.4)"
+            f"{what} needs torch: pip install 'crasp-compiler[torch]' (torch>=2.4)"
         ) from None
