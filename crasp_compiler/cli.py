@@ -355,8 +355,9 @@ def check_command(
     prog = language.load(file, **options)
     for warning in language.warnings(prog):
         click.echo(warning, err=True)
+    summary = language.summary(prog, **options)  # compiles it: ok only if compile would be
     click.echo(f"{file}: ok")
-    click.echo("\n".join(language.summary(prog, **options)))
+    click.echo("\n".join(summary))
 
 
 def _check_model(

@@ -267,6 +267,7 @@ def test_check_summary(dyck):
         "  definitions: 4 (2 Boolean, 2 count)\n"
         "  accept:      D\n"
         "  outputs:     D\n"
+        "  compiles:    2 layers (dependency bound 2), width 13\n"
         '  C_open   count  # "("\n'
         '  C_close  count  # ")"\n'
         "  V        bool   C_open < C_close\n"

@@ -330,6 +330,7 @@ def test_check_program_prints_summary():
     out = ok("check", DYCK).output
     assert f"{DYCK}: ok" in out
     assert "class:" in out and "definitions:" in out and "accept:      D" in out
+    assert "compiles:    2 layers (dependency bound 2), width 13" in out
     assert "runtimes" not in out
 
 

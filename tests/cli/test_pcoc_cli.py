@@ -316,9 +316,28 @@ def test_check_program_and_model():
     assert summary.startswith(f"{EXAMPLES / 'cumsum.pcoc'}: ok\n")
     assert "inputs:      x" in summary and "rounds:      2 for n = 4" in summary
     assert "class:" not in summary  # not parsed as C-RASP
+    assert "compiles:    for n = 4: 2 layers, width" in summary
+    unsized = ok("check", EXAMPLES / "cumsum.pcoc").stdout
+    assert "rounds:      2 for n = 4" in unsized
+    assert "compiles:    for n = 4 (--n checks another): 2 layers" in unsized
     pytest.importorskip("torch")
     checked = ok("check", model_file("cumsum"), "--samples", 30).stdout
     assert "runtimes: interpreter, numpy, torch" in checked and "all runtimes agree" in checked
+
+
+def test_check_program_refuses_what_compile_refuses(tmp_path):
+    """A program `crasp compile` refuses (here: a conditional on an input without a bound)
+    fails `crasp check` with the same error, and no `ok` is printed."""
+    program = tmp_path / "nobound.pcoc"
+    program.write_text(
+        "input x\noutput x\nround {\n  left = recv x from i - 1 default 0\n"
+        "  if left >= x margin 0.5 {\n    x = left\n  }\n}\n"
+    )
+    checked = invoke("check", program)
+    compiled = invoke("compile", program, "--n", 4, "-o", tmp_path / "m.npz")
+    assert checked.exit_code == compiled.exit_code == 1
+    assert "needs a bound on the values involved" in checked.stderr
+    assert checked.stderr == compiled.stderr and "ok" not in checked.stdout
 
 
 def test_trace_outputs_and_echo_on_pcoc_models_and_programs():

@@ -150,7 +150,13 @@ def _integer(lo: int, hi: int = 2**63 - 1) -> tuple[str, Callable[[object], bool
 
 
 def _number(v: object) -> TypeGuard[int | float]:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    """A finite JSON number (an integer beyond float's range is not one: it overflows)."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
 
 
 def _one_of(options: tuple[str, ...]) -> tuple[str, Callable[[object], bool]]:

@@ -105,11 +105,21 @@ class Crasp(Language):
             f"{sorts.count(Sort.COUNT)} count)",
             f"  accept:      {program.accept or '-'}",
             f"  outputs:     {', '.join(program.outputs)}",
+            f"  compiles:    {self._compiled(program)}",
             *(
                 f"  {d.name.ljust(width)}  {d.sort.value:<5}  {format_expr(d.expr)}"
                 for d in program.definitions
             ),
         ]
+
+    def _compiled(self, program: Program) -> str:
+        """What ``crasp compile`` makes of ``program`` (heaviside), after every check it
+        makes (a program it refuses raises here too)."""
+        from crasp_compiler.languages.crasp.compile import compile_program
+
+        model = compile_program(program)
+        bound = model.info.get("dependency_bound")
+        return f"{len(model.layers)} layers (dependency bound {bound}), width {model.width}"
 
     # ------------------------------------------------------------ inputs
 

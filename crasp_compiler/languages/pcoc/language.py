@@ -94,6 +94,10 @@ def machine_table(labels: Sequence[str], rows: Sequence[tuple[str, Sequence[Any]
     return "\n".join(line.rstrip() for line in lines)
 
 
+# The machines `crasp check` compiles a program for when it is given no --n.
+CHECK_MACHINES = 4
+
+
 class Pcoc(Language):
     name = DECLARATION.name
     title = DECLARATION.title
@@ -124,13 +128,19 @@ class Pcoc(Language):
             f"  slots:       {', '.join(slot_text(s.name) for s in program.slots)}",
         ]
         n = options.get("n")
-        if n is not None:
-            rounds = check_pcoc(program, n)
-            sends = sum(1 for rnd, _ in rounds if rnd.sends)
-            lines.append(
-                f"  rounds:      {len(rounds)} for n = {n}"
-                + (f" ({sends} with data-dependent sends)" if sends else "")
-            )
+        probe = n if n is not None else CHECK_MACHINES
+        rounds = check_pcoc(program, probe)
+        sends = sum(1 for rnd, _ in rounds if rnd.sends)
+        lines.append(
+            f"  rounds:      {len(rounds)} for n = {probe}"
+            + (f" ({sends} with data-dependent sends)" if sends else "")
+        )
+        model = compile_program(program, probe)  # every check `crasp compile` makes
+        lines.append(
+            f"  compiles:    for n = {probe}"
+            + (" (--n checks another)" if n is None else "")
+            + f": {len(model.layers)} layers, width {model.width}"
+        )
         return lines
 
     # ------------------------------------------------------------ inputs
