@@ -15,7 +15,9 @@ chomsky,value_generalization}.toml`` and by ``benchmarks/finetune_compiled.py``)
 - the stopping rule on D₂ (``early_stopping.toml``): stop at the first 100 % in
   distribution against the full budget, paired by seed;
 - Tomita 4, (aa)* and (abab)* with 10 seeds on one machine (``ten_seeds.toml``), in
-  the form of (a).
+  the form of (a);
+- the positional kernels of the C-RASP paper's Appendix G.2, made by
+  ``benchmarks/positional_kernels.py`` from its records (``positional_kernels/``).
 
 ``--verify N`` retrains N records drawn at random on this machine and prints, per score,
 whether the new value equals the record, falls within the range of its cell's recorded
@@ -37,6 +39,8 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib.util
 import math
 import re
 import sys
@@ -343,6 +347,17 @@ def finetune_table(records: list[dict]) -> str:
     return _rows(head, rows)
 
 
+@functools.cache
+def _kernels():
+    """``benchmarks/positional_kernels.py``, which makes the table of Appendix G.2."""
+    script = ROOT / "benchmarks" / "positional_kernels.py"
+    spec = importlib.util.spec_from_file_location("crasp_positional_kernels", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def tables() -> dict[str, str]:
     """Every table of the page by name, computed from the committed records."""
     crasp = collect(GRIDS / "length_generalization.toml", records_only=True)
@@ -376,6 +391,9 @@ def tables() -> dict[str, str]:
         "stopping": stopping_table(stopping),
         "ten": crasp_table(ten),
         "d": finetune_table(records),
+        "positional-kernels": _kernels().table(
+            _kernels().read_records(FINETUNE.parent / "positional_kernels")
+        ),
     }
 
 
