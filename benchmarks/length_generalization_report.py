@@ -12,7 +12,8 @@ chomsky,value_generalization}.toml`` and by ``benchmarks/finetune_compiled.py``)
 - (c) per numeric task and model: MSE per value scale, next to the positional-attention
   papers' released results;
 - (d) fine-tuning the compiled models: how many seeds stay exact;
-- the stopping rule on D₂ (``early_stopping.toml``): stop at the first 100 % in
+- the stopping rule on D₂, D₃ and D₄ (``early_stopping.toml``,
+  ``early_stopping_d3_d4.toml``): stop at the first 100 % in
   distribution against the full budget, paired by seed;
 - Tomita 4, (aa)* and (abab)* with 10 seeds on one machine (``ten_seeds.toml``), in
   the form of (a);
@@ -365,6 +366,7 @@ def tables() -> dict[str, str]:
     chomsky = collect(GRIDS / "chomsky.toml", records_only=True)
     value = collect(GRIDS / "value_generalization.toml", records_only=True)
     stopping = collect(GRIDS / "early_stopping.toml", records_only=True)
+    stopping34 = collect(GRIDS / "early_stopping_d3_d4.toml", records_only=True)
     ten = collect(GRIDS / "ten_seeds.toml", records_only=True)
     records = read_finetune_records(FINETUNE) if FINETUNE.exists() else []
     counts = {
@@ -376,6 +378,7 @@ def tables() -> dict[str, str]:
                 ("chomsky", chomsky),
                 ("value_generalization", value),
                 ("early_stopping", stopping),
+                ("early_stopping_d3_d4", stopping34),
                 ("ten_seeds", ten),
             ]
         )
@@ -389,6 +392,10 @@ def tables() -> dict[str, str]:
         "c": value_table(value),
         "c-ratio": ratio_table(value),
         "stopping": stopping_table(stopping),
+        "stopping-d3-d4": "\n\n".join(
+            f"**{name}**\n\n" + stopping_table([r for r in stopping34 if r["task"] == task])
+            for task, name in (("d3", "D₃"), ("d4", "D₄"))
+        ),
         "ten": crasp_table(ten),
         "d": finetune_table(records),
         "positional-kernels": _kernels().table(
@@ -419,6 +426,7 @@ VERIFIED_GRIDS = (
     "chomsky",
     "value_generalization",
     "early_stopping",
+    "early_stopping_d3_d4",
     "ten_seeds",
 )
 
@@ -473,7 +481,7 @@ def verify(count: int, seed: int, train: Callable[[dict, int], dict] | None = No
         config = record["config"]
         variant = config.get("numeric_kind") if record["kind"] == "numeric" else config.get("pe")
         name = f"{record['task']} {variant} seed {config['seed']}"
-        if grid == "early_stopping":
+        if grid.startswith("early_stopping"):
             name += " early stop" if record["config"]["early_stop"] else " full budget"
         for key, recorded in _scores(record).items():
             values = [_scores(p)[key] for p in peers]
