@@ -155,8 +155,8 @@ def _sub_expr(expr: Expr, env: dict[str, int]) -> Expr:
     match expr:
         case Static(inner):
             return Static(_sub_static(inner, env))
-        case Add(left, right):
-            return replace(expr, left=_sub_expr(left, env), right=_sub_expr(right, env))
+        case Add(left, right):  # keeps `exclusive`; no span, as the other rebuilt nodes
+            return replace(expr, left=_sub_expr(left, env), right=_sub_expr(right, env), span=None)
         case Sub(left, right):
             return Sub(_sub_expr(left, env), _sub_expr(right, env))
         case Scale(factor, arg):
@@ -572,7 +572,7 @@ def destination_probe(program: Program, n: int) -> Probe | None:
             sender = _Sender(send, n, f"{PREFIX}{number}_{q}_probe_", None)
             sender.probe(receives, body)
             slots.extend(sender.slots.values())
-        rounds.append(Round(tuple(receives), tuple(body), rnd.span))
+        rounds.append(Round(tuple(receives), tuple(body), span=rnd.span))
         probe = _rebuilt(program, slots, rounds)
         return Probe(probe, replace(probe, rounds=tuple(rounds[:-1])), rnd.sends[0])
     return None
@@ -608,7 +608,7 @@ def lower_sends(program: Program, n: int) -> Program:
             if index == len(steps) - 1:
                 receives = [*receives, *base.receives]
                 body = [*body, *base.body]
-            rounds.append(Round(tuple(receives), tuple(body), rnd.span))
+            rounds.append(Round(tuple(receives), tuple(body), span=rnd.span))
     return _rebuilt(program, slots, rounds)
 
 

@@ -10,7 +10,7 @@
   factor of ``*``, a data comparison without a margin, duplicate or reserved names,
   statements outside a round, ...).
 - Every IR node built here knows its source span
-  (:func:`~crasp_compiler.languages.pcoc.nodes.span_of`).
+  (its ``span``).
 
 Closed static expressions are folded with :mod:`crasp_compiler.languages.pcoc.static`, the
 evaluator of static expressions for a given ``n`` (so the messages agree).
@@ -22,7 +22,7 @@ import difflib
 import math
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from crasp_compiler.errors import Diagnostics, Invalid, Span, shown_int
 from crasp_compiler.languages.pcoc.nodes import (
@@ -52,9 +52,7 @@ from crasp_compiler.languages.pcoc.nodes import (
     Stmt,
     Sub,
     SVar,
-    span_of,
 )
-from crasp_compiler.languages.pcoc.nodes import spanned as _spanned
 from crasp_compiler.languages.pcoc.static import MAX_EXACT_INT, StaticFailure, static_value
 from crasp_compiler.model.model import MAX_SEND_CAPACITY
 from crasp_compiler.syntax import Token, Tree
@@ -343,7 +341,7 @@ class _Elaborator:
                 continue
         if not fresh:
             return
-        self.slots[name] = Slot(name, bound, init, _span(name_tok))
+        self.slots[name] = Slot(name, bound, init, span=_span(name_tok))
         if kind == "input":
             self.inputs.append(name)
 
@@ -390,7 +388,7 @@ class _Elaborator:
             if machine is not None:
                 self.error(
                     "a loop bound cannot depend on the machine index `i`",
-                    span_of(machine) or _span(bound_t),
+                    machine.span or _span(bound_t),
                     "every machine runs the same rounds; choose per machine with "
                     "`if` on `i` inside a round",
                 )
@@ -413,7 +411,7 @@ class _Elaborator:
         if not ok or len(bounds) != 2:
             return None
         header = _join(_span(for_tok), _span(stop_t))
-        return For(var, bounds[0], bounds[1], tuple(rounds), header)
+        return For(var, bounds[0], bounds[1], tuple(rounds), span=header)
 
     def round(self, item: Tree[Token], scope: _Scope) -> Round:
         round_tok, body = item.children
@@ -462,7 +460,7 @@ class _Elaborator:
                 stmt = self.statement(child, inner, "a round")
                 if stmt is not None:
                     statements.append(stmt)
-        return Round(tuple(receives), tuple(statements), _span(round_tok), tuple(sends))
+        return Round(tuple(receives), tuple(statements), tuple(sends), span=_span(round_tok))
 
     def _target_ok(self, target_tok: Token, scope: _Scope, word: str) -> bool:
         """Whether the name a `recv` / `send` defines is a new round-local name (reports
@@ -530,7 +528,7 @@ class _Elaborator:
         if not ok:
             return None
         targets = tuple(str(tok) for tok in target_toks)
-        return Send(targets, str(slot_tok), dest, default, _span(item))
+        return Send(targets, str(slot_tok), dest, default, span=_span(item))
 
     def receive(self, item: Tree[Token], scope: _Scope) -> Receive | None:
         target_tok, slot_tok, source_t, default_t = item.children
@@ -571,7 +569,7 @@ class _Elaborator:
             state.defined.add(target)
         if not ok:
             return None
-        return Receive(target, slot, source, default, _span(item))
+        return Receive(target, slot, source, default, span=_span(item))
 
     # ------------------------------------------------------------ statements
 
@@ -626,7 +624,7 @@ class _Elaborator:
             state.defined.add(target)
         if not ok:
             return None
-        return Assign(target, expr, _span(item))
+        return Assign(target, expr, span=_span(item))
 
     def if_stmt(self, item: Tree[Token], scope: _Scope) -> If | None:
         if_tok, cond_t, then_t, *rest = item.children
@@ -655,7 +653,7 @@ class _Elaborator:
         state.defined = then_defined & state.defined
         if not ok or then is None or otherwise is None:
             return None
-        return If(cond, then, otherwise, _join(_span(if_tok), _span(cond_t)))
+        return If(cond, then, otherwise, span=_join(_span(if_tok), _span(cond_t)))
 
     def block(self, body: Tree[Token], scope: _Scope) -> tuple[Stmt, ...] | None:
         out: list[Stmt] = []
@@ -709,11 +707,11 @@ class _Elaborator:
             if abs(value) > MAX_EXACT_INT:
                 raise self.error(
                     f"the integer {shown_int(value)} is too large to be exact as a number",
-                    span_of(expr) or _span(where),
+                    expr.span or _span(where),
                     "numbers are float64: integers up to 2**53 are exact",
                 )
-            return _spanned(Num(float(value)), span_of(expr))
-        return _spanned(Static(expr), span_of(expr))
+            return Num(float(value), span=expr.span)
+        return Static(expr, span=expr.span)
 
     def _fold(self, expr: StaticExpr) -> int:
         """The value of a closed static expression (the checker's evaluator, so the
@@ -721,7 +719,7 @@ class _Elaborator:
         try:
             value: int = static_value(expr, {})  # closed: one int, not one per machine
         except StaticFailure as failure:
-            raise self.error(failure.message, failure.span or span_of(expr)) from None
+            raise self.error(failure.message, failure.span or expr.span) from None
         return value
 
     # ------------------------------------------------------------ expressions
@@ -730,7 +728,7 @@ class _Elaborator:
         tree = _tree(child)
         method: Callable[[Tree[Token], _Scope], _Built] = getattr(self, "e_" + tree.data)
         node = method(tree, scope)
-        return _spanned(node, span_of(node) or _span(tree))
+        return node if node.span is not None else replace(node, span=_span(tree))
 
     def _operands(self, trees: Iterable[_Child], scope: _Scope) -> list[_Built]:
         """Build every operand, so the errors in all of them are reported."""
@@ -766,9 +764,9 @@ class _Elaborator:
             return SVar(name)
         state = scope.round
         if state is not None and name in state.defined:
-            return Read(name, span)
+            return Read(name, span=span)
         if name in self.slots or (state is None and name in self.declared):
-            return Read(name, span)
+            return Read(name, span=span)
         if state is not None and name in state.maybe:
             raise self.error(
                 f"{name!r} is not assigned on every path to this point",
@@ -813,7 +811,7 @@ class _Elaborator:
         if isinstance(arg, SNum):
             return SNum(-arg.value)
         if isinstance(arg, STATIC_TYPES):
-            return SBin("-", _spanned(SNum(0), span_of(arg)), arg)
+            return SBin("-", SNum(0, span=arg.span), arg)
         if isinstance(arg, Num):
             return Num(-arg.value)
         return Scale(-1.0, arg)
@@ -845,7 +843,7 @@ class _Elaborator:
         if varying:
             raise self.error(
                 "the factor of `*` must be a constant number",
-                span_of(varying[0]) or tree,
+                varying[0].span or tree,
                 "a data value can be multiplied only by a number known without i, r, n or "
                 "loop variables (the local computation is piecewise linear)",
             )
@@ -954,9 +952,9 @@ class _Elaborator:
         ):
             # A static choice: t·a + (1 − t)·b with t = (cond != 0) in {0, 1}.
             span = _span(tree)
-            truth = cond if _is_boolean(cond) else _spanned(SBin("!=", cond, SNum(0)), span)
-            keep = _spanned(SBin("*", truth, then), span)
-            other = _spanned(SBin("*", SBin("-", SNum(1), truth), otherwise), span)
+            truth = cond if _is_boolean(cond) else SBin("!=", cond, SNum(0), span=span)
+            keep = SBin("*", truth, then, span=span)
+            other = SBin("*", SBin("-", SNum(1), truth), otherwise, span=span)
             return SBin("+", keep, other)
         return IfExpr(cond, self._to_data(then, then_t), self._to_data(otherwise, else_t))
 
@@ -984,12 +982,12 @@ class _Elaborator:
             if len(statics) == len(args):
                 node = statics[0]
                 for static in statics[1:]:
-                    node = _spanned(SCall(fn, (node, static)), span)
+                    node = SCall(fn, (node, static), span=span)
                 return node
             data = [self._to_data(a, t) for a, t in zip(args, arg_ts, strict=True)]
             expr = data[0]
             for arg in data[1:]:
-                expr = _spanned(Call(fn, (expr, arg)), span)
+                expr = Call(fn, (expr, arg), span=span)
             return expr
         if fn in STATIC_FUNCTIONS:
             if not isinstance(args[0], STATIC_TYPES):
@@ -1014,8 +1012,8 @@ class _Elaborator:
                 "clamp",
                 (
                     self._to_data(args[0], arg_ts[0]),
-                    _spanned(Num(lo), _span(arg_ts[1])),
-                    _spanned(Num(hi), _span(arg_ts[2])),
+                    Num(lo, span=_span(arg_ts[1])),
+                    Num(hi, span=_span(arg_ts[2])),
                 ),
             )
         return Call(fn, (self._to_data(args[0], arg_ts[0]),))

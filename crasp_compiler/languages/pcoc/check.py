@@ -29,7 +29,6 @@ from crasp_compiler.languages.pcoc.nodes import (
     StaticExpr,
     Stmt,
     Sub,
-    span_of,
 )
 from crasp_compiler.languages.pcoc.static import (
     MAX_EXACT_INT,
@@ -159,7 +158,7 @@ def check_pcoc(program: Program, n: int) -> list[tuple[Round, dict[str, int]]]:
                         "the static value is too large to be exact as a number (> 2**53)",
                         int(np.argmax(big)) if isinstance(value, np.ndarray) else None,
                     )
-                    too_big.span = span_of(expr)
+                    too_big.span = expr.span
                     errors.add(too_big, round_env, fallback)
     except UnrollLimit as limit:
         errors.error(limit.message, limit.span, limit.hint)

@@ -39,7 +39,6 @@ from crasp_compiler.languages.pcoc.nodes import (
     StaticExpr,
     Stmt,
     Sub,
-    span_of,
 )
 from crasp_compiler.languages.pcoc.static import (
     StaticFailure,
@@ -150,7 +149,7 @@ class _Machine:
                     return np.maximum(values[0], 0.0)
                 if fn == "clamp":
                     return np.minimum(np.maximum(values[0], values[1]), values[2])
-                raise self.fail(f"unknown function {fn!r}", span_of(expr))  # pragma: no cover
+                raise self.fail(f"unknown function {fn!r}", expr.span)  # pragma: no cover
             case Compare():
                 return self.compare(expr, mem, temps, active).astype(np.float64)
             case IfExpr(cond, then, otherwise):
@@ -216,7 +215,7 @@ class _Machine:
         if np.any(bad):
             raise self.fail(
                 f"more than one selection of an exclusive sum is taken (for {self.where(bad)})",
-                span_of(expr),
+                expr.span,
             )
 
     def check_margin(self, expr: Compare, diff: np.ndarray, active: np.ndarray) -> None:
@@ -233,7 +232,7 @@ class _Machine:
             raise self.fail(
                 f"margin violated: left − right = {float(diff[at])!r} lies in {zone}"
                 f" (for {self.where(bad)})",
-                span_of(expr),
+                expr.span,
             )
 
     # ------------------------------------------------------------ statements

@@ -108,7 +108,6 @@ from crasp_compiler.languages.pcoc.nodes import (
     StaticExpr,
     Stmt,
     Sub,
-    span_of,
 )
 from crasp_compiler.languages.pcoc.rounding import (
     BITS,
@@ -221,7 +220,7 @@ def unresolved(comparison: Comparison, program: Program, dtype: str) -> Unresolv
             f"it within {comparison.threshold:g}"
         )
         hint = f"declare `margin {_round_up(need)}` or more, or tighter bounds on the values"
-    span = span_of(node) or comparison.span
+    span = node.span or comparison.span
     return Unresolved(comparison, Diagnostic(message, span, hint), program)
 
 
@@ -733,7 +732,7 @@ class _Lowerer:
         match node:
             case Num(value):
                 return self.uniform(value)
-            case Read(name, span):
+            case Read(name, span=span):
                 return self.read(name, scope, span)
             case Static(expr):
                 return self.constant(self.static(expr, env))

@@ -31,29 +31,35 @@ a data comparison ``a > b margin m`` is exact when ``a − b`` is never in ``(0,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from crasp_compiler.errors import Span
 
-_N = TypeVar("_N")
+
+@dataclass(frozen=True)
+class Node:
+    """The base of every IR node (not :class:`Program`): ``span``, where the node is in
+    the source (None for nodes the compiler makes), takes no part in equality."""
+
+    span: Span | None = field(default=None, compare=False, repr=False, kw_only=True)
+
 
 # ------------------------------------------------------------------ static expressions
 
 
 @dataclass(frozen=True)
-class SNum:
+class SNum(Node):
     value: int
 
 
 @dataclass(frozen=True)
-class SVar:
+class SVar(Node):
     """``i``, ``r``, ``n`` or a loop variable."""
 
     name: str
 
 
 @dataclass(frozen=True)
-class SBin:
+class SBin(Node):
     """``+ - * // % **`` and comparisons ``< <= > >= == !=`` (giving 0/1), ``and``/``or``."""
 
     op: str
@@ -62,12 +68,12 @@ class SBin:
 
 
 @dataclass(frozen=True)
-class SNot:
+class SNot(Node):
     arg: StaticExpr
 
 
 @dataclass(frozen=True)
-class SCall:
+class SCall(Node):
     """``log2(x)`` (x a power of two) or ``ceil_log2(x)``, ``min``/``max`` of two."""
 
     fn: str
@@ -82,27 +88,26 @@ STATIC_TYPES = (SNum, SVar, SBin, SNot, SCall)
 
 
 @dataclass(frozen=True)
-class Num:
+class Num(Node):
     value: float
 
 
 @dataclass(frozen=True)
-class Read:
+class Read(Node):
     """A slot, a round-local temporary or a received value."""
 
     name: str
-    span: Span | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
-class Static:
+class Static(Node):
     """A static expression used as data: a per-machine constant (e.g. ``i``)."""
 
     expr: StaticExpr
 
 
 @dataclass(frozen=True)
-class Add:
+class Add(Node):
     """``left + right``. ``exclusive`` (set by the compiler's own lowerings, never by the
     parser): of the data selections ``if c then … else …`` among the terms of this chain
     of ``+``, at most one condition holds on any machine (a compaction slot,
@@ -115,13 +120,13 @@ class Add:
 
 
 @dataclass(frozen=True)
-class Sub:
+class Sub(Node):
     left: Expr
     right: Expr
 
 
 @dataclass(frozen=True)
-class Scale:
+class Scale(Node):
     """Multiplication by a constant ``factor``."""
 
     factor: float
@@ -129,7 +134,7 @@ class Scale:
 
 
 @dataclass(frozen=True)
-class Call:
+class Call(Node):
     """``min(a, b)``, ``max(a, b)``, ``abs(a)``, ``relu(a)``, ``clamp(a, lo, hi)``
     (lo, hi constants)."""
 
@@ -138,7 +143,7 @@ class Call:
 
 
 @dataclass(frozen=True)
-class Compare:
+class Compare(Node):
     """``left op right`` as 1.0/0.0; ``margin`` as in the module docstring."""
 
     op: str
@@ -148,7 +153,7 @@ class Compare:
 
 
 @dataclass(frozen=True)
-class IfExpr:
+class IfExpr(Node):
     """``then if cond else otherwise``; ``cond`` is a :class:`Compare` (data) or a static
     expression (per machine, per round)."""
 
@@ -163,39 +168,36 @@ Expr = Num | Read | Static | Add | Sub | Scale | Call | Compare | IfExpr
 
 
 @dataclass(frozen=True)
-class Assign:
+class Assign(Node):
     target: str
     expr: Expr
-    span: Span | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
-class If:
+class If(Node):
     """``if cond { then } else { otherwise }``: a static condition selects per machine and
     round; a data condition (:class:`Compare`) selects per assigned name."""
 
     cond: Compare | StaticExpr
     then: tuple[Stmt, ...]
     otherwise: tuple[Stmt, ...]
-    span: Span | None = field(default=None, compare=False)
 
 
 Stmt = Assign | If
 
 
 @dataclass(frozen=True)
-class Receive:
+class Receive(Node):
     """``target = recv slot from source default value``."""
 
     target: str
     slot: str
     source: StaticExpr
     default: float
-    span: Span | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
-class Send:
+class Send(Node):
     """``t₁, …, t_c = send slot to dest default value``: every machine i sends ``slot``
     to machine ``dest`` (a slot holding an integer); on machine j, ``t_k`` is the value
     sent by the k-th lowest-numbered machine that sends to j, or ``default`` when fewer
@@ -210,7 +212,6 @@ class Send:
     slot: str
     dest: str
     default: float
-    span: Span | None = field(default=None, compare=False)
 
     @property
     def capacity(self) -> int:
@@ -223,15 +224,14 @@ class Send:
 
 
 @dataclass(frozen=True)
-class Round:
+class Round(Node):
     receives: tuple[Receive, ...]
     body: tuple[Stmt, ...]
-    span: Span | None = field(default=None, compare=False)
     sends: tuple[Send, ...] = ()
 
 
 @dataclass(frozen=True)
-class For:
+class For(Node):
     """``for var in start .. stop { rounds }``: ``stop`` exclusive, unrolled at compile
     time."""
 
@@ -239,11 +239,10 @@ class For:
     start: StaticExpr
     stop: StaticExpr
     body: tuple[Round | For, ...]
-    span: Span | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
-class Slot:
+class Slot(Node):
     """A memory slot: ``init`` (0 unless an input), ``bound`` on ``|value|`` or None.
 
     The compiler relies on the bound of an input slot (the runtimes check the inputs);
@@ -255,7 +254,6 @@ class Slot:
     name: str
     bound: float | None = None
     init: float = 0.0
-    span: Span | None = field(default=None, compare=False)
     made: bool = False
     carries: str | None = None
 
@@ -281,21 +279,7 @@ class Program:
 
 # ------------------------------------------------------------------ source spans
 
-_SPAN_ATTR = "_pcoc_span"
 
-
-def span_of(node: object) -> Span | None:
-    """Where ``node`` (any IR node built by the parser) is in the source: its ``span``
-    field, or the hidden attribute :func:`spanned` gave it (which takes no part in
-    equality)."""
-    span = getattr(node, "span", None)
-    if isinstance(span, Span):
-        return span
-    return getattr(node, "__dict__", {}).get(_SPAN_ATTR)
-
-
-def spanned(node: _N, span: Span | None) -> _N:
-    """``node``, with ``span`` as its source span unless it has a ``span`` field set."""
-    if span is not None and not isinstance(getattr(node, "span", None), Span):
-        object.__setattr__(node, _SPAN_ATTR, span)
-    return node
+def span_of(node: Node) -> Span | None:
+    """Where ``node`` is in the source (its ``span``; None for nodes the compiler makes)."""
+    return node.span

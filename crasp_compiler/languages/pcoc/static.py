@@ -35,7 +35,6 @@ from crasp_compiler.languages.pcoc.nodes import (
     SNum,
     StaticExpr,
     SVar,
-    span_of,
 )
 
 # Largest static power computed (in bits): 2**4096 and beyond are refused, not computed.
@@ -107,7 +106,7 @@ def static_value(expr: StaticExpr, env: Env, machines: np.ndarray | None = None)
         return _static(expr, env, machines)
     except StaticFailure as failure:
         if failure.span is None:
-            failure.span = span_of(expr)
+            failure.span = expr.span
         raise
 
 
