@@ -92,8 +92,29 @@ class Item:
     where: str
 
 
+# The members a :class:`Declaration` holds and its :class:`Language` shares.
+DECLARED = (
+    "name",
+    "title",
+    "suffixes",
+    "modes",
+    "options",
+    "input_help",
+    "output_help",
+    "mode_help",
+    "compile_help",
+)
+
+
 class Language(ABC):
-    """A source language, as the rest of the package sees it (see the module doc)."""
+    """A source language, as the rest of the package sees it (see the module doc).
+    ``class L(Language, declared=DECLARATION)`` takes the :data:`DECLARED` members from
+    the language's :class:`Declaration`."""
+
+    def __init_subclass__(cls, declared: Declaration | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for member in DECLARED if declared is not None else ():
+            setattr(cls, member, getattr(declared, member))
 
     name: str  # short, lower case: the ``language=`` argument ("crasp", "pcoc")
     title: str  # as people write it ("C-RASP", "PCOC"); also ``Model.provenance.language``
@@ -354,17 +375,7 @@ class Declaration:
     @classmethod
     def of(cls, language: Language) -> Declaration:
         """The declaration of a :class:`Language` object registered as it is."""
-        return cls(
-            language.name,
-            language.title,
-            language.suffixes,
-            language.modes,
-            language.options,
-            input_help=language.input_help,
-            output_help=language.output_help,
-            mode_help=language.mode_help,
-            compile_help=language.compile_help,
-        )
+        return cls(**{member: getattr(language, member) for member in DECLARED})
 
 
 _DECLARED: dict[str, Declaration] = {}

@@ -67,17 +67,7 @@ def _typed(sort: Sort, values: np.ndarray) -> np.ndarray:
     return values
 
 
-class Crasp(Language):
-    name = DECLARATION.name
-    title = DECLARATION.title
-    suffixes = DECLARATION.suffixes
-    modes = DECLARATION.modes
-    options = DECLARATION.options
-    input_help = DECLARATION.input_help
-    output_help = DECLARATION.output_help
-    mode_help = DECLARATION.mode_help
-    compile_help = DECLARATION.compile_help
-
+class Crasp(Language, declared=DECLARATION):
     def parse(self, text: str, filename: str, **options: Any) -> Program:
         alphabet = options.get("alphabet")
         if isinstance(alphabet, str):

@@ -98,17 +98,7 @@ def machine_table(labels: Sequence[str], rows: Sequence[tuple[str, Sequence[Any]
 CHECK_MACHINES = 4
 
 
-class Pcoc(Language):
-    name = DECLARATION.name
-    title = DECLARATION.title
-    suffixes = DECLARATION.suffixes
-    modes = DECLARATION.modes
-    options = DECLARATION.options
-    input_help = DECLARATION.input_help
-    output_help = DECLARATION.output_help
-    mode_help = DECLARATION.mode_help
-    compile_help = DECLARATION.compile_help
-
+class Pcoc(Language, declared=DECLARATION):
     def parse(self, text: str, filename: str, **options: Any) -> Program:
         return parse_program(text, filename)
 

@@ -33,15 +33,7 @@ def _tokens(text: str, symbols: Sequence[str]) -> list[str]:
     return [] if tokens == [EMPTY] and EMPTY not in symbols else tokens
 
 
-class Tally(Language):
-    name = DECLARATION.name
-    title = DECLARATION.title
-    suffixes = DECLARATION.suffixes
-    modes = DECLARATION.modes
-    options = DECLARATION.options
-    input_help = DECLARATION.input_help
-    output_help = DECLARATION.output_help
-
+class Tally(Language, declared=DECLARATION):
     # ------------------------------------------------------------ programs
 
     def parse(self, text: str, filename: str, **options: Any) -> Program:
