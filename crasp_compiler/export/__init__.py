@@ -95,13 +95,9 @@ def read_export(path: str | Path) -> Model:
     """The model of an export directory (or its ``config.json``): the first format whose
     reader recognises it (those that need no torch first; the torch files' reader, which
     refuses what it does not recognise, last)."""
-    readers = sorted(EXPORTERS.values(), key=lambda exporter: exporter.needs_torch)
-    seen: set[Callable[[str | Path], Model | None]] = set()
-    for exporter in readers:
-        if exporter.read in seen:
-            continue
-        seen.add(exporter.read)
-        model = exporter.read(path)
+    by_torch = sorted(EXPORTERS.values(), key=lambda exporter: exporter.needs_torch)
+    for read in dict.fromkeys(exporter.read for exporter in by_torch):  # each reader once
+        model = read(path)
         if model is not None:
             return model
     raise AssertionError("unreachable: the torch files' reader refuses what it cannot read")
