@@ -1,7 +1,7 @@
 """Tokens per second of the numpy executor and the torch module on the example models.
 
 For each example (heaviside mode), runtime (numpy; torch on CPU; torch on CUDA when
-present), length n ∈ ``--lengths`` and batch size B ∈ ``--batches``: random inputs of
+present; ``--runtimes`` picks some), length n ∈ ``--lengths`` and batch size B ∈ ``--batches``: random inputs of
 exactly n tokens, one warm-up run, then the median wall time of ``--repeats`` runs of the
 whole forward pass (including embedding and decision rules), reported as B·n / time.
 A configuration whose time, extrapolated from the previous length (quadratically, as
@@ -85,6 +85,7 @@ def runner(kind: str, model, words, dtype: str):
 
 def measure(args) -> dict:
     kinds = ["numpy", "torch-cpu"] + (["torch-cuda"] if torch.cuda.is_available() else [])
+    kinds = [kind for kind in kinds if not args.runtimes or kind in args.runtimes]
     rows = []
     names = args.examples or example_names()
     for name in names:
@@ -414,6 +415,12 @@ def main() -> None:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--runtimes",
+        nargs="*",
+        choices=["numpy", "torch-cpu", "torch-cuda"],
+        help="Only these runtimes (default: every one present).",
+    )
     parser.add_argument("--max-seconds", type=float, default=20.0)
     parser.add_argument(
         "--floor",
