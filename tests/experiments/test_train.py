@@ -587,3 +587,15 @@ def test_a_field_added_later_keeps_earlier_run_keys():
     key = loop.train_key(config)
     assert "select" not in key  # at its default: the key runs had before it existed
     assert loop.train_key(replace(config, select="best"))["select"] == "best"
+
+
+def test_provenance_outside_a_checkout_takes_the_senders_commit(monkeypatch, tmp_path):
+    """A tree copied without its .git (sent to a GPU machine) has no commit of its own;
+    the sender's CRASP_SOURCE_COMMIT is recorded, with 'modified' unknown."""
+    from crasp_compiler.experiments.train import provenance
+
+    monkeypatch.setattr(provenance, "PACKAGE", tmp_path)  # not a git checkout
+    monkeypatch.delenv("CRASP_SOURCE_COMMIT", raising=False)
+    assert provenance.code_revision() == {"commit": None, "modified": None}
+    monkeypatch.setenv("CRASP_SOURCE_COMMIT", "a" * 40)
+    assert provenance.code_revision() == {"commit": "a" * 40, "modified": None}

@@ -11,6 +11,7 @@ Nothing names a machine's folders.
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -36,7 +37,9 @@ def cpu_model() -> str:
 
 def code_revision() -> dict[str, Any]:
     """The commit of the git checkout the package was imported from and whether the
-    package differs from it (None for both outside a checkout or without git)."""
+    package differs from it (None for both outside a checkout or without git). A copy of
+    a checkout without its ``.git`` (a machine the tree was sent to) takes the commit
+    from ``CRASP_SOURCE_COMMIT`` where the sender sets it, ``modified`` then unknown."""
 
     def git(*args: str) -> str | None:
         try:
@@ -54,7 +57,7 @@ def code_revision() -> dict[str, Any]:
 
     commit = git("rev-parse", "HEAD")
     if not commit:
-        return {"commit": None, "modified": None}
+        return {"commit": os.environ.get("CRASP_SOURCE_COMMIT") or None, "modified": None}
     status = git("status", "--porcelain", "--", ".")
     return {"commit": commit, "modified": None if status is None else bool(status)}
 
