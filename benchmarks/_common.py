@@ -69,6 +69,8 @@ def revision() -> dict:
     import crasp_compiler
 
     package = Path(crasp_compiler.__file__).resolve()
+    if sent := os.environ.get("CRASP_SOURCE_COMMIT"):  # a tree sent to a GPU machine
+        return {"commit": sent, "sent_tree": True, "crasp_compiler_file": "sent tree"}
     return {
         "commit": git("rev-parse", "HEAD") or None,
         "compiler_modified": bool(git("status", "--porcelain", "--", "crasp_compiler")),

@@ -7,7 +7,8 @@
 #   4. a sweep on the GPU (benchmarks/grids/chomsky_rest.toml, device "auto" = CUDA) for
 #      SWEEP_SECONDS, then interrupted (Ctrl-C): finished runs keep their records, and the
 #      same command resumes the rest anywhere.
-# Usage: benchmarks/gpu_session.sh OUTDIR [SWEEP_SECONDS [WORKERS]]
+# Usage: CRASP_SOURCE_COMMIT=<the commit sent> benchmarks/gpu_session.sh OUTDIR [SWEEP_SECONDS [WORKERS]]
+# (the machine's copy of the tree may carry a stale .git: records name the commit given)
 # OUTDIR receives gpu_tests.xml, throughput_cuda.json and chomsky_rest.tgz (the records).
 set -u
 OUT=${1:?usage: benchmarks/gpu_session.sh OUTDIR [SWEEP_SECONDS [WORKERS]]}

@@ -87,7 +87,7 @@ def _parse_scales(
     return tuple(scales)
 
 
-_SEQUENCE_ONLY = ("pe", "bins", "train_max")
+_SEQUENCE_ONLY = ("pe", "bins", "train_max", "model")
 _NUMERIC_ONLY = ("numeric_kind", "numeric_sampling", "n", "scales")
 
 
@@ -220,6 +220,14 @@ _PROGRAM_ONLY = ("alphabet", "lengths", "generator")  # C-RASP programs only
     "best in-distribution score (the C-RASP paper's rule).",
 )
 @click.option(
+    "--model",
+    type=click.Choice(["transformer", "token_mlp"]),
+    default="transformer",
+    show_default=True,
+    help="Sequence tasks: the transformer, or the C-RASP paper's random baseline token_mlp "
+    "(a two-layer MLP over the current token's embedding: no attention, no positions).",
+)
+@click.option(
     "--device", default="auto", show_default=True, help="Torch device; auto: CUDA if available."
 )
 @click.option(
@@ -320,6 +328,8 @@ def train_command(ctx: click.Context, /, task: str | None, **options: Any) -> No
     from crasp_compiler.experiments.train.loop import train
     from crasp_compiler.experiments.train.models import PES
 
+    if options["model"] != "transformer" and not _given(ctx, "pe"):
+        options["pe"] = "nope"  # the baseline reads no positions
     if not numeric and options["pe"] not in PES:
         raise CraspError(
             [Diagnostic(f"unknown positional encoding {options['pe']!r}", hint=", ".join(PES))]
@@ -386,6 +396,8 @@ def _train_config(task: Task, options: dict[str, Any]) -> TrainConfig:
 
     numeric = isinstance(task, NumericTask)
     variant = options["numeric_kind"] if numeric else options["pe"]
+    if options["model"] != "transformer":
+        variant = options["model"]
     out = options["out"] or str(Path("runs") / f"{task.name}-{variant}-seed{options['seed']}")
     train_max = options["train_max"]
     if train_max is None and options["bins"] and isinstance(task, SequenceTask):
@@ -409,6 +421,7 @@ def _train_config(task: Task, options: dict[str, Any]) -> TrainConfig:
         eval_every=options["eval_every"],
         early_stop=not options["no_early_stop"],
         select=options["select"],
+        model=options["model"],
         device=options["device"],
         out_dir=out,
         numeric_kind=options["numeric_kind"],

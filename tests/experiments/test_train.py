@@ -25,6 +25,7 @@ import torch
 
 from crasp_compiler.errors import CraspError
 from crasp_compiler.experiments.tasks.base import Example, NumericTask, SequenceTask
+from crasp_compiler.experiments.tasks.registry import get_task
 from crasp_compiler.experiments.train import (
     NumericModel,
     NumericModelConfig,
@@ -213,6 +214,31 @@ def test_sinusoid_values_and_nope_positions():
     assert small_model("nope").sample_positions(torch.tensor([3]), 3) is None
     assert small_model("nope").pos_table is None and small_model("sin").pos_table is None
     assert small_model("random", random_base="learned").pos_table.num_embeddings == 40
+
+
+def test_token_mlp_baseline_reads_the_current_token_only():
+    """The C-RASP paper's random baseline: the logits at position i are a function of
+    token i alone (same token, same logits, wherever it stands and whatever surrounds it),
+    and it trains no attention or positions."""
+    config = SequenceModelConfig(vocab_size=3, n_labels=4, d_model=8, pe="nope", model="token_mlp")
+    model = SequenceModel(config).eval()
+    tokens = torch.tensor([[0, 1, 2, 1, 0, 2, 2], [2, 2, 1, 0, 0, 1, 1]])
+    with torch.no_grad():
+        logits = model(tokens)
+        for t in range(3):
+            rows = logits[tokens == t]
+            torch.testing.assert_close(rows, rows[:1].expand_as(rows))
+        assert not torch.allclose(logits[0, 0], logits[0, 1])  # tokens 0 and 1 differ
+    names = {name.split(".")[0] for name, _ in model.named_parameters()}
+    assert names == {"embed", "token_mlp", "ln_f", "head"}
+    with pytest.raises(CraspError, match="pe must be 'nope'"):
+        SequenceModelConfig(vocab_size=2, n_labels=2, pe="ape", model="token_mlp")
+    with pytest.raises(CraspError, match="unknown model"):
+        SequenceModelConfig(vocab_size=2, n_labels=2, model="lstm")
+    with pytest.raises(CraspError, match="sequence tasks only"):
+        loop.build_model(
+            loop.TrainConfig(task="num_cumsum", model="token_mlp"), get_task("num_cumsum")
+        )
 
 
 def test_bad_model_configs_raise():
@@ -585,13 +611,14 @@ def test_select_best_scores_the_best_in_distribution_evaluation(kind):
 def test_a_field_added_later_keeps_earlier_run_keys():
     config = quick(majority())
     key = loop.train_key(config)
-    assert "select" not in key  # at its default: the key runs had before it existed
-    assert loop.train_key(replace(config, select="best"))["select"] == "best"
+    assert "select" not in key and "model" not in key  # at their defaults: the keys runs
+    assert loop.train_key(replace(config, select="best"))["select"] == "best"  # had before
+    assert loop.train_key(replace(config, model="token_mlp", pe="nope"))["model"] == "token_mlp"
 
 
-def test_provenance_outside_a_checkout_takes_the_senders_commit(monkeypatch, tmp_path):
-    """A tree copied without its .git (sent to a GPU machine) has no commit of its own;
-    the sender's CRASP_SOURCE_COMMIT is recorded, with 'modified' unknown."""
+def test_provenance_of_a_sent_tree_takes_the_senders_commit(monkeypatch, tmp_path):
+    """A tree sent to another machine (a GPU machine) may have no commit of its own, or
+    a stale one; the sender's CRASP_SOURCE_COMMIT is recorded, 'modified' unknown."""
     from crasp_compiler.experiments.train import provenance
 
     monkeypatch.setattr(provenance, "PACKAGE", tmp_path)  # not a git checkout
@@ -599,3 +626,6 @@ def test_provenance_outside_a_checkout_takes_the_senders_commit(monkeypatch, tmp
     assert provenance.code_revision() == {"commit": None, "modified": None}
     monkeypatch.setenv("CRASP_SOURCE_COMMIT", "a" * 40)
     assert provenance.code_revision() == {"commit": "a" * 40, "modified": None}
+    monkeypatch.undo()  # in this checkout, too: the sender's word wins over a stale .git
+    monkeypatch.setenv("CRASP_SOURCE_COMMIT", "b" * 40)
+    assert provenance.code_revision()["commit"] == "b" * 40

@@ -733,3 +733,29 @@ def test_chomsky_runs_report_per_token_accuracy(tmp_path):
     assert all(tokens[b] == pytest.approx(results["accuracy"][b]) for b in tokens)
     header = next(line for line in result.output.splitlines() if line.startswith("bin"))
     assert header.split()[:4] == ["bin", "trained", "per", "token"]
+
+
+def test_train_the_token_mlp_baseline(tmp_path):
+    """--model token_mlp trains the random baseline (positions: none, without --pe);
+    with another --pe, or on a numeric task, it is refused in one line."""
+    ok("train", "tomita2", *TINY, "--model", "token_mlp", "--out", tmp_path / "b")
+    results = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert results["config"]["model"] == "token_mlp" and results["config"]["pe"] == "nope"
+    assert (
+        "pe must be 'nope'"
+        in user_error(
+            "train",
+            "tomita2",
+            *TINY,
+            "--model",
+            "token_mlp",
+            "--pe",
+            "sin",
+            "--out",
+            tmp_path / "c",
+        ).stderr
+    )
+    assert (
+        "only for sequence tasks"
+        in misuse("train", "num_cumsum", "--model", "token_mlp").stderr
+    )

@@ -95,6 +95,7 @@ from crasp_compiler.experiments.train.models import (
     NUMERIC_KINDS,
     PES,
     RANDOM_BASES,
+    SEQUENCE_MODELS,
     NumericModel,
     NumericModelConfig,
     SequenceModel,
@@ -193,6 +194,7 @@ FIELD_RULES: dict[str, tuple[str, Callable[[object], bool]]] = {
     "dropout": ("a number in [0, 1)", lambda v: _number(v) and 0 <= v < 1),
     "max_positions": _SIZE,
     "random_base": _one_of(RANDOM_BASES),
+    "model": _one_of(SEQUENCE_MODELS),
     "warmup_steps": _integer(0),
     "grad_clip": ("a number > 0", lambda v: _number(v) and v > 0),
     "eval_every": _integer(1),
@@ -241,7 +243,9 @@ class TrainConfig:
     (numeric tasks: ``positional``/``standard``), ``d_model``, ``n_layers`` (``None``: 2
     for sequence tasks, ``ceil(log2 n) + 1`` for numeric ones), ``n_heads``, ``dropout``,
     ``max_positions`` (``None``: the longest test sequence, and at least 2048 for
-    ``random``), ``random_base`` (``sin``/``learned``).
+    ``random``), ``random_base`` (``sin``/``learned``), ``model`` (sequence tasks:
+    ``transformer``, or ``token_mlp``, the C-RASP paper's random baseline, with
+    ``pe = "nope"``).
     Optimisation: AdamW (no weight decay on biases and LayerNorm parameters), linear
     warm-up over ``warmup_steps`` then a constant ``lr``, gradient norm clipped at
     ``grad_clip`` (``None``: no clipping).
@@ -302,6 +306,7 @@ class TrainConfig:
     compiled_mode: str = "hard"
     device: str = "auto"
     select: str = "last"
+    model: str = "transformer"
     out_dir: str | None = None
     progress: bool = True
 
@@ -346,7 +351,7 @@ class TrainConfig:
 
 # Fields added after runs were recorded, with their defaults: in a run's key only away
 # from the default, so the keys (run directories, records) of earlier runs stay theirs.
-LATER_FIELDS: dict[str, object] = {"select": "last"}
+LATER_FIELDS: dict[str, object] = {"select": "last", "model": "transformer"}
 
 
 def train_key(config: TrainConfig | dict[str, Any]) -> dict[str, Any]:
@@ -390,6 +395,8 @@ def build_model(
 ) -> SequenceModel | NumericModel:
     """The untrained model the config describes for ``task``."""
     if isinstance(task, NumericTask):
+        if config.model != "transformer":
+            raise CraspError(f"model {config.model!r} is a baseline for sequence tasks only")
         return NumericModel(
             NumericModelConfig(
                 n=config.numeric_n,
@@ -411,6 +418,7 @@ def build_model(
             dropout=config.dropout,
             causal=not task.encoder,
             random_base=config.random_base,
+            model=config.model,
         )
     )
 

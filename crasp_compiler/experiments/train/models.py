@@ -14,6 +14,10 @@ Positional encodings of :class:`SequenceModel` (``pe``):
   one per batch; evaluation runs each length apart), as in the paper; the base encoding is sinusoidal (``random_base="sin"``,
   the default) or a learned table (``"learned"``).
 
+``model = "token_mlp"`` is the C-RASP paper's random baseline (its Fig. 1, grey): no
+attention and no positions, the label at position i a function of token i alone,
+``head(LN(W₂ GELU(W₁ e(x_i))))`` (a two-layer MLP over the token embedding).
+
 With a sinusoidal base the token embedding is multiplied by ``sqrt(d_model)`` before the
 encoding is added (as in the randomized-PE code), so neither term swamps the other.
 """
@@ -33,6 +37,7 @@ from torch import Tensor, nn
 from crasp_compiler.errors import CraspError, Diagnostic
 
 PES = ("ape", "nope", "sin", "random")
+SEQUENCE_MODELS = ("transformer", "token_mlp")
 RANDOM_BASES = ("sin", "learned")
 NUMERIC_KINDS = ("positional", "standard")
 NUMERIC_PES = ("onehot", "learned")
@@ -87,9 +92,19 @@ class SequenceModelConfig:
     causal: bool = True
     random_base: str = "sin"
     mlp_ratio: int = 4
+    model: str = "transformer"
 
     def __post_init__(self) -> None:
         _check(self.pe in PES, f"unknown positional encoding {self.pe!r}", f"one of {PES}")
+        _check(
+            self.model in SEQUENCE_MODELS,
+            f"unknown model {self.model!r}",
+            f"one of {SEQUENCE_MODELS}",
+        )
+        _check(
+            self.model == "transformer" or self.pe == "nope",
+            f"the {self.model} baseline reads no positions: pe must be 'nope', not {self.pe!r}",
+        )
         _check(
             self.random_base in RANDOM_BASES,
             f"unknown base {self.random_base!r} for randomized positions",
@@ -200,8 +215,16 @@ class SequenceModel(nn.Module):
         self.pos_table = nn.Embedding(config.max_positions, d) if learned else None
         self.scale = math.sqrt(d) if config.pe in ("sin", "random") and not learned else 1.0
         self.drop = nn.Dropout(config.dropout)
-        blocks = [Block(config) for _ in range(config.n_layers)]
+        baseline = config.model == "token_mlp"
+        blocks = [] if baseline else [Block(config) for _ in range(config.n_layers)]
         self.blocks = nn.ModuleList(blocks)
+        self.token_mlp = (
+            nn.Sequential(
+                nn.Linear(d, config.mlp_ratio * d), nn.GELU(), nn.Linear(config.mlp_ratio * d, d)
+            )
+            if baseline
+            else None
+        )
         self.ln_f = nn.LayerNorm(d)
         self.head = nn.Linear(d, config.n_labels)
         self.apply(self._init_weights)
@@ -289,6 +312,8 @@ class SequenceModel(nn.Module):
             for i, block in enumerate(self.blocks):
                 h = block(h, self.config.causal, key_mask, partial(visit, 2 * i + 1))
                 h = visit(2 * i + 2, h)
+        if self.token_mlp is not None:
+            h = self.token_mlp(h)
         logits: Tensor = self.head(self.ln_f(h))
         return logits
 

@@ -37,9 +37,12 @@ def cpu_model() -> str:
 
 def code_revision() -> dict[str, Any]:
     """The commit of the git checkout the package was imported from and whether the
-    package differs from it (None for both outside a checkout or without git). A copy of
-    a checkout without its ``.git`` (a machine the tree was sent to) takes the commit
-    from ``CRASP_SOURCE_COMMIT`` where the sender sets it, ``modified`` then unknown."""
+    package differs from it (None for both outside a checkout or without git). A tree
+    sent to another machine (a lent GPU machine, whose copy may carry an older ``.git``)
+    takes the commit from ``CRASP_SOURCE_COMMIT`` where the sender sets it, ``modified``
+    then unknown."""
+    if sent := os.environ.get("CRASP_SOURCE_COMMIT"):
+        return {"commit": sent, "modified": None}
 
     def git(*args: str) -> str | None:
         try:
@@ -57,7 +60,7 @@ def code_revision() -> dict[str, Any]:
 
     commit = git("rev-parse", "HEAD")
     if not commit:
-        return {"commit": os.environ.get("CRASP_SOURCE_COMMIT") or None, "modified": None}
+        return {"commit": None, "modified": None}
     status = git("status", "--porcelain", "--", ".")
     return {"commit": commit, "modified": None if status is None else bool(status)}
 
