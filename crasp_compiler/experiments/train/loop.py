@@ -195,6 +195,7 @@ FIELD_RULES: dict[str, tuple[str, Callable[[object], bool]]] = {
     "max_positions": _SIZE,
     "random_base": _one_of(RANDOM_BASES),
     "model": _one_of(SEQUENCE_MODELS),
+    "train_scale": ("a number > 0", lambda v: _number(v) and v > 0),
     "warmup_steps": _integer(0),
     "grad_clip": ("a number > 0", lambda v: _number(v) and v > 0),
     "eval_every": _integer(1),
@@ -245,7 +246,8 @@ class TrainConfig:
     ``max_positions`` (``None``: the longest test sequence, and at least 2048 for
     ``random``), ``random_base`` (``sin``/``learned``), ``model`` (sequence tasks:
     ``transformer``, or ``token_mlp``, the C-RASP paper's random baseline, with
-    ``pe = "nope"``).
+    ``pe = "nope"``). ``train_scale``: numeric tasks train on values at this scale factor
+    c (default 1; the positional paper's fine-tuning on 10× data uses 10).
     Optimisation: AdamW (no weight decay on biases and LayerNorm parameters), linear
     warm-up over ``warmup_steps`` then a constant ``lr``, gradient norm clipped at
     ``grad_clip`` (``None``: no clipping).
@@ -307,6 +309,7 @@ class TrainConfig:
     device: str = "auto"
     select: str = "last"
     model: str = "transformer"
+    train_scale: float = 1.0
     out_dir: str | None = None
     progress: bool = True
 
@@ -351,7 +354,7 @@ class TrainConfig:
 
 # Fields added after runs were recorded, with their defaults: in a run's key only away
 # from the default, so the keys (run directories, records) of earlier runs stay theirs.
-LATER_FIELDS: dict[str, object] = {"select": "last", "model": "transformer"}
+LATER_FIELDS: dict[str, object] = {"select": "last", "model": "transformer", "train_scale": 1.0}
 
 
 def train_key(config: TrainConfig | dict[str, Any]) -> dict[str, Any]:
@@ -632,6 +635,8 @@ def _train_sequence(
     model: SequenceModel | None,
     param_filter: ParamFilter | None,
 ) -> tuple[SequenceModel, dict[str, Any]]:
+    if config.train_scale != 1:
+        raise CraspError("train_scale is for numeric tasks only (a scale factor of values)")
     train_max = task.train_max if config.train_max is None else config.train_max
     bins = default_bins(task, train_max) if config.bins is None else list(config.bins)
     test_sets = make_test_sets(task, bins, config.test_size, config.test_seed)
@@ -739,7 +744,7 @@ def _train_numeric(
 
     def batch_loss() -> Tensor:
         inputs, targets = numeric_batch(
-            task, rng, config.batch_size, n, sampling=config.numeric_sampling
+            task, rng, config.batch_size, n, config.train_scale, config.numeric_sampling
         )
         predicted = model(torch.as_tensor(inputs, dtype=torch.float32, device=device))
         return F.mse_loss(predicted, torch.as_tensor(targets, dtype=torch.float32, device=device))
