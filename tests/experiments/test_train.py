@@ -413,6 +413,23 @@ def test_runs_are_deterministic_by_seed(tmp_path):
     assert not torch.equal(states[0]["head.weight"], states[2]["head.weight"])
 
 
+def test_train_scale_draws_the_training_values_at_that_scale(monkeypatch):
+    """train_scale = c trains on values drawn at scale c (the paper's fine-tuning on 10x
+    data); sequence tasks refuse it."""
+    drawn = []
+    real = loop.numeric_batch
+
+    def spy(task, rng, size, n, scale=1.0, sampling="interval"):
+        drawn.append(scale)
+        return real(task, rng, size, n, scale, sampling)
+
+    monkeypatch.setattr(loop, "numeric_batch", spy)
+    train(quick(cumsum(), steps=3, scales=(1,), train_scale=10, compare_compiled=False))
+    assert drawn == [10, 10, 10]
+    with pytest.raises(CraspError, match="numeric tasks only"):
+        train(quick(majority(), train_scale=10))
+
+
 def test_param_filter_freezes_other_weights():
     task = majority()
     torch.manual_seed(0)
