@@ -49,12 +49,14 @@ import warnings
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 from scipy import stats
 
 from crasp_compiler.console import warnings_on_stderr
 from crasp_compiler.errors import CraspError
+from crasp_compiler.experiments.tasks.chomsky import ChomskyTask
 from crasp_compiler.experiments.tasks.registry import get_task
 from crasp_compiler.experiments.train.records import read_finetune_records
 from crasp_compiler.experiments.train.sweep import collect, load_grid
@@ -75,11 +77,21 @@ PREDICTION = {
 # nope -> None, sin -> sin/cos, ape -> Learned, random -> R-sin/cos).
 RUOSS_TABLE4 = {
     "even_pairs": {"nope": "50.1 ± 0.1", "sin": "50.4 ± 0.2", "ape": "50.4 ± 0.2", "random": "99.7 ± 0.3"},
+    "modular_arithmetic": {"nope": "20.0 ± 0.0", "sin": "20.2 ± 0.2", "ape": "20.1 ± 0.1", "random": "24.2 ± 1.4"},
     "parity_check": {"nope": "50.4 ± 0.8", "sin": "50.3 ± 0.2", "ape": "50.0 ± 0.1", "random": "51.1 ± 1.3"},
+    "cycle_navigation": {"nope": "33.9 ± 10.5", "sin": "23.8 ± 1.4", "ape": "21.0 ± 1.2", "random": "30.3 ± 10.7"},
+    "stack_manipulation": {"nope": "50.2 ± 0.1", "sin": "47.3 ± 1.9", "ape": "44.9 ± 3.7", "random": "69.2 ± 3.2"},
     "reverse_string": {"nope": "52.7 ± 0.1", "sin": "50.4 ± 0.1", "ape": "50.4 ± 0.2", "random": "72.9 ± 1.6"},
+    "modular_arithmetic_brackets": {"nope": "31.0 ± 0.1", "sin": "24.3 ± 2.2", "ape": "22.3 ± 1.5", "random": "29.6 ± 4.6"},
+    "solve_equation": {"nope": "20.1 ± 0.0", "sin": "20.9 ± 0.2", "ape": "20.2 ± 0.2", "random": "23.6 ± 0.5"},
+    "duplicate_string": {"nope": "52.7 ± 0.1", "sin": "50.4 ± 0.2", "ape": "50.4 ± 0.2", "random": "69.0 ± 2.9"},
+    "missing_duplicate_string": {"nope": "51.4 ± 1.0", "sin": "50.1 ± 0.6", "ape": "50.1 ± 0.4", "random": "50.4 ± 1.5"},
     "odds_first": {"nope": "52.7 ± 0.1", "sin": "51.3 ± 0.2", "ape": "50.5 ± 0.1", "random": "62.5 ± 2.0"},
+    "binary_addition": {"nope": "49.4 ± 0.3", "sin": "47.3 ± 3.8", "ape": "48.9 ± 0.8", "random": "61.2 ± 1.7"},
+    "binary_multiplication": {"nope": "49.8 ± 0.0", "sin": "48.8 ± 1.0", "ape": "48.7 ± 1.7", "random": "51.8 ± 0.2"},
+    "compute_sqrt": {"nope": "50.2 ± 0.0", "sin": "50.1 ± 0.0", "ape": "50.1 ± 0.1", "random": "51.9 ± 0.5"},
+    "bucket_sort": {"nope": "23.7 ± 0.0", "sin": "25.6 ± 2.6", "ape": "20.7 ± 2.9", "random": "99.3 ± 0.4"},
 }  # fmt: skip
-LEVELS = {"even_pairs": "R", "parity_check": "R", "reverse_string": "DCF", "odds_first": "CS"}
 # the positional-attention papers' released results (n = 8, 30,000 samples): median MSE
 # over 10 runs at c = 1 and c = 10, positional / standard
 PAPER_MSE = {
@@ -189,21 +201,61 @@ def _steps(group: list[dict]) -> str:
     return text + ("*" if any(g.get("early_stopped") for g in group) else "")
 
 
+def _devices(group: list[dict]) -> str:
+    """Where a cell's seeds trained, from their records' provenance: ``CPU``, the GPU's
+    name, or the count of each (``CPU 4, NVIDIA H200 1``); records made before provenance
+    was recorded were all trained on CPUs (the project had no GPU then)."""
+    where = [
+        "CPU (before provenance)"
+        if "provenance" not in g
+        else g["provenance"].get("device_name", "CPU")
+        if str(g["provenance"]["device"]).startswith("cuda")
+        else "CPU"
+        for g in group
+    ]
+    counts = {name: where.count(name) for name in dict.fromkeys(where)}
+    if len(counts) == 1:
+        return next(iter(counts))
+    return ", ".join(f"{name} {count}" for name, count in counts.items())
+
+
+def baseline_table(results: list[dict]) -> str:
+    """(a): the random baseline (a two-layer MLP over the current token's embedding):
+    accuracy per bin, mean [95 % t-interval] over seeds, per task."""
+    if not results:
+        return "No finished runs yet."
+    groups = _grouped(results, lambda r: (r["task"],))
+    bins = list(dict.fromkeys(b for r in results for b in r["accuracy"]))
+    head = ["task", "class", "seeds", *bins, f"seeds ≥ 0.9 on {bins[2]}", "steps"]
+    rows = []
+    for (task,), group in groups.items():
+        row = [f"`{task}`", get_task(task).crasp_class, str(len(group))]
+        row += [
+            _fraction([g["accuracy"][b] for g in group]) if b in group[0]["accuracy"] else "–"
+            for b in bins
+        ]
+        row.append(f"{sum(g['accuracy'][bins[2]] >= 0.9 for g in group)} of {len(group)}")
+        row.append(_steps(group))
+        rows.append(row)
+    return _rows(head, rows)
+
+
 def chomsky_table(results: list[dict]) -> str:
     """(b): per-token accuracy per bin and Ruoss et al.'s Table 4 number, per task and PE."""
     if not results:
         return "No finished runs yet."
     groups = _grouped(results, lambda r: (r["task"], r["config"]["pe"]))
     bins = list(results[0]["accuracy"])
-    head = ["task", "level", "PE", "seeds", *(f"per token {b} (%)" for b in bins)]
+    head = ["task", "level", "PE", "seeds", "trained on", *(f"per token {b} (%)" for b in bins)]
     head += [f"sequences {bins[-1]} (%)", "paper (Table 4, 41–500, %)"]
     rows = []
-    for task in LEVELS:
+    for task in RUOSS_TABLE4:  # the benchmark's order: R, DCF, CS
         for pe in ("nope", "sin", "ape", "random"):
             group = groups.get((task, pe))
             if not group:
                 continue
-            row = [f"`{task}`", LEVELS[task], pe, str(len(group))]
+            level = cast(ChomskyTask, get_task(task)).level
+            row = [f"`{task}`", level, pe, str(len(group)), _devices(group)]
             row += [_percent([g["position_accuracy"][b] for g in group]) for b in bins]
             row.append(_percent([g["accuracy"][bins[-1]] for g in group]))
             row.append(RUOSS_TABLE4[task][pe])
@@ -363,7 +415,10 @@ def tables() -> dict[str, str]:
     """Every table of the page by name, computed from the committed records."""
     crasp = collect(GRIDS / "length_generalization.toml", records_only=True)
     rest = collect(GRIDS / "crasp_rest.toml", records_only=True)
-    chomsky = collect(GRIDS / "chomsky.toml", records_only=True)
+    chomsky4 = collect(GRIDS / "chomsky.toml", records_only=True)
+    chomsky11 = collect(GRIDS / "chomsky_rest.toml", records_only=True)
+    chomsky = chomsky4 + chomsky11
+    baseline = collect(GRIDS / "random_baseline.toml", records_only=True)
     value = collect(GRIDS / "value_generalization.toml", records_only=True)
     stopping = collect(GRIDS / "early_stopping.toml", records_only=True)
     stopping34 = collect(GRIDS / "early_stopping_d3_d4.toml", records_only=True)
@@ -375,7 +430,9 @@ def tables() -> dict[str, str]:
             for grid, found in [
                 ("length_generalization", crasp),
                 ("crasp_rest", rest),
-                ("chomsky", chomsky),
+                ("random_baseline", baseline),
+                ("chomsky", chomsky4),
+                ("chomsky_rest", chomsky11),
                 ("value_generalization", value),
                 ("early_stopping", stopping),
                 ("early_stopping_d3_d4", stopping34),
@@ -388,6 +445,7 @@ def tables() -> dict[str, str]:
         **counts,
         "a": crasp_table(crasp),
         "a-rest": crasp_table(rest),
+        "a-baseline": baseline_table(baseline),
         "b": chomsky_table(chomsky),
         "c": value_table(value),
         "c-ratio": ratio_table(value),
@@ -423,7 +481,9 @@ def regenerate(page: str, computed: dict[str, str]) -> str:
 VERIFIED_GRIDS = (
     "length_generalization",
     "crasp_rest",
+    "random_baseline",
     "chomsky",
+    "chomsky_rest",
     "value_generalization",
     "early_stopping",
     "early_stopping_d3_d4",
