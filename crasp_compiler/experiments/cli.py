@@ -151,7 +151,8 @@ _PROGRAM_ONLY = ("alphabet", "lengths", "generator")  # C-RASP programs only
     "--pe",
     default="ape",
     show_default=True,
-    help="Positional encoding (sequence tasks): ape, nope, sin or random.",
+    help="Positional encoding (sequence tasks): ape, nope, sin, random (sinusoidal at "
+    "randomized positions), rope or alibi.",
 )
 @click.option(
     "--preset",

@@ -266,8 +266,11 @@ def run_model(
         if attention:
             causal, mask = model.config.causal, batch.tokens != model.pad_id
             blocks: list[Block] = list(model.blocks)  # type: ignore[arg-type]
+            inside = model.attention_positions(
+                None if positions is None else positions.to(batch.tokens.device)
+            )
             weights = [
-                block.attn.weights(block.ln1(seen[2 * i]), causal, mask)
+                block.attn.weights(block.ln1(seen[2 * i]), causal, mask, inside)
                 for i, block in enumerate(blocks)
             ]
             stacked = torch.cat(weights, dim=1).double().numpy()

@@ -76,6 +76,12 @@ class Backend(Protocol[A, W_contra]):
         loops that depend on the length are then avoided."""
         ...
 
+    def accelerated(self, like: A) -> bool:
+        """Whether ``like`` lives on an accelerator (a GPU), where every operation is a
+        kernel launch: passes chunked over positions for the CPU's cache then take far
+        larger chunks, so that launches stay few."""
+        ...
+
     # ---------------------------------------------------------------- creation and types
 
     def arange(self, n: int, like: A) -> A:
@@ -230,6 +236,9 @@ class NumpyBackend:
     fused_attention = False
 
     def tracing(self) -> bool:
+        return False
+
+    def accelerated(self, like: NDAny) -> bool:
         return False
 
     def arange(self, n: int, like: NDAny) -> NDAny:

@@ -497,6 +497,11 @@ def uniform_members(
 # outputs. (Larger chunks had glibc trim the free top of the heap after every call in some
 # processes, and fault its pages in again on the next, at twice the cost.)
 PLAN_ROWS = 1 << 13
+# The same on an accelerator, where the cache argument does not hold and each operation of
+# a chunk is a kernel launch: 8,192-position chunks made a counting program's pass
+# launch-bound on a GPU (docs/results.md (c), On a CUDA device). This bounds the memory a
+# chunk takes there (columns of 2^22 float64 positions: 32 MiB each).
+ACCELERATOR_PLAN_ROWS = 1 << 22
 # The most nonzero weights a plan runs as column operations (one array operation each).
 PLAN_TERMS = 4096
 # Significand bits of the float types whose plans sum integers in int64: every integer of
@@ -784,7 +789,8 @@ def _combine(
 
 def run_plan(ops: Backend[A, W], plan: Plan[A, W], ids: A) -> A:
     """Raw outputs ``(B, T, K)`` of the plan for BOS-prefixed ids ``(B, T)``, in chunks of
-    equal length of at most :data:`PLAN_ROWS` positions in all. Each running sum carries
+    equal length of at most :data:`PLAN_ROWS` positions in all
+    (:data:`ACCELERATOR_PLAN_ROWS` on a GPU). Each running sum carries
     its last value into the next chunk: a float64 sum as the first term of the next
     chunk's sum, so that the sums are those of one running sum over the whole sequence;
     and the sum of a value row that is an integer everywhere (``exact``, with a bound that
@@ -792,9 +798,10 @@ def run_plan(ops: Backend[A, W], plan: Plan[A, W], ids: A) -> A:
     runs in int64, whose sums are those float64 sums exactly (integers of magnitude at
     most 2^53 are exact in float64, so no addition rounds), at a fraction of the cost."""
     batch, size = ids.shape[0], ids.shape[1]
-    count = -(-size // max(1, PLAN_ROWS // batch))
-    chunk = -(-size // count)
     like = plan.like
+    rows = ACCELERATOR_PLAN_ROWS if ops.accelerated(like) else PLAN_ROWS
+    count = -(-size // max(1, rows // batch))
+    chunk = -(-size // count)
     bits = PRECISION.get(ops.dtype_name(like))
     exact = [
         [

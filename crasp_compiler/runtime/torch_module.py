@@ -332,6 +332,9 @@ class TorchBackend:
     def tracing(self) -> bool:
         return bool(torch.compiler.is_compiling())
 
+    def accelerated(self, like: Tensor) -> bool:
+        return like.device.type not in ("cpu", "meta")
+
     def arange(self, n: int, like: Tensor) -> Tensor:
         return torch.arange(n, device=like.device)
 

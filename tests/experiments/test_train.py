@@ -134,7 +134,7 @@ def small_model(pe: str, causal: bool = True, **kw) -> SequenceModel:
 # --- models ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("pe", ["ape", "nope", "sin", "random"])
+@pytest.mark.parametrize("pe", ["ape", "nope", "sin", "random", "rope", "alibi"])
 def test_causal_model_ignores_later_tokens(pe):
     model = small_model(pe)
     tokens = torch.tensor([[0, 1, 2, 1, 0, 1, 2], [2, 2, 1, 0, 0, 1, 1]])
@@ -146,6 +146,47 @@ def test_causal_model_ignores_later_tokens(pe):
     assert before.shape == (2, 7, 4)
     torch.testing.assert_close(before[:, :5], after[:, :5])
     assert not torch.allclose(before[:, 5:], after[:, 5:])
+
+
+ATTENTION_ENCODINGS = [("rope", "sin"), ("alibi", "sin"), ("random", "rope"), ("random", "alibi")]
+
+
+@pytest.mark.parametrize(("pe", "base"), ATTENTION_ENCODINGS)
+@pytest.mark.parametrize("causal", [True, False])
+def test_rotary_and_alibi_depend_on_position_differences_only(pe, base, causal):
+    """Rotary and ALiBi attention: shifting every position by the same amount changes
+    nothing (scores see p_i − p_j only), while moving one position does; the weights
+    read for interpretability are the ones the forward pass applies; nothing is added
+    to the embedding; padding does not change an encoder's outputs."""
+    model = small_model(pe, causal=causal, random_base=base)
+    assert model.pos_table is None and model.scale == 1.0
+    tokens = torch.tensor([[0, 1, 2, 1, 0, 2], [2, 2, 1, 0, 0, 1]])
+    positions = torch.tensor([[0, 2, 3, 7, 9, 12]] * 2)
+    moved = positions.clone()
+    moved[:, 3] += 1
+    with torch.no_grad():
+        base_out = model(tokens, positions)
+        torch.testing.assert_close(model(tokens, positions + 17), base_out)
+        assert not torch.allclose(model(tokens, moved), base_out)
+        attn = model.blocks[0].attn
+        x = model.blocks[0].ln1(model.embed(tokens))
+        weights = attn.weights(x, causal, None, positions)
+        _, _, v = attn._split(x, positions)
+        mixed = (weights @ v).transpose(1, 2).reshape(2, 6, -1)
+        torch.testing.assert_close(attn.out(mixed), attn(x, causal, None, positions))
+        torch.testing.assert_close(weights.sum(-1), torch.ones(2, 2, 6))
+        if causal:
+            assert float(weights[0, :, 0, 1:].abs().max()) == 0.0
+        else:
+            pad = model.pad_id
+            padded = torch.tensor([[0, 1, 2, pad, pad, pad]])
+            alone = model(torch.tensor([[0, 1, 2]]), positions[:1, :3])
+            torch.testing.assert_close(model(padded, positions[:1])[:, :3], alone)
+
+
+def test_rotary_positions_need_an_even_head_width():
+    with pytest.raises(CraspError, match="even head width"):
+        SequenceModelConfig(vocab_size=2, n_labels=2, d_model=6, n_heads=2, pe="rope")
 
 
 def test_encoder_model_sees_later_tokens():
@@ -243,7 +284,7 @@ def test_token_mlp_baseline_reads_the_current_token_only():
 
 def test_bad_model_configs_raise():
     with pytest.raises(CraspError, match="positional encoding"):
-        SequenceModelConfig(vocab_size=2, n_labels=2, pe="rope")
+        SequenceModelConfig(vocab_size=2, n_labels=2, pe="xpos")
     with pytest.raises(CraspError, match="multiple"):
         SequenceModelConfig(vocab_size=2, n_labels=2, d_model=10, n_heads=3)
     with pytest.raises(CraspError, match="numeric model"):
@@ -482,7 +523,7 @@ def test_bad_training_configs_raise(tmp_path):
         ({"bins": [1, 8]}, "bins must be a non-empty list of [lo, hi] pairs"),
         ({"bins": [(9, 1)]}, "bins must be"),
         ({"scales": ()}, "scales must be a non-empty list of positive numbers"),
-        ({"pe": "rope"}, "pe must be one of ape, nope, sin, random"),
+        ({"pe": "xpos"}, "pe must be one of ape, nope, sin, random, rope, alibi"),
         ({"early_stop": 1}, "early_stop must be true or false"),
         ({"n_layers": 0}, "n_layers must be an integer in [1, 2147483647], not 0"),
         ({"seed": -1}, "seed must be an integer >= 0, not -1"),

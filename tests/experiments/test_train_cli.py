@@ -185,7 +185,7 @@ def test_train_numeric_prints_mse_per_scale(numeric_run):
     ("args", "message"),
     [
         (["tomita9"], "unknown task 'tomita9'"),
-        (["tomita2", "--pe", "alibi"], "unknown positional encoding 'alibi'"),
+        (["tomita2", "--pe", "xpos"], "unknown positional encoding 'xpos'"),
         (["tomita2", "--device", "gpu0"], "--device 'gpu0'"),
     ],
 )
@@ -331,7 +331,7 @@ T2 = '[base]\ntask = "tomita2"\n'
         (T2 + "[grid]\npe = 'ape'", "grid.toml:4:1: error: [grid] pe must be a non-empty list"),
         (T2 + "[grid]\npe = []", "[grid] pe must be a non-empty list"),
         ('[grid]\ntask = ["tomita2", "tomita9"]', "[grid] task[1]: unknown task 'tomita9'"),
-        ('[grid]\ntask = ["tomita2"]\npe = ["alibi"]', "[grid] pe[0] must be one of ape,"),
+        ('[grid]\ntask = ["tomita2"]\npe = ["xpos"]', "[grid] pe[0] must be one of ape,"),
         (T2 + 'steps = "3"', "grid.toml:3:1: error: [base] steps must be an integer >= 1, not"),
         (T2 + "[grid]\nbins = [[1, 8], [9, 16]]", "4:1: error: [grid] bins[0][0] = 1: not a pair"),
         (T2 + "bins = [1, 8]", "grid.toml:3:1: error: [base] bins[0] = 1: not a pair of integers"),
@@ -755,7 +755,4 @@ def test_train_the_token_mlp_baseline(tmp_path):
             tmp_path / "c",
         ).stderr
     )
-    assert (
-        "only for sequence tasks"
-        in misuse("train", "num_cumsum", "--model", "token_mlp").stderr
-    )
+    assert "only for sequence tasks" in misuse("train", "num_cumsum", "--model", "token_mlp").stderr

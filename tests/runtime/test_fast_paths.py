@@ -324,6 +324,36 @@ def test_chunks_carry_the_prefix_sums_exactly(path: str, dtype: type, monkeypatc
     np.testing.assert_array_equal(chunked[0], observed)
 
 
+def test_an_accelerator_takes_the_plan_in_few_large_chunks(monkeypatch) -> None:
+    """On a GPU the plan's pass is chunked by ACCELERATOR_PLAN_ROWS, not by the CPU's
+    cache-sized PLAN_ROWS (each operation is a kernel launch there): far fewer running
+    sums for the same numbers, bit for bit. The accelerator is simulated by a backend
+    that reports one for CPU tensors."""
+    from crasp_compiler.runtime.torch_module import TorchBackend
+
+    model = compile(load(DYCK))
+    ids, lengths = encode(model.token_ids, [list("(()" * 30), list("()" * 40)])
+    module = TorchTransformer(model)
+    t_ids, t_lengths = torch.from_numpy(ids), torch.from_numpy(lengths)
+    calls = []
+    real = TorchBackend.cumsum
+
+    def counted(self, x, axis):
+        calls.append(axis)
+        return real(self, x, axis)
+
+    monkeypatch.setattr(TorchBackend, "cumsum", counted)
+    monkeypatch.setattr(fw, "PLAN_ROWS", 6)
+    with torch.no_grad():
+        small = module(t_ids, t_lengths)
+        on_cpu = len(calls)
+        monkeypatch.setattr(TorchBackend, "accelerated", lambda self, like: True)
+        calls.clear()
+        large = module(t_ids, t_lengths)
+    assert torch.equal(small, large)
+    assert len(calls) * 10 < on_cpu  # one chunk instead of dozens
+
+
 def test_chunked_running_sums_of_inexact_values_are_one_running_sum(monkeypatch) -> None:
     """A value weight of 0.1 makes the float64 running sums inexact, so
     they depend on the order of their additions: chunks of 3 positions still give the

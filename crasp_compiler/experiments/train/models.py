@@ -8,11 +8,18 @@ Positional encodings of :class:`SequenceModel` (``pe``):
   row is trained; at test the offset is 0 unless asked for.
 - ``"nope"``: no positional encoding (causal masking is the only source of order).
 - ``"sin"``: sinusoidal (Vaswani), positions ``0..T-1``, layout ``[sin ‖ cos]``.
+- ``"rope"``: rotary embeddings (Su et al.): each head's queries and keys at position p
+  are rotated, pair of coordinates ``(2i, 2i + 1)`` by the angle ``p · 10000^(−2i/d_head)``,
+  so a score depends on positions only through their difference; nothing is added to
+  the embedding.
+- ``"alibi"``: linear biases (Press et al.): head h adds ``−m_h·|p_i − p_j|`` to the score
+  of query i on key j, slopes ``m_h = 2^(−8h/H)``; nothing is added to the embedding.
 - ``"random"``: randomized positional encodings (Ruoss et al. 2023): once per batch, the
   positions are a sorted sample of ``T`` distinct values of ``[0, max_positions)``, in
   training and at test alike, and every batch has one length (the training loop draws
-  one per batch; evaluation runs each length apart), as in the paper; the base encoding is sinusoidal (``random_base="sin"``,
-  the default) or a learned table (``"learned"``).
+  one per batch; evaluation runs each length apart), as in the paper; the base encoding
+  reads those positions: sinusoidal (``random_base="sin"``, the default), a learned table
+  (``"learned"``), rotary (``"rope"``) or linear biases (``"alibi"``).
 
 ``model = "token_mlp"`` is the C-RASP paper's random baseline (its Fig. 1, grey): no
 attention and no positions, the label at position i a function of token i alone,
@@ -36,9 +43,11 @@ from torch import Tensor, nn
 
 from crasp_compiler.errors import CraspError, Diagnostic
 
-PES = ("ape", "nope", "sin", "random")
+PES = ("ape", "nope", "sin", "random", "rope", "alibi")
 SEQUENCE_MODELS = ("transformer", "token_mlp")
-RANDOM_BASES = ("sin", "learned")
+RANDOM_BASES = ("sin", "learned", "rope", "alibi")
+# how an encoding enters the model: added to the embedding, or inside attention
+ATTENTION_PES = ("rope", "alibi")
 NUMERIC_KINDS = ("positional", "standard")
 NUMERIC_PES = ("onehot", "learned")
 Visit = Callable[[Tensor], Tensor]
@@ -120,53 +129,119 @@ class SequenceModelConfig:
             f"d_model={self.d_model} must be even for sinusoidal positions",
         )
         _check(self.max_positions >= 1, "max_positions must be positive")
+        _check(
+            self.positions != "rope" or (self.d_model // self.n_heads) % 2 == 0,
+            f"rotary positions need an even head width, not {self.d_model // self.n_heads}",
+        )
+
+    @property
+    def positions(self) -> str | None:
+        """How positions enter: ``"added"`` to the embedding, ``"rope"`` or ``"alibi"``
+        inside attention, or ``None``."""
+        base = self.random_base if self.pe == "random" else self.pe
+        if base == "nope":
+            return None
+        return base if base in ATTENTION_PES else "added"
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention (causal, or with a key padding mask for encoders)."""
+    """Multi-head self-attention (causal, or with a key padding mask for encoders), with
+    rotary positions or linear position biases when ``positions`` says so (the module
+    docstring); those read the ``positions`` given to :meth:`forward`."""
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float) -> None:
+    def __init__(
+        self, d_model: int, n_heads: int, dropout: float, positions: str | None = None
+    ) -> None:
         super().__init__()
         self.n_heads = n_heads
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.out = nn.Linear(d_model, d_model)
         self.dropout = dropout
+        self.positions = positions
+        slopes = 2.0 ** (-8.0 * torch.arange(1, n_heads + 1) / n_heads)
+        self.register_buffer("slopes", slopes, persistent=False)
 
-    def _split(self, x: Tensor) -> tuple[Tensor, ...]:
-        """Queries, keys and values ``(batch, heads, T, d_head)``."""
+    def _split(self, x: Tensor, positions: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries, keys and values ``(batch, heads, T, d_head)``; rotary queries and keys
+        rotated by their positions."""
         batch, width, _ = x.shape
-        return tuple(
+        q, k, v = (
             t.view(batch, width, self.n_heads, -1).transpose(1, 2)
             for t in self.qkv(x).chunk(3, dim=-1)
         )
+        if self.positions == "rope":
+            q, k = rotate(q, self._need(positions)), rotate(k, self._need(positions))
+        return q, k, v
 
-    def weights(self, x: Tensor, causal: bool, key_mask: Tensor | None) -> Tensor:
+    @staticmethod
+    def _need(positions: Tensor | None) -> Tensor:
+        _check(positions is not None, "this encoding's attention needs the positions")
+        return cast(Tensor, positions)
+
+    def _mask(
+        self, width: int, causal: bool, key_mask: Tensor | None, positions: Tensor | None
+    ) -> Tensor | None:
+        """The additive or boolean mask of the scores: ALiBi's biases with the causal or
+        padding mask folded in as −inf, else the padding mask of an encoder (None where
+        ``is_causal`` does it)."""
+        if self.positions != "alibi":
+            return None if causal or key_mask is None else key_mask[:, None, None, :]
+        p = self._need(positions).to(self.slopes.dtype)
+        distance = (p[:, None, :, None] - p[:, None, None, :]).abs()
+        bias = -self.slopes[None, :, None, None] * distance
+        if causal:
+            future = torch.ones(width, width, dtype=torch.bool, device=bias.device).triu(1)
+            bias = bias.masked_fill(future, -math.inf)
+        elif key_mask is not None:
+            bias = bias.masked_fill(~key_mask[:, None, None, :], -math.inf)
+        return bias
+
+    def weights(
+        self, x: Tensor, causal: bool, key_mask: Tensor | None, positions: Tensor | None = None
+    ) -> Tensor:
         """The attention weights ``(batch, heads, T, T)`` that :meth:`forward` applies
-        (``softmax(q kᵀ / √d_head)`` under the same mask), for reading the model."""
-        q, k, _ = self._split(x)
+        (``softmax(q kᵀ / √d_head)`` under the same mask and biases), for reading the
+        model."""
+        q, k, _ = self._split(x, positions)
         scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
         width = x.shape[1]
-        if causal:
+        mask = self._mask(width, causal, key_mask, positions)
+        if mask is not None and mask.dtype != torch.bool:
+            scores = scores + mask
+        elif causal:
             future = torch.ones(width, width, dtype=torch.bool, device=x.device).triu(1)
             scores = scores.masked_fill(future, -math.inf)
         elif key_mask is not None:
             scores = scores.masked_fill(~key_mask[:, None, None, :], -math.inf)
         return torch.softmax(scores, dim=-1)
 
-    def forward(self, x: Tensor, causal: bool, key_mask: Tensor | None) -> Tensor:
+    def forward(
+        self, x: Tensor, causal: bool, key_mask: Tensor | None, positions: Tensor | None = None
+    ) -> Tensor:
         batch, width, d_model = x.shape
-        q, k, v = self._split(x)
-        mask = None if causal or key_mask is None else key_mask[:, None, None, :]
+        q, k, v = self._split(x, positions)
+        mask = self._mask(width, causal, key_mask, positions)
         y = F.scaled_dot_product_attention(
             q,
             k,
             v,
             attn_mask=mask,
             dropout_p=self.dropout if self.training else 0.0,
-            is_causal=causal,
+            is_causal=causal and mask is None,
         )
         out: Tensor = self.out(y.transpose(1, 2).reshape(batch, width, d_model))
         return out
+
+
+def rotate(x: Tensor, positions: Tensor) -> Tensor:
+    """Rotary position embedding of ``x`` ``(batch, heads, T, d)`` at ``positions``
+    ``(batch, T)``: coordinates ``(2i, 2i + 1)`` rotated by ``p · 10000^(−2i/d)``."""
+    half = x.shape[-1] // 2
+    frequency = 10_000.0 ** (-torch.arange(half, device=x.device, dtype=x.dtype) / half)
+    angle = positions.to(x.dtype)[:, None, :, None] * frequency
+    cos, sin = torch.cos(angle), torch.sin(angle)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
 
 
 class Block(nn.Module):
@@ -176,7 +251,7 @@ class Block(nn.Module):
         super().__init__()
         d = config.d_model
         self.ln1 = nn.LayerNorm(d)
-        self.attn = SelfAttention(d, config.n_heads, config.dropout)
+        self.attn = SelfAttention(d, config.n_heads, config.dropout, config.positions)
         self.ln2 = nn.LayerNorm(d)
         self.mlp = nn.Sequential(
             nn.Linear(d, config.mlp_ratio * d),
@@ -186,10 +261,16 @@ class Block(nn.Module):
         self.drop = nn.Dropout(config.dropout)
 
     def forward(
-        self, x: Tensor, causal: bool, key_mask: Tensor | None, visit: Visit | None = None
+        self,
+        x: Tensor,
+        causal: bool,
+        key_mask: Tensor | None,
+        visit: Visit | None = None,
+        positions: Tensor | None = None,
     ) -> Tensor:
-        """``visit(x)``, when given, sees (and may replace) the residual after attention."""
-        x = x + self.drop(self.attn(self.ln1(x), causal, key_mask))
+        """``visit(x)``, when given, sees (and may replace) the residual after attention;
+        ``positions``: those rotary or ALiBi attention reads."""
+        x = x + self.drop(self.attn(self.ln1(x), causal, key_mask, positions))
         if visit is not None:
             x = visit(x)
         mlp: Tensor = self.drop(self.mlp(self.ln2(x)))
@@ -213,7 +294,8 @@ class SequenceModel(nn.Module):
         self.embed = nn.Embedding(config.vocab_size + 1, d)
         learned = config.pe == "ape" or (config.pe == "random" and config.random_base == "learned")
         self.pos_table = nn.Embedding(config.max_positions, d) if learned else None
-        self.scale = math.sqrt(d) if config.pe in ("sin", "random") and not learned else 1.0
+        additive_sin = config.positions == "added" and not learned and config.pe != "ape"
+        self.scale = math.sqrt(d) if additive_sin else 1.0
         self.drop = nn.Dropout(config.dropout)
         baseline = config.model == "token_mlp"
         blocks = [] if baseline else [Block(config) for _ in range(config.n_layers)]
@@ -254,7 +336,8 @@ class SequenceModel(nn.Module):
 
         ``"ape"``: ``offset + 0..width-1`` with one offset per sequence, uniform in
         ``[0, max_positions - length]`` when ``offsets`` (default: ``train``), else 0;
-        padding positions are clipped to the table. ``"sin"``: ``0..width-1``.
+        padding positions are clipped to the table. ``"sin"``, ``"rope"``, ``"alibi"``:
+        ``0..width-1``.
         ``"random"``: one sorted sample of ``width`` distinct positions of
         ``[0, max_positions)`` shared by the batch, whatever ``train`` says.
         """
@@ -265,7 +348,7 @@ class SequenceModel(nn.Module):
         if pe == "random":
             return sorted_positions(width, limit, generator).expand(batch, width)
         steps = torch.arange(width).expand(batch, width)
-        if pe == "sin":
+        if pe in ("sin", *ATTENTION_PES):
             return steps
         longest = int(lengths.max()) if batch else 0
         _check(
@@ -279,6 +362,11 @@ class SequenceModel(nn.Module):
         else:
             start = torch.zeros(batch, dtype=torch.long)
         return (start[:, None] + steps).clamp(max=limit - 1)
+
+    def attention_positions(self, positions: Tensor | None) -> Tensor | None:
+        """What attention reads of ``positions``: them, for rotary and ALiBi encodings;
+        None otherwise (added encodings enter with the embedding)."""
+        return positions if self.config.positions in ATTENTION_PES else None
 
     def position_features(self, positions: Tensor) -> Tensor:
         """The vectors added to the token embeddings at ``positions``."""
@@ -302,15 +390,18 @@ class SequenceModel(nn.Module):
         if self.config.pe != "nope":
             if positions is None:  # sample_positions gives None for "nope" only
                 positions = cast(Tensor, self.sample_positions(key_mask.sum(1), tokens.shape[1]))
-            h = h + self.position_features(positions.to(tokens.device))
+            positions = positions.to(tokens.device)
+            if self.config.positions == "added":
+                h = h + self.position_features(positions)
+        inside = self.attention_positions(positions)
         h = self.drop(h)
         if visit is None:
             for block in self.blocks:
-                h = block(h, self.config.causal, key_mask)
+                h = block(h, self.config.causal, key_mask, positions=inside)
         else:
             h = visit(0, h)
             for i, block in enumerate(self.blocks):
-                h = block(h, self.config.causal, key_mask, partial(visit, 2 * i + 1))
+                h = block(h, self.config.causal, key_mask, partial(visit, 2 * i + 1), inside)
                 h = visit(2 * i + 2, h)
         if self.token_mlp is not None:
             h = self.token_mlp(h)
