@@ -2,15 +2,20 @@
 
 Every table of the page sits between ``<!-- table: NAME -->`` and ``<!-- end table -->``
 and is computed here from the per-run records under ``docs/results/length-generalization/``
-(written by ``crasp sweep`` for the grids ``benchmarks/grids/{length_generalization,
-chomsky,value_generalization}.toml`` and by ``benchmarks/finetune_compiled.py``):
+(written by ``crasp sweep`` for the grids under ``benchmarks/grids/`` and by the scripts
+``benchmarks/finetune_compiled.py``, ``positional_kernels.py`` and ``value_finetune.py``):
 
 - (a) per task and positional encoding: accuracy per length bin, the compiled model's
-  accuracy and the trained/compiled agreement, next to the C-RASP paper's prediction;
+  accuracy and the trained/compiled agreement, next to the C-RASP paper's prediction
+  (``length_generalization.toml``, ``crasp_rest.toml``); the paper's random baseline, a
+  two-layer MLP over the current token (``random_baseline.toml``); the best
+  in-distribution checkpoint rule (``select_best.toml``) beside the last checkpoint;
 - (b) per Chomsky task and encoding: per-token accuracy per length bin, next to the
-  randomized-PE paper's Table 4;
+  randomized-PE paper's Table 4, and where each cell trained (``chomsky.toml``,
+  ``chomsky_rest.toml``);
 - (c) per numeric task and model: MSE per value scale, next to the positional-attention
-  papers' released results;
+  papers' released results; V-only fine-tuning on 10× data, next to that paper's
+  Table 1 (``value_finetune.py``);
 - (d) fine-tuning the compiled models: how many seeds stay exact;
 - the stopping rule on D₂, D₃ and D₄ (``early_stopping.toml``,
   ``early_stopping_d3_d4.toml``): stop at the first 100 % in
@@ -92,6 +97,15 @@ RUOSS_TABLE4 = {
     "compute_sqrt": {"nope": "50.2 ± 0.0", "sin": "50.1 ± 0.0", "ape": "50.1 ± 0.1", "random": "51.9 ± 0.5"},
     "bucket_sort": {"nope": "23.7 ± 0.0", "sin": "25.6 ± 2.6", "ape": "20.7 ± 2.9", "random": "99.3 ± 0.4"},
 }  # fmt: skip
+# the same table's rotary and ALiBi columns: RoPE, ALiBi, R-RoPE, R-ALiBi
+RUOSS_ATTENTION = {
+    "even_pairs": ("50.4 ± 0.3", "59.8 ± 3.2", "100.0 ± 0.0", "71.4 ± 5.6"),
+    "missing_duplicate_string": ("53.9 ± 1.6", "53.5 ± 0.4", "73.2 ± 1.2", "75.2 ± 3.4"),
+}
+for _task, _values in RUOSS_ATTENTION.items():
+    names = ("rope", "alibi", "random-rope", "random-alibi")
+    RUOSS_TABLE4[_task] |= dict(zip(names, _values, strict=True))
+ENCODINGS = ("nope", "sin", "ape", "random", "rope", "alibi", "random-rope", "random-alibi")
 # the positional-attention papers' released results (n = 8, 30,000 samples): median MSE
 # over 10 runs at c = 1 and c = 10, positional / standard
 PAPER_MSE = {
@@ -240,17 +254,55 @@ def baseline_table(results: list[dict]) -> str:
     return _rows(head, rows)
 
 
+def select_table(last: list[dict], best: list[dict]) -> str:
+    """(a): the C-RASP paper's checkpoint rule beside ours, per cell of ``best``: accuracy
+    on the test bins of the last checkpoint (the (a) records) and of the best
+    in-distribution one (first of equal ones; ``select_best.toml``), with the seeds
+    ≥ 0.9 on the third bin under each rule and the steps the best ones were taken at."""
+    if not best:
+        return "No finished runs yet."
+    key = lambda r: (r["task"], r["config"]["pe"], r["config"]["seed"])  # noqa: E731
+    ours = {key(r): r for r in last}
+    groups = _grouped(best, lambda r: (r["task"], r["config"]["pe"]))
+    bins = list(dict.fromkeys(b for r in best for b in r["accuracy"]))
+    head = ["task", "PE", "seeds", "checkpoint", *bins[1:], f"seeds ≥ 0.9 on {bins[2]}"]
+    head.append("best taken at step")
+    rows = []
+    for (task, pe), group in groups.items():
+        pairs = [(ours[key(g)], g) for g in group if key(g) in ours]
+        for rule, records in (("last", [a for a, _ in pairs]), ("best", [b for _, b in pairs])):
+            row = [f"`{task}`", pe.upper(), str(len(records)), rule]
+            row += [
+                _fraction([r["accuracy"][b] for r in records])
+                if b in records[0]["accuracy"]
+                else "–"
+                for b in bins[1:]
+            ]
+            row.append(f"{sum(r['accuracy'][bins[2]] >= 0.9 for r in records)} of {len(records)}")
+            steps = [str(r.get("selected_step", r["steps"])) for r in records]
+            row.append(", ".join(steps) if rule == "best" else "")
+            rows.append(row)
+    return _rows(head, rows)
+
+
+def _encoding(config: dict) -> str:
+    """A run's encoding as (b) names it: ``random`` is the sinusoidal randomized one,
+    ``random-rope`` and ``random-alibi`` the others."""
+    base = config.get("random_base", "sin")
+    return config["pe"] if config["pe"] != "random" or base == "sin" else f"random-{base}"
+
+
 def chomsky_table(results: list[dict]) -> str:
     """(b): per-token accuracy per bin and Ruoss et al.'s Table 4 number, per task and PE."""
     if not results:
         return "No finished runs yet."
-    groups = _grouped(results, lambda r: (r["task"], r["config"]["pe"]))
+    groups = _grouped(results, lambda r: (r["task"], _encoding(r["config"])))
     bins = list(results[0]["accuracy"])
     head = ["task", "level", "PE", "seeds", "trained on", *(f"per token {b} (%)" for b in bins)]
     head += [f"sequences {bins[-1]} (%)", "paper (Table 4, 41–500, %)"]
     rows = []
     for task in RUOSS_TABLE4:  # the benchmark's order: R, DCF, CS
-        for pe in ("nope", "sin", "ape", "random"):
+        for pe in ENCODINGS:
             group = groups.get((task, pe))
             if not group:
                 continue
@@ -401,10 +453,12 @@ def finetune_table(records: list[dict]) -> str:
 
 
 @functools.cache
-def _kernels():
-    """``benchmarks/positional_kernels.py``, which makes the table of Appendix G.2."""
-    script = ROOT / "benchmarks" / "positional_kernels.py"
-    spec = importlib.util.spec_from_file_location("crasp_positional_kernels", script)
+def _script(name: str):
+    """``benchmarks/NAME.py`` as a module: the experiments run by their own script
+    (positional_kernels: Appendix G.2; value_finetune: the positional paper's Table 1)
+    make their tables there."""
+    script = ROOT / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"crasp_{name}", script)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -417,8 +471,10 @@ def tables() -> dict[str, str]:
     rest = collect(GRIDS / "crasp_rest.toml", records_only=True)
     chomsky4 = collect(GRIDS / "chomsky.toml", records_only=True)
     chomsky11 = collect(GRIDS / "chomsky_rest.toml", records_only=True)
-    chomsky = chomsky4 + chomsky11
+    attention = collect(GRIDS / "chomsky_attention.toml", records_only=True)
+    chomsky = chomsky4 + chomsky11 + attention
     baseline = collect(GRIDS / "random_baseline.toml", records_only=True)
+    best = collect(GRIDS / "select_best.toml", records_only=True)
     value = collect(GRIDS / "value_generalization.toml", records_only=True)
     stopping = collect(GRIDS / "early_stopping.toml", records_only=True)
     stopping34 = collect(GRIDS / "early_stopping_d3_d4.toml", records_only=True)
@@ -431,8 +487,10 @@ def tables() -> dict[str, str]:
                 ("length_generalization", crasp),
                 ("crasp_rest", rest),
                 ("random_baseline", baseline),
+                ("select_best", best),
                 ("chomsky", chomsky4),
                 ("chomsky_rest", chomsky11),
+                ("chomsky_attention", attention),
                 ("value_generalization", value),
                 ("early_stopping", stopping),
                 ("early_stopping_d3_d4", stopping34),
@@ -446,6 +504,7 @@ def tables() -> dict[str, str]:
         "a": crasp_table(crasp),
         "a-rest": crasp_table(rest),
         "a-baseline": baseline_table(baseline),
+        "a-select": select_table(crasp + rest, best),
         "b": chomsky_table(chomsky),
         "c": value_table(value),
         "c-ratio": ratio_table(value),
@@ -456,8 +515,11 @@ def tables() -> dict[str, str]:
         ),
         "ten": crasp_table(ten),
         "d": finetune_table(records),
-        "positional-kernels": _kernels().table(
-            _kernels().read_records(FINETUNE.parent / "positional_kernels")
+        "positional-kernels": _script("positional_kernels").table(
+            _script("positional_kernels").read_records(FINETUNE.parent / "positional_kernels")
+        ),
+        "c-finetune": _script("value_finetune").table(
+            _script("value_finetune").read_records(FINETUNE.parent / "value_finetune")
         ),
     }
 
@@ -482,8 +544,10 @@ VERIFIED_GRIDS = (
     "length_generalization",
     "crasp_rest",
     "random_baseline",
+    "select_best",
     "chomsky",
     "chomsky_rest",
+    "chomsky_attention",
     "value_generalization",
     "early_stopping",
     "early_stopping_d3_d4",
