@@ -186,9 +186,10 @@ class SelfAttention(nn.Module):
         ``is_causal`` does it)."""
         if self.positions != "alibi":
             return None if causal or key_mask is None else key_mask[:, None, None, :]
-        p = self._need(positions).to(self.slopes.dtype)
+        slopes = cast(Tensor, self.slopes)
+        p = self._need(positions).to(slopes.dtype)
         distance = (p[:, None, :, None] - p[:, None, None, :]).abs()
-        bias = -self.slopes[None, :, None, None] * distance
+        bias = -slopes[None, :, None, None] * distance
         if causal:
             future = torch.ones(width, width, dtype=torch.bool, device=bias.device).triu(1)
             bias = bias.masked_fill(future, -math.inf)
