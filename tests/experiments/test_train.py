@@ -664,6 +664,15 @@ def test_select_best_scores_the_best_in_distribution_evaluation(kind):
         assert best["accuracy"]["1-8"] == pytest.approx(pick)  # the same test set
     else:
         assert best["metrics"]["1.0"]["mse"] == pytest.approx(pick, rel=1e-5)
+    # the last checkpoint's scores are in the same record: the two rules on one run
+    field, scores = (
+        ("last_accuracy", "accuracy") if kind == "sequence" else ("last_metrics", "metrics")
+    )
+    if best["selected_step"] == best["steps"]:
+        assert field not in best
+    else:
+        assert best[field] == last[scores]
+    assert field not in last and "best_weights" not in best
 
 
 def test_a_field_added_later_keeps_earlier_run_keys():

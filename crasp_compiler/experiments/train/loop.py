@@ -551,8 +551,9 @@ def _fit(
     """The optimisation loop shared by both kinds of task: ``batch_loss`` draws a batch and
     returns its loss; ``check`` evaluates and says whether to stop. With an ``out_dir``,
     resumes from its checkpoint and writes one at every evaluation. With
-    ``select = "best"`` the model ends with the weights of its best evaluation
-    (``higher_is_better``: accuracy; else an error), reported as ``selected_step``."""
+    ``select = "best"`` the results also hold the weights of its best evaluation
+    (``higher_is_better``: accuracy; else an error) as ``best_weights``, its step as
+    ``selected_step`` (:func:`_select_best` puts them in the model)."""
     optimizer, schedule = _optimizer(config, model, param_filter)
     trainable = [p for p in model.parameters() if p.requires_grad]
     parts: Parts = {"model": model, "optimizer": optimizer, "schedule": schedule}
@@ -615,8 +616,8 @@ def _fit(
     bar.close()
     selected = {}
     if config.select == "best" and best is not None:
-        model.load_state_dict(best["model"])
-        selected = {"selected_step": best["step"]}
+        # the caller scores the last weights, then these (_select_best)
+        selected = {"selected_step": best["step"], "best_weights": best["model"]}
     return {
         **selected,
         "resumed_from": None if resumed is None else resumed["step"],
@@ -627,6 +628,20 @@ def _fit(
         "loss_history": loss_history,
         "eval_history": eval_history,
     }
+
+
+def _select_best(
+    model: nn.Module, results: dict[str, Any], field: str, score: Callable[[], object]
+) -> None:
+    """With ``select = "best"``: the last weights' scores under ``field`` (``score()``), so
+    that a record holds both checkpoints' and the two rules compare on one run; then the
+    best evaluation's weights go into the model, to be scored as the run's."""
+    best = results.pop("best_weights", None)
+    if best is None:
+        return
+    if results["selected_step"] != results["steps"]:
+        results[field] = score()
+    model.load_state_dict(best)
 
 
 def _train_sequence(
@@ -702,6 +717,21 @@ def _train_sequence(
     randomness = _Randomness(rng, generator)
     results = _fit(config, model, param_filter, batch_loss, check, task.name, randomness)
     start = time.perf_counter()
+    _select_best(
+        model,
+        results,
+        "last_accuracy",
+        lambda: evaluate_sequence(
+            model,
+            task,
+            test_sets,
+            device=device,
+            batch_size=config.eval_batch_size,
+            seed=config.test_seed,
+            offsets=config.test_offsets,
+            compiled=False,
+        )["accuracy"],
+    )
     results.update(
         evaluate_sequence(
             model,
@@ -767,6 +797,14 @@ def _train_numeric(
         higher_is_better=False,  # an MSE
     )
     start = time.perf_counter()
+    _select_best(
+        model,
+        results,
+        "last_metrics",
+        lambda: evaluate_numeric(
+            model, task, test_sets, device=device, batch_size=config.eval_batch_size, compiled=False
+        )["metrics"],
+    )
     results.update(
         evaluate_numeric(
             model,

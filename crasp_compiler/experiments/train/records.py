@@ -194,6 +194,7 @@ SEQUENCE = _fields(
         "balanced_accuracy": _table(FRACTION),
         "position_accuracy": _table(FRACTION),
         "label_balance": _table(_fields({"positions": SHARES, "last": SHARES})),
+        "last_accuracy": _table(FRACTION),
         **OPTIONAL,
     },
 )
@@ -205,7 +206,7 @@ NUMERIC = _fields(
         "metrics": METRICS,
         "compiled_metrics": _nullable(METRICS),
     },
-    {"agreement": _nullable(_table(NUMBER, _scale_key)), **OPTIONAL},
+    {"agreement": _nullable(_table(NUMBER, _scale_key)), "last_metrics": METRICS, **OPTIONAL},
 )
 
 
