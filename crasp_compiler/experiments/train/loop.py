@@ -58,6 +58,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeGuard, cast, overload
 
@@ -717,30 +718,19 @@ def _train_sequence(
     randomness = _Randomness(rng, generator)
     results = _fit(config, model, param_filter, batch_loss, check, task.name, randomness)
     start = time.perf_counter()
-    _select_best(
+    evaluate = partial(
+        evaluate_sequence,
         model,
-        results,
-        "last_accuracy",
-        lambda: evaluate_sequence(
-            model,
-            task,
-            test_sets,
-            device=device,
-            batch_size=config.eval_batch_size,
-            seed=config.test_seed,
-            offsets=config.test_offsets,
-            compiled=False,
-        )["accuracy"],
+        task,
+        test_sets,
+        device=device,
+        batch_size=config.eval_batch_size,
+        seed=config.test_seed,
+        offsets=config.test_offsets,
     )
+    _select_best(model, results, "last_accuracy", lambda: evaluate(compiled=False)["accuracy"])
     results.update(
-        evaluate_sequence(
-            model,
-            task,
-            test_sets,
-            device=device,
-            batch_size=config.eval_batch_size,
-            seed=config.test_seed,
-            offsets=config.test_offsets,
+        evaluate(
             compiled=config.compare_compiled,
             backend=config.compiled_backend,
             per_position=getattr(task, "per_position_metrics", False),
@@ -797,21 +787,12 @@ def _train_numeric(
         higher_is_better=False,  # an MSE
     )
     start = time.perf_counter()
-    _select_best(
-        model,
-        results,
-        "last_metrics",
-        lambda: evaluate_numeric(
-            model, task, test_sets, device=device, batch_size=config.eval_batch_size, compiled=False
-        )["metrics"],
+    evaluate = partial(
+        evaluate_numeric, model, task, test_sets, device=device, batch_size=config.eval_batch_size
     )
+    _select_best(model, results, "last_metrics", lambda: evaluate(compiled=False)["metrics"])
     results.update(
-        evaluate_numeric(
-            model,
-            task,
-            test_sets,
-            device=device,
-            batch_size=config.eval_batch_size,
+        evaluate(
             compiled=config.compare_compiled,
             mode=config.compiled_mode,
             backend=config.compiled_backend,
