@@ -67,9 +67,10 @@ def revision() -> dict:
         return done.stdout.strip()
 
     import crasp_compiler
+    from crasp_compiler.experiments.train.provenance import sent_commit
 
     package = Path(crasp_compiler.__file__).resolve()
-    if sent := os.environ.get("CRASP_SOURCE_COMMIT"):  # a tree sent to a GPU machine
+    if sent := sent_commit():  # a tree sent to a GPU machine
         return {"commit": sent, "sent_tree": True, "crasp_compiler_file": "sent tree"}
     return {
         "commit": git("rev-parse", "HEAD") or None,

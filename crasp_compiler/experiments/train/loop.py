@@ -242,13 +242,12 @@ class TrainConfig:
     """One training run.
 
     Model: ``pe`` (sequence tasks: ``ape``/``nope``/``sin``/``random``/``rope``/``alibi``),
-    ``numeric_kind``
-    (numeric tasks: ``positional``/``standard``), ``d_model``, ``n_layers`` (``None``: 2
-    for sequence tasks, ``ceil(log2 n) + 1`` for numeric ones), ``n_heads``, ``dropout``,
-    ``max_positions`` (``None``: the longest test sequence, and at least 2048 for
-    ``random``), ``random_base`` (``sin``/``learned``/``rope``/``alibi``), ``model`` (sequence tasks:
-    ``transformer``, or ``token_mlp``, the C-RASP paper's random baseline, with
-    ``pe = "nope"``). ``train_scale``: numeric tasks train on values at this scale factor
+    ``numeric_kind`` (numeric tasks: ``positional``/``standard``), ``d_model``,
+    ``n_layers`` (``None``: 2 for sequence tasks, ``ceil(log2 n) + 1`` for numeric ones),
+    ``n_heads``, ``dropout``, ``max_positions`` (``None``: the longest test sequence, and
+    at least 2048 for ``random``), ``random_base`` (``sin``/``learned``/``rope``/``alibi``),
+    ``model`` (sequence tasks: ``transformer``, or ``token_mlp``, the C-RASP paper's
+    random baseline, with ``pe = "nope"``). ``train_scale``: numeric tasks train on values at this scale factor
     c (default 1; the positional paper's fine-tuning on 10× data uses 10).
     Optimisation: AdamW (no weight decay on biases and LayerNorm parameters), linear
     warm-up over ``warmup_steps`` then a constant ``lr``, gradient norm clipped at

@@ -159,7 +159,7 @@ class SelfAttention(nn.Module):
         self.dropout = dropout
         self.positions = positions
         slopes = 2.0 ** (-8.0 * torch.arange(1, n_heads + 1) / n_heads)
-        self.register_buffer("slopes", slopes, persistent=False)
+        self.register_buffer("slopes", slopes if positions == "alibi" else None, persistent=False)
 
     def _split(self, x: Tensor, positions: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """Queries, keys and values ``(batch, heads, T, d_head)``; rotary queries and keys

@@ -35,13 +35,17 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def sent_commit() -> str | None:
+    """The commit a tree sent to another machine was made from, as its sender gives it in
+    ``CRASP_SOURCE_COMMIT`` (a lent GPU machine's copy may carry an older ``.git``)."""
+    return os.environ.get("CRASP_SOURCE_COMMIT") or None
+
+
 def code_revision() -> dict[str, Any]:
     """The commit of the git checkout the package was imported from and whether the
-    package differs from it (None for both outside a checkout or without git). A tree
-    sent to another machine (a lent GPU machine, whose copy may carry an older ``.git``)
-    takes the commit from ``CRASP_SOURCE_COMMIT`` where the sender sets it, ``modified``
-    then unknown."""
-    if sent := os.environ.get("CRASP_SOURCE_COMMIT"):
+    package differs from it (None for both outside a checkout or without git); a sent
+    tree's :func:`sent_commit`, where given, with ``modified`` unknown."""
+    if sent := sent_commit():
         return {"commit": sent, "modified": None}
 
     def git(*args: str) -> str | None:
