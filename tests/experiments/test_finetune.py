@@ -19,6 +19,7 @@ from crasp_compiler.experiments.train.finetune import (
     load_records,
     rebound_program,
 )
+from crasp_compiler.experiments.train.records import finetune_problem
 from crasp_compiler.languages.pcoc import parse_program
 from crasp_compiler.languages.pcoc.nodes import For
 from crasp_compiler.languages.pcoc.rebound import declared_bound
@@ -144,6 +145,9 @@ def test_a_diverged_run_is_stored_as_nan_not_as_a_number(tmp_path, one_torch_thr
     assert record["exact_before"] and not record["exact_after"]
     assert math.isnan(record["worst_error_after"])
     assert record["largest_weight_change"] > 1e6
+    assert record["provenance"]["dtype"] == "float64"  # the compiled weights' type
+    assert record["provenance"]["device"] == "cpu" and record["provenance"]["torch"]
+    assert finetune_problem(json.loads(path.read_text())[0]) is None  # the report reads it
 
 
 def test_finetune_runs_resumes_an_interrupted_file(tmp_path, one_torch_thread):

@@ -40,6 +40,7 @@ from crasp_compiler.errors import CraspError
 from crasp_compiler.experiments.tasks.base import NumericTask, pcoc_language
 from crasp_compiler.experiments.tasks.numeric import PcocNumericTask
 from crasp_compiler.experiments.tasks.registry import get_task
+from crasp_compiler.experiments.train.provenance import provenance
 from crasp_compiler.files import write_text
 from crasp_compiler.model.model import Model
 
@@ -247,6 +248,7 @@ def finetune(config: FinetuneConfig) -> dict[str, Any]:
         "exact_before": _exact(before, tolerance),
         "exact_after": _exact(after, tolerance),
         "seconds": time.perf_counter() - start,
+        "provenance": provenance("cpu", str(trainable[0].dtype).removeprefix("torch.")),
     }
 
 
@@ -305,8 +307,8 @@ def record_key(config: dict[str, Any]) -> str:
 def summary(result: dict[str, Any], cpu_seconds: float) -> dict[str, Any]:
     """The small record of one :func:`finetune` result: the configuration, the bound and
     tolerance, exactness, the worst error over the scales before and after, the errors
-    per scale after, the largest weight change, the first and last loss, and the training
-    seconds (wall) and whole run's CPU seconds."""
+    per scale after, the largest weight change, the first and last loss, the training
+    seconds (wall), the whole run's CPU seconds and the run's provenance."""
     keys = ("config", "bound", "tolerance", "exact_before", "exact_after")
     return {
         **{k: result[k] for k in keys},
@@ -316,6 +318,7 @@ def summary(result: dict[str, Any], cpu_seconds: float) -> dict[str, Any]:
         **{k: result[k] for k in ("largest_weight_change", "loss_first", "loss_last")},
         "seconds": result["seconds"],
         "cpu_seconds": cpu_seconds,
+        "provenance": result["provenance"],
     }
 
 

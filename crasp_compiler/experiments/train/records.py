@@ -338,7 +338,8 @@ FINETUNE = _fields(
         "exact_after": BOOL,
         "worst_error_before": _ERROR,
         "worst_error_after": _ERROR,
-    }
+    },
+    {"provenance": PROVENANCE},
 )
 
 
