@@ -152,7 +152,7 @@ _PROGRAM_ONLY = ("alphabet", "lengths", "generator")  # C-RASP programs only
     default="ape",
     show_default=True,
     help="Positional encoding (sequence tasks): ape, nope, sin, random (sinusoidal at "
-    "randomized positions), rope or alibi.",
+    "randomized positions), rope, alibi or relative (Transformer-XL).",
 )
 @click.option(
     "--preset",

@@ -162,7 +162,7 @@ T2 = '[base]\ntask = "tomita2"\n'
         (T2 + "lr = 'fast'", "3:1: error: [base] lr must be a number > 0, not 'fast'"),
         (
             T2 + '[grid]\nseed = [0, 1]\npe = ["ape", "xpos"]',
-            "5:1: error: [grid] pe[1] must be one of ape, nope, sin, random, rope, alibi, not 'xpos'",
+            "5:1: error: [grid] pe[1] must be one of ape, nope, sin, random, rope, alibi, relative, not 'xpos'",
         ),
         (
             '[grid]\ntask = ["num_sort"]\nnumeric_kind = ["positional", "rnn"]',

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import re
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -134,7 +135,7 @@ def small_model(pe: str, causal: bool = True, **kw) -> SequenceModel:
 # --- models ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("pe", ["ape", "nope", "sin", "random", "rope", "alibi"])
+@pytest.mark.parametrize("pe", ["ape", "nope", "sin", "random", "rope", "alibi", "relative"])
 def test_causal_model_ignores_later_tokens(pe):
     model = small_model(pe)
     tokens = torch.tensor([[0, 1, 2, 1, 0, 1, 2], [2, 2, 1, 0, 0, 1, 1]])
@@ -148,13 +149,20 @@ def test_causal_model_ignores_later_tokens(pe):
     assert not torch.allclose(before[:, 5:], after[:, 5:])
 
 
-ATTENTION_ENCODINGS = [("rope", "sin"), ("alibi", "sin"), ("random", "rope"), ("random", "alibi")]
+ATTENTION_ENCODINGS = [
+    ("rope", "sin"),
+    ("alibi", "sin"),
+    ("relative", "sin"),
+    ("random", "rope"),
+    ("random", "alibi"),
+    ("random", "relative"),
+]
 
 
 @pytest.mark.parametrize(("pe", "base"), ATTENTION_ENCODINGS)
 @pytest.mark.parametrize("causal", [True, False])
-def test_rotary_and_alibi_depend_on_position_differences_only(pe, base, causal):
-    """Rotary and ALiBi attention: shifting every position by the same amount changes
+def test_attention_encodings_depend_on_position_differences_only(pe, base, causal):
+    """Rotary, ALiBi and relative attention: shifting every position by the same amount changes
     nothing (scores see p_i − p_j only), while moving one position does; the weights
     read for interpretability are the ones the forward pass applies; nothing is added
     to the embedding; padding does not change an encoder's outputs."""
@@ -523,7 +531,7 @@ def test_bad_training_configs_raise(tmp_path):
         ({"bins": [1, 8]}, "bins must be a non-empty list of [lo, hi] pairs"),
         ({"bins": [(9, 1)]}, "bins must be"),
         ({"scales": ()}, "scales must be a non-empty list of positive numbers"),
-        ({"pe": "xpos"}, "pe must be one of ape, nope, sin, random, rope, alibi"),
+        ({"pe": "xpos"}, "pe must be one of ape, nope, sin, random, rope, alibi, relative"),
         ({"early_stop": 1}, "early_stop must be true or false"),
         ({"n_layers": 0}, "n_layers must be an integer in [1, 2147483647], not 0"),
         ({"seed": -1}, "seed must be an integer >= 0, not -1"),
@@ -696,3 +704,46 @@ def test_provenance_of_a_sent_tree_takes_the_senders_commit(monkeypatch, tmp_pat
     monkeypatch.undo()  # in this checkout, too: the sender's word wins over a stale .git
     monkeypatch.setenv("CRASP_SOURCE_COMMIT", "b" * 40)
     assert provenance.code_revision()["commit"] == "b" * 40
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_relative_attention_is_transformer_xl(causal):
+    """Head h scores query i on key j as ((q_i + u)·k_j + (q_i + v)·W_R r(p_i − p_j)) / √d
+    (Dai et al. 2019), computed here head by head from the weights; u, v and W_R learn,
+    u and v without weight decay; positions that differ across a batch are refused."""
+    model = small_model("relative", causal=causal)
+    attn = model.blocks[0].attn
+    with torch.no_grad():
+        attn.content_bias.normal_()
+        attn.position_bias.normal_()
+    tokens = torch.tensor([[0, 1, 2, 1, 0], [2, 0, 1, 1, 2]])
+    positions = torch.tensor([[0, 3, 4, 8, 11]] * 2)
+    x = model.blocks[0].ln1(model.embed(tokens))
+    q, k, _ = attn._split(x)
+    d_head = q.shape[-1]
+    distance = sinusoid(positions[0, :, None] - positions[0, None, :], 16)
+    w_r = attn.relative(distance).view(5, 5, 2, d_head)
+    for h in range(2):
+        u, v = attn.content_bias[h, 0], attn.position_bias[h, 0]
+        scores = ((q[:, h] + u) @ k[:, h].transpose(-1, -2)) / math.sqrt(d_head)
+        scores = scores + torch.einsum("bid,ijd->bij", q[:, h] + v, w_r[:, :, h]) / math.sqrt(
+            d_head
+        )
+        if causal:
+            scores = scores.masked_fill(torch.ones(5, 5, dtype=torch.bool).triu(1), -math.inf)
+        expected = torch.softmax(scores, dim=-1)
+        torch.testing.assert_close(attn.weights(x, causal, None, positions)[:, h], expected)
+    model.train()
+    loss = model(tokens, positions).square().sum()
+    loss.backward()
+    for name in ("content_bias", "position_bias"):
+        assert float(getattr(attn, name).grad.abs().sum()) > 0
+    assert float(attn.relative.weight.grad.abs().sum()) > 0
+    config = TrainConfig(task="tomita1", pe="relative", weight_decay=0.5)
+    groups = loop._optimizer(config, model, None)[0].param_groups
+    assert [g["weight_decay"] for g in groups] == [0.5, 0.0]
+    no_decay = {id(p) for p in groups[1]["params"]}
+    assert id(attn.content_bias) in no_decay and id(attn.position_bias) in no_decay
+    assert id(attn.relative.weight) not in no_decay
+    with pytest.raises(CraspError, match="same for every sequence"):
+        model(tokens, torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 5]]))

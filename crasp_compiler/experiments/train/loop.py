@@ -241,17 +241,18 @@ def field_problem(name: str, value: object) -> str | None:
 class TrainConfig:
     """One training run.
 
-    Model: ``pe`` (sequence tasks: ``ape``/``nope``/``sin``/``random``/``rope``/``alibi``),
-    ``numeric_kind`` (numeric tasks: ``positional``/``standard``), ``d_model``,
-    ``n_layers`` (``None``: 2 for sequence tasks, ``ceil(log2 n) + 1`` for numeric ones),
-    ``n_heads``, ``dropout``, ``max_positions`` (``None``: the longest test sequence, and
-    at least 2048 for ``random``), ``random_base`` (``sin``/``learned``/``rope``/``alibi``),
-    ``model`` (sequence tasks: ``transformer``, or ``token_mlp``, the C-RASP paper's
-    random baseline, with ``pe = "nope"``). ``train_scale``: numeric tasks train on values at this scale factor
+    Model: ``pe`` (sequence tasks: ``ape``/``nope``/``sin``/``random``/``rope``/``alibi``/
+    ``relative``), ``numeric_kind`` (numeric tasks: ``positional``/``standard``),
+    ``d_model``, ``n_layers`` (``None``: 2 for sequence tasks, ``ceil(log2 n) + 1`` for
+    numeric ones), ``n_heads``, ``dropout``, ``max_positions`` (``None``: the longest test
+    sequence, and at least 2048 for ``random``), ``random_base``
+    (``sin``/``learned``/``rope``/``alibi``/``relative``), ``model`` (sequence tasks:
+    ``transformer``, or ``token_mlp``, the C-RASP paper's random baseline, with
+    ``pe = "nope"``). ``train_scale``: numeric tasks train on values at this scale factor
     c (default 1; the positional paper's fine-tuning on 10× data uses 10).
-    Optimisation: AdamW (no weight decay on biases and LayerNorm parameters), linear
-    warm-up over ``warmup_steps`` then a constant ``lr``, gradient norm clipped at
-    ``grad_clip`` (``None``: no clipping).
+    Optimisation: AdamW (no weight decay on biases, relative attention's ``u`` and ``v``
+    among them, and LayerNorm parameters), linear warm-up over ``warmup_steps`` then a
+    constant ``lr``, gradient norm clipped at ``grad_clip`` (``None``: no clipping).
     Data: ``seed`` draws the training batches, the initialisation and the training
     positions; ``test_seed`` the test sets (``test_size`` per bin or scale, the same for
     every training seed) and the randomized positions at test.
@@ -436,7 +437,8 @@ def _optimizer(
         if param_filter is not None and not param_filter(name, param):
             param.requires_grad_(False)
             continue
-        (decay if param.ndim >= 2 else no_decay).append(param)
+        bias = param.ndim < 2 or name.endswith("_bias")  # relative attention's u and v
+        (no_decay if bias else decay).append(param)
     if not decay and not no_decay:
         raise CraspError("the parameter filter leaves nothing to train")
     groups = [

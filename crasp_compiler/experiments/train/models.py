@@ -14,12 +14,17 @@ Positional encodings of :class:`SequenceModel` (``pe``):
   the embedding.
 - ``"alibi"``: linear biases (Press et al.): head h adds ``−m_h·|p_i − p_j|`` to the score
   of query i on key j, slopes ``m_h = 2^(−8h/H)``; nothing is added to the embedding.
+- ``"relative"``: Transformer-XL's relative encoding (Dai et al. 2019, Eq. 3 of its §3.3):
+  head h scores query i on key j as ``(q_i + u)·k_j + (q_i + v)·W_R r(p_i − p_j)``
+  (over ``√d_head``), with ``r`` the sinusoid of the signed distance, ``W_R`` a learned
+  map per layer and ``u``, ``v`` learned per head; nothing is added to the embedding.
 - ``"random"``: randomized positional encodings (Ruoss et al. 2023): once per batch, the
   positions are a sorted sample of ``T`` distinct values of ``[0, max_positions)``, in
   training and at test alike, and every batch has one length (the training loop draws
   one per batch; evaluation runs each length apart), as in the paper; the base encoding
   reads those positions: sinusoidal (``random_base="sin"``, the default), a learned table
-  (``"learned"``), rotary (``"rope"``) or linear biases (``"alibi"``).
+  (``"learned"``), rotary (``"rope"``), linear biases (``"alibi"``) or Transformer-XL's
+  relative encoding of their differences (``"relative"``).
 
 ``model = "token_mlp"`` is the C-RASP paper's random baseline (its Fig. 1, grey): no
 attention and no positions, the label at position i a function of token i alone,
@@ -43,11 +48,11 @@ from torch import Tensor, nn
 
 from crasp_compiler.errors import CraspError, Diagnostic
 
-PES = ("ape", "nope", "sin", "random", "rope", "alibi")
+PES = ("ape", "nope", "sin", "random", "rope", "alibi", "relative")
 SEQUENCE_MODELS = ("transformer", "token_mlp")
-RANDOM_BASES = ("sin", "learned", "rope", "alibi")
+RANDOM_BASES = ("sin", "learned", "rope", "alibi", "relative")
 # how an encoding enters the model: added to the embedding, or inside attention
-ATTENTION_PES = ("rope", "alibi")
+ATTENTION_PES = ("rope", "alibi", "relative")
 NUMERIC_KINDS = ("positional", "standard")
 NUMERIC_PES = ("onehot", "learned")
 Visit = Callable[[Tensor], Tensor]
@@ -123,7 +128,9 @@ class SequenceModelConfig:
             self.d_model % self.n_heads == 0,
             f"d_model={self.d_model} is not a multiple of n_heads={self.n_heads}",
         )
-        sinusoidal = self.pe == "sin" or (self.pe == "random" and self.random_base == "sin")
+        sinusoidal = self.positions == "relative" or (
+            self.pe == "sin" or (self.pe == "random" and self.random_base == "sin")
+        )
         _check(
             not sinusoidal or self.d_model % 2 == 0,
             f"d_model={self.d_model} must be even for sinusoidal positions",
@@ -136,8 +143,8 @@ class SequenceModelConfig:
 
     @property
     def positions(self) -> str | None:
-        """How positions enter: ``"added"`` to the embedding, ``"rope"`` or ``"alibi"``
-        inside attention, or ``None``."""
+        """How positions enter: ``"added"`` to the embedding, ``"rope"``, ``"alibi"`` or
+        ``"relative"`` inside attention, or ``None``."""
         base = self.random_base if self.pe == "random" else self.pe
         if base == "nope":
             return None
@@ -146,8 +153,9 @@ class SequenceModelConfig:
 
 class SelfAttention(nn.Module):
     """Multi-head self-attention (causal, or with a key padding mask for encoders), with
-    rotary positions or linear position biases when ``positions`` says so (the module
-    docstring); those read the ``positions`` given to :meth:`forward`."""
+    rotary positions, linear position biases or Transformer-XL's relative terms when
+    ``positions`` says so (the module docstring); those read the ``positions`` given to
+    :meth:`forward`."""
 
     def __init__(
         self, d_model: int, n_heads: int, dropout: float, positions: str | None = None
@@ -160,6 +168,12 @@ class SelfAttention(nn.Module):
         self.positions = positions
         slopes = 2.0 ** (-8.0 * torch.arange(1, n_heads + 1) / n_heads)
         self.register_buffer("slopes", slopes if positions == "alibi" else None, persistent=False)
+        relative = positions == "relative"
+        # Transformer-XL: W_R (distance encodings to keys), u (content_bias), v (position_bias)
+        self.relative = nn.Linear(d_model, d_model, bias=False) if relative else None
+        d_head = d_model // n_heads
+        self.content_bias = nn.Parameter(torch.zeros(n_heads, 1, d_head)) if relative else None
+        self.position_bias = nn.Parameter(torch.zeros(n_heads, 1, d_head)) if relative else None
 
     def _split(self, x: Tensor, positions: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """Queries, keys and values ``(batch, heads, T, d_head)``; rotary queries and keys
@@ -178,18 +192,46 @@ class SelfAttention(nn.Module):
         _check(positions is not None, "this encoding's attention needs the positions")
         return cast(Tensor, positions)
 
+    def _inputs(
+        self, x: Tensor, causal: bool, key_mask: Tensor | None, positions: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        """Queries, keys, values and the mask of the scores (:meth:`_mask`); relative
+        attention's queries carry its content bias ``u``."""
+        q, k, v = self._split(x, positions)
+        mask = self._mask(q, causal, key_mask, positions)
+        if self.content_bias is not None:
+            q = q + self.content_bias
+        return q, k, v, mask
+
+    def _position_bias(self, q: Tensor, positions: Tensor | None) -> Tensor:
+        """ALiBi's ``−m_h·|p_i − p_j|``, or Transformer-XL's
+        ``(q_i + v)·W_R r(p_i − p_j) / √d_head`` (``(batch, heads, T, T)``)."""
+        if self.slopes is not None:
+            slopes = cast(Tensor, self.slopes)
+            p = self._need(positions).to(slopes.dtype)
+            distance = (p[:, None, :, None] - p[:, None, None, :]).abs()
+            return -slopes[None, :, None, None] * distance
+        relative, v = cast(nn.Linear, self.relative), cast(Tensor, self.position_bias)
+        p = self._need(positions)
+        _check(
+            bool((p == p[:1]).all()),
+            "relative positions must be the same for every sequence of a batch",
+        )
+        width, heads, d_head = p.shape[1], q.shape[1], q.shape[-1]
+        distances = sinusoid(p[0, :, None] - p[0, None, :], relative.in_features).to(q.dtype)
+        keys = relative(distances).view(width, width, heads, d_head)
+        return torch.einsum("bhid,ijhd->bhij", q + v, keys) / math.sqrt(d_head)
+
     def _mask(
-        self, width: int, causal: bool, key_mask: Tensor | None, positions: Tensor | None
+        self, q: Tensor, causal: bool, key_mask: Tensor | None, positions: Tensor | None
     ) -> Tensor | None:
-        """The additive or boolean mask of the scores: ALiBi's biases with the causal or
-        padding mask folded in as −inf, else the padding mask of an encoder (None where
-        ``is_causal`` does it)."""
-        if self.positions != "alibi":
+        """The additive or boolean mask of the scores: ALiBi's or the relative encoding's
+        biases (:meth:`_position_bias`) with the causal or padding mask folded in as −inf,
+        else the padding mask of an encoder (None where ``is_causal`` does it)."""
+        if self.positions not in ("alibi", "relative"):
             return None if causal or key_mask is None else key_mask[:, None, None, :]
-        slopes = cast(Tensor, self.slopes)
-        p = self._need(positions).to(slopes.dtype)
-        distance = (p[:, None, :, None] - p[:, None, None, :]).abs()
-        bias = -slopes[None, :, None, None] * distance
+        bias = self._position_bias(q, positions)
+        width = q.shape[2]
         if causal:
             future = torch.ones(width, width, dtype=torch.bool, device=bias.device).triu(1)
             bias = bias.masked_fill(future, -math.inf)
@@ -203,10 +245,9 @@ class SelfAttention(nn.Module):
         """The attention weights ``(batch, heads, T, T)`` that :meth:`forward` applies
         (``softmax(q kᵀ / √d_head)`` under the same mask and biases), for reading the
         model."""
-        q, k, _ = self._split(x, positions)
+        q, k, _, mask = self._inputs(x, causal, key_mask, positions)
         scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
         width = x.shape[1]
-        mask = self._mask(width, causal, key_mask, positions)
         if mask is not None and mask.dtype != torch.bool:
             scores = scores + mask
         elif causal:
@@ -220,8 +261,7 @@ class SelfAttention(nn.Module):
         self, x: Tensor, causal: bool, key_mask: Tensor | None, positions: Tensor | None = None
     ) -> Tensor:
         batch, width, d_model = x.shape
-        q, k, v = self._split(x, positions)
-        mask = self._mask(width, causal, key_mask, positions)
+        q, k, v, mask = self._inputs(x, causal, key_mask, positions)
         y = F.scaled_dot_product_attention(
             q,
             k,
@@ -270,7 +310,7 @@ class Block(nn.Module):
         positions: Tensor | None = None,
     ) -> Tensor:
         """``visit(x)``, when given, sees (and may replace) the residual after attention;
-        ``positions``: those rotary or ALiBi attention reads."""
+        ``positions``: those rotary, ALiBi or relative attention reads."""
         x = x + self.drop(self.attn(self.ln1(x), causal, key_mask, positions))
         if visit is not None:
             x = visit(x)
@@ -337,8 +377,8 @@ class SequenceModel(nn.Module):
 
         ``"ape"``: ``offset + 0..width-1`` with one offset per sequence, uniform in
         ``[0, max_positions - length]`` when ``offsets`` (default: ``train``), else 0;
-        padding positions are clipped to the table. ``"sin"``, ``"rope"``, ``"alibi"``:
-        ``0..width-1``.
+        padding positions are clipped to the table. ``"sin"``, ``"rope"``, ``"alibi"``,
+        ``"relative"``: ``0..width-1``.
         ``"random"``: one sorted sample of ``width`` distinct positions of
         ``[0, max_positions)`` shared by the batch, whatever ``train`` says.
         """
@@ -365,8 +405,8 @@ class SequenceModel(nn.Module):
         return (start[:, None] + steps).clamp(max=limit - 1)
 
     def attention_positions(self, positions: Tensor | None) -> Tensor | None:
-        """What attention reads of ``positions``: them, for rotary and ALiBi encodings;
-        None otherwise (added encodings enter with the embedding)."""
+        """What attention reads of ``positions``: them, for rotary, ALiBi and relative
+        encodings; None otherwise (added encodings enter with the embedding)."""
         return positions if self.config.positions in ATTENTION_PES else None
 
     def position_features(self, positions: Tensor) -> Tensor:
