@@ -83,7 +83,7 @@ PREDICTION = {
 RUOSS_COLUMNS = (
     "nope", "sin", "relative", "alibi", "rope", "ape",
     "random", "random-relative", "random-alibi", "random-rope", "random-learned",
-)
+)  # fmt: skip
 RUOSS_TABLE4 = {
     task: dict(zip(RUOSS_COLUMNS, values, strict=True))
     for task, values in {
