@@ -87,7 +87,7 @@ def _parse_scales(
     return tuple(scales)
 
 
-_SEQUENCE_ONLY = ("pe", "bins", "train_max", "model")
+_SEQUENCE_ONLY = ("pe", "bins", "train_max", "model", "random_base", "max_positions")
 _NUMERIC_ONLY = ("numeric_kind", "numeric_sampling", "n", "scales")
 
 
@@ -153,6 +153,19 @@ _PROGRAM_ONLY = ("alphabet", "lengths", "generator")  # C-RASP programs only
     show_default=True,
     help="Positional encoding (sequence tasks): ape, nope, sin, random (sinusoidal at "
     "randomized positions), rope, alibi or relative (Transformer-XL).",
+)
+@click.option(
+    "--random-base",
+    type=click.Choice(["sin", "learned", "rope", "alibi", "relative"]),
+    default="sin",
+    show_default=True,
+    help="With --pe random: the encoding that reads the randomized positions.",
+)
+@click.option(
+    "--max-positions",
+    type=click.IntRange(min=1),
+    help="Sequence tasks: the positions an encoding can read (ape's table; random's range: "
+    "default the longest test sequence, at least 2048 for random).",
 )
 @click.option(
     "--preset",
@@ -234,7 +247,8 @@ _PROGRAM_ONLY = ("alphabet", "lengths", "generator")  # C-RASP programs only
 @click.option(
     "--out",
     type=click.Path(file_okay=False),
-    help="Output directory (default: runs/TASK-PE-seedS; numeric: runs/TASK-KIND-seedS).",
+    help="Output directory (default: runs/TASK-PE-seedS, PE random-BASE for a --random-base; "
+    "numeric: runs/TASK-KIND-seedS).",
 )
 @click.option(
     "--numeric-kind",
@@ -331,6 +345,8 @@ def train_command(ctx: click.Context, /, task: str | None, **options: Any) -> No
 
     if options["model"] != "transformer" and not _given(ctx, "pe"):
         options["pe"] = "nope"  # the baseline reads no positions
+    if _given(ctx, "random_base") and options["pe"] != "random":
+        raise click.UsageError("--random-base: only with --pe random")
     if not numeric and options["pe"] not in PES:
         raise CraspError(
             [Diagnostic(f"unknown positional encoding {options['pe']!r}", hint=", ".join(PES))]
@@ -397,6 +413,8 @@ def _train_config(task: Task, options: dict[str, Any]) -> TrainConfig:
 
     numeric = isinstance(task, NumericTask)
     variant = options["numeric_kind"] if numeric else options["pe"]
+    if variant == "random" and options["random_base"] != "sin":
+        variant = f"random-{options['random_base']}"
     if options["model"] != "transformer":
         variant = options["model"]
     out = options["out"] or str(Path("runs") / f"{task.name}-{variant}-seed{options['seed']}")
@@ -407,6 +425,8 @@ def _train_config(task: Task, options: dict[str, Any]) -> TrainConfig:
     return TrainConfig(
         task=task if task.family == "program" else task.name,  # a program task is no name
         pe=options["pe"],
+        random_base=options["random_base"],
+        max_positions=options["max_positions"],
         steps=options["steps"],
         seed=options["seed"],
         lr=options["lr"],
@@ -470,7 +490,10 @@ def _train_summary(results: dict[str, Any], generator: str | None = None) -> str
                 ),
             ]
         )
-        head = f"{results['task']} ({results['family']}), pe {config['pe']}, seed {config['seed']}"
+        pe = config["pe"]
+        if pe == "random" and config.get("random_base", "sin") != "sin":
+            pe += f" ({config['random_base']} at the sampled positions)"
+        head = f"{results['task']} ({results['family']}), pe {pe}, seed {config['seed']}"
         measure = "accuracy: fraction of test sequences exactly right"
         if tokens:
             measure += "; per token: fraction of scored output positions right"

@@ -756,3 +756,24 @@ def test_train_the_token_mlp_baseline(tmp_path):
         ).stderr
     )
     assert "only for sequence tasks" in misuse("train", "num_cumsum", "--model", "token_mlp").stderr
+
+
+def test_train_a_randomized_base_and_its_position_range(tmp_path, monkeypatch):
+    """--random-base picks what reads the randomized positions (every base the models
+    know) and --max-positions their range; both are recorded, the default folder names
+    the base, and --random-base without --pe random is refused in one line."""
+    from crasp_compiler.experiments.train.models import RANDOM_BASES
+
+    from crasp_compiler.experiments.cli import train_command
+
+    choices = next(p for p in train_command.params if p.name == "random_base")
+    assert tuple(choices.type.choices) == RANDOM_BASES
+    monkeypatch.chdir(tmp_path)
+    args = ["--pe", "random", "--random-base", "relative", "--max-positions", "600"]
+    result = ok("train", "even_pairs", *TINY, *args)
+    assert "pe random (relative at the sampled positions)" in result.output
+    results = json.loads(Path("runs/even_pairs-random-relative-seed0/results.json").read_text())
+    assert results["config"]["random_base"] == "relative"
+    assert results["config"]["max_positions"] == 600
+    assert "only with --pe random" in misuse("train", "even_pairs", "--random-base", "rope").stderr
+    assert "only for sequence tasks" in misuse("train", "num_cumsum", "--max-positions", "9").stderr
