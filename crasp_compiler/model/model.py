@@ -297,6 +297,10 @@ def scores_vanish(has_query: bool, has_key: bool, scale: float, bias: Mapping[in
 
 @dataclass
 class Head:
+    """One attention head (module docstring): scores ``scale·(W_Q x_t)·(W_K x_s) +
+    bias(t − s)`` under ``mask``, weights ``a_ts`` by ``weighting``, and
+    ``W_O Σ_s a_ts W_V x_s`` added to the residual at t."""
+
     w_q: Matrix  # (dk, d)
     w_k: Matrix  # (dk, d)
     w_v: Matrix  # (dv, d)
@@ -324,6 +328,9 @@ class Head:
 
 @dataclass
 class MLP:
+    """One feed-forward sublayer: ``W₂ σ(W₁ x + b₁) + b₂``, with one activation σ per
+    hidden unit (``norm_groups``: units normalised together, module docstring)."""
+
     w1: Matrix  # (h, d)
     b1: FloatArray  # (h,)
     w2: Matrix  # (d, h)
@@ -338,12 +345,16 @@ class MLP:
 
 @dataclass
 class Layer:
+    """The heads of one attention sublayer (in parallel) and the MLP after them."""
+
     heads: list[Head]
     mlp: MLP | None
 
 
 @dataclass
 class Output:
+    """A named output read from the final residual: ``weights · x`` decided by ``rule``."""
+
     name: str
     weights: FloatArray  # (d,)
     rule: Rule

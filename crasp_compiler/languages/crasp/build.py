@@ -88,6 +88,8 @@ Built = TypeVar("Built")
 
 @dataclass
 class _Scope:
+    """Where an expression is read: its position variable and the enclosing ones."""
+
     var: str  # the position variable at which the current expression is evaluated
     outer: tuple[str, ...] = ()  # enclosing position variables
 

@@ -27,6 +27,8 @@ class Sort(StrEnum):
 
 @dataclass(frozen=True)
 class Node:
+    """A node of either sort; ``span`` is where it was written (None when built in code)."""
+
     span: Span | None = field(default=None, compare=False, repr=False, kw_only=True)
 
 
@@ -50,6 +52,8 @@ class TokenIs(BoolExpr):
 
 @dataclass(frozen=True)
 class BoolConst(BoolExpr):
+    """``⊤`` or ``⊥``."""
+
     value: bool
 
 
@@ -85,17 +89,23 @@ class Periodic(BoolExpr):
 
 @dataclass(frozen=True)
 class Not(BoolExpr):
+    """``¬arg``."""
+
     arg: BoolExpr
 
 
 @dataclass(frozen=True)
 class And(BoolExpr):
+    """``left ∧ right``."""
+
     left: BoolExpr
     right: BoolExpr
 
 
 @dataclass(frozen=True)
 class Or(BoolExpr):
+    """``left ∨ right``."""
+
     left: BoolExpr
     right: BoolExpr
 
@@ -114,6 +124,8 @@ class Compare(BoolExpr):
 
 @dataclass(frozen=True)
 class BoolRef(BoolExpr):
+    """The Boolean defined earlier as ``name``, at the same position."""
+
     name: str
 
 
@@ -131,17 +143,23 @@ class Count(CountExpr):
 
 @dataclass(frozen=True)
 class CountConst(CountExpr):
+    """The integer constant ``value`` at every position."""
+
     value: int
 
 
 @dataclass(frozen=True)
 class Add(CountExpr):
+    """``left + right``."""
+
     left: CountExpr
     right: CountExpr
 
 
 @dataclass(frozen=True)
 class Sub(CountExpr):
+    """``left − right``."""
+
     left: CountExpr
     right: CountExpr
 
@@ -156,12 +174,16 @@ class Scale(CountExpr):
 
 @dataclass(frozen=True)
 class Min(CountExpr):
+    """``min(left, right)``."""
+
     left: CountExpr
     right: CountExpr
 
 
 @dataclass(frozen=True)
 class Max(CountExpr):
+    """``max(left, right)``."""
+
     left: CountExpr
     right: CountExpr
 
@@ -177,6 +199,8 @@ class Cond(CountExpr):
 
 @dataclass(frozen=True)
 class CountRef(CountExpr):
+    """The count defined earlier as ``name``, at the same position."""
+
     name: str
 
 
@@ -228,6 +252,8 @@ def fold_periodic(op: str, parts: list[BoolExpr]) -> BoolExpr | None:
 
 @dataclass(frozen=True)
 class Definition:
+    """``name = expr``: one line of a program."""
+
     name: str
     expr: Expr
     span: Span | None = field(default=None, compare=False, repr=False)

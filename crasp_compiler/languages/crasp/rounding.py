@@ -83,6 +83,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -266,42 +267,96 @@ class Decision(Check):
     def ok(self, t: int) -> bool:
         return all(self.side_ok(s, t) for s in (1, -1))
 
-    def side_ok(self, s: int, t: int) -> bool:
-        """The side ``sZ ≥ 1/2`` is decided right at position t (or cannot occur)."""
+    @cached_property
+    def _sides(self) -> dict[int, _Side]:
+        """What :meth:`side_ok` needs of each side that does not depend on t."""
         rounding = self.rounding or (0.0,) * len(self.terms)
-        mags = [
-            (a, c + (r if s * a > 0 else 0.0), m(t))
-            for (a, c, m), r in zip(self.terms, rounding, strict=True)
-        ]
-        signed = [(a, m(t)) for a, m in self.signed]
         grouped = set(self.group)
-        reach = s * self.beta + sum(
-            max(s * a, 0.0) * m for k, (a, _, m) in enumerate(mags) if k not in grouped
-        )
+        sides = {}
+        for s in (1, -1):
+            coefs = [
+                (a, c + (r if s * a > 0 else 0.0))
+                for (a, c, _), r in zip(self.terms, rounding, strict=True)
+            ]
+            candidates = {0.0, 1.0} | {c / (s * a) for a, c in coefs if a and c / (s * a) < 1}
+            for j in self.group:  # where two grouped terms' coefficients cross
+                for k in self.group:
+                    (aj, cj), (ak, ck) = coefs[j], coefs[k]
+                    if aj != ak and (cj - ck) / (s * (aj - ak)) < 1:
+                        candidates.add((cj - ck) / (s * (aj - ak)))
+            multipliers = []
+            for lam in candidates:
+                d = [c - lam * s * a for a, c in coefs]
+                multipliers.append(
+                    _Multiplier(
+                        shift=lam * s * self.beta,
+                        half=lam / 2,
+                        weights=[max(d[k], 0.0) for k in range(len(d)) if k not in grouped],
+                        nus=[
+                            (nu, [max(d[k] - nu, 0.0) for k in self.group])
+                            for nu in {0.0, *(max(d[k], 0.0) for k in self.group)}
+                        ],
+                        size=abs(lam),
+                    )
+                )
+            sides[s] = _Side(
+                reach=[max(s * a, 0.0) for k, (a, _) in enumerate(coefs) if k not in grouped],
+                group_reach=max((max(s * coefs[k][0], 0.0) for k in grouped), default=0.0),
+                multipliers=multipliers,
+            )
+        return sides
+
+    def side_ok(self, s: int, t: int) -> bool:
+        """The side ``sZ ≥ 1/2`` is decided right at position t (or cannot occur): the
+        module docstring's condition at the best λ (0, 1 or a ratio ``c_k/(sα_k)``) and,
+        for grouped terms, the best multiplier ν ≥ 0 on ``Σ X_k ≤ t``."""
+        side = self._sides[s]
+        grouped = set(self.group)
+        mags = [m(t) for _, _, m in self.terms]
+        free = [mag for k, mag in enumerate(mags) if k not in grouped]
+        group = [mags[k] for k in self.group]
+        signed = sum(abs(a) * m(t) for a, m in self.signed)
+        reach = s * self.beta + sum(w * mag for w, mag in zip(side.reach, free, strict=True))
         if grouped:
-            reach += max(max(s * mags[k][0], 0.0) for k in grouped) * t
-        if reach + sum(abs(a) * m for a, m in signed) < 0.5:
+            reach += side.group_reach * t
+        if reach + signed < 0.5:
             return True  # sZ < 1/2 everywhere: this side never happens
         base = self.const(t)
-        candidates = {0.0, 1.0} | {c / (s * a) for a, c, _ in mags if a and c / (s * a) < 1}
-        for j in self.group:  # where two grouped terms' coefficients cross
-            for k in self.group:
-                (aj, cj, _), (ak, ck, _) = mags[j], mags[k]
-                if aj != ak and (cj - ck) / (s * (aj - ak)) < 1:
-                    candidates.add((cj - ck) / (s * (aj - ak)))
         best = math.inf
-        for lam in candidates:
-            d = [c - lam * s * a for a, c, _ in mags]
-            value = base - lam * s * self.beta + lam / 2
-            value += sum(max(d[k], 0.0) * m for k, (_, _, m) in enumerate(mags) if k not in grouped)
-            if grouped:  # a multiplier ν ≥ 0 on Σ X_k ≤ t
+        for lam in side.multipliers:
+            value = base - lam.shift + lam.half
+            value += sum(w * mag for w, mag in zip(lam.weights, free, strict=True))
+            if grouped:
                 value += min(
-                    nu * t + sum(max(d[k] - nu, 0.0) * mags[k][2] for k in self.group)
-                    for nu in {0.0, *(max(d[k], 0.0) for k in self.group)}
+                    nu * t + sum(w * mag for w, mag in zip(weights, group, strict=True))
+                    for nu, weights in lam.nus
                 )
-            value += abs(lam) * sum(abs(a) * m for a, m in signed)
+            value += lam.size * signed
             best = min(best, value)
         return best < 0.5
+
+
+@dataclass(frozen=True)
+class _Multiplier:
+    """One λ of :meth:`Decision.side_ok`: ``λsβ``, ``λ/2``, the weights
+    ``max(c_k − λsα_k, 0)`` of the ungrouped terms, per ν those of the grouped ones
+    (``max(d_k − ν, 0)``), and ``|λ|``."""
+
+    shift: float
+    half: float
+    weights: list[float]
+    nus: list[tuple[float, list[float]]]
+    size: float
+
+
+@dataclass(frozen=True)
+class _Side:
+    """One side of :meth:`Decision.side_ok`: the reach weights ``max(sα_k, 0)`` of the
+    ungrouped terms, the largest of the grouped ones and the candidate λs."""
+
+    reach: list[float]
+    group_reach: float
+    multipliers: list[_Multiplier]
 
 
 def horizon(
