@@ -191,3 +191,26 @@ def test_a_decision_is_exactly_its_two_sides():
         "two", None, ZERO, 0.5, ((1.0, 0.001, Poly.linear(0, 1)), (-1.0, 0.001, Poly.linear(0, 1)))
     )
     assert two.ok(249) and not two.ok(251)
+
+
+@pytest.mark.parametrize("name", ["dyck1.cr", "abcde.crasp", "tomita7.crasp", "c_near_a.cr"])
+def test_a_decision_asked_again_answers_as_a_fresh_one(name):
+    """A decision keeps its candidate multipliers from the second position asked on; at
+    every position the answer is the one a fresh copy (nothing kept) gives."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from crasp_compiler.languages.crasp.lower import lower_program
+
+    root = Path(__file__).resolve().parents[2]
+    program = parse_program((root / "examples" / "crasp" / name).read_text())
+    lowered = lower_program(program, "relu", max_len=64)
+    positions = [1, 2**40, 7, 2**20, 3, 10**6, 2**52, 64, 2**30 + 1]
+    asked = 0
+    for analysis in lowered.rounding.values():
+        for check in analysis.checks:
+            if isinstance(check, Decision):
+                for t in positions:
+                    assert check.ok(t) == replace(check).ok(t), (name, check.what, t)
+                    asked += 1
+    assert asked > 0

@@ -81,7 +81,7 @@ a condition that holds at ``t = n`` holds at every ``t ≤ n``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -172,6 +172,10 @@ def t1() -> Poly:
 
 
 ZERO = Poly()
+# one λ of Decision.side_ok: λsβ, λ/2, the weights max(d_k, 0) of the ungrouped terms,
+# d_k = c_k − λsα_k of every term, the candidate νs of the grouped ones (0 and their
+# max(d_k, 0)), and |λ|
+Multiplier = tuple[float, float, list[float], list[float], set[float], float]
 Pair = tuple[float, float]  # bit errors (when 0, when 1), stored units
 EXACT: Pair = (0.0, 0.0)
 
@@ -268,95 +272,72 @@ class Decision(Check):
         return all(self.side_ok(s, t) for s in (1, -1))
 
     @cached_property
-    def _sides(self) -> dict[int, _Side]:
-        """What :meth:`side_ok` needs of each side that does not depend on t."""
+    def _multipliers(self) -> dict[int, list[Multiplier] | None]:
+        """Per side: None once a position has asked, the list from the second on."""
+        return {}
+
+    def multipliers(self, s: int) -> Iterable[Multiplier]:
+        """The candidate λs of side s (0, 1, the ratios ``c_k/(sα_k)`` below 1 and where
+        two grouped terms' coefficients cross), each as :data:`Multiplier`; kept from the
+        second position that asks on (a horizon search asks at many; most checks are
+        asked once)."""
+        if s not in self._multipliers:
+            self._multipliers[s] = None
+            return self._candidates(s)
+        kept = self._multipliers[s]
+        if kept is None:
+            kept = self._multipliers[s] = list(self._candidates(s))
+        return kept
+
+    def _candidates(self, s: int) -> Iterator[Multiplier]:
+        """:meth:`multipliers`, made one λ at a time."""
         rounding = self.rounding or (0.0,) * len(self.terms)
+        coefs = [  # (α_k, c_k), with the rounding where sα_k > 0
+            (a, c + (r if s * a > 0 else 0.0))
+            for (a, c, _), r in zip(self.terms, rounding, strict=True)
+        ]
+        candidates = {0.0, 1.0} | {c / (s * a) for a, c in coefs if a and c / (s * a) < 1}
+        for j in self.group:
+            for k in self.group:
+                (aj, cj), (ak, ck) = coefs[j], coefs[k]
+                if aj != ak and (cj - ck) / (s * (aj - ak)) < 1:
+                    candidates.add((cj - ck) / (s * (aj - ak)))
         grouped = set(self.group)
-        sides = {}
-        for s in (1, -1):
-            coefs = [
-                (a, c + (r if s * a > 0 else 0.0))
-                for (a, c, _), r in zip(self.terms, rounding, strict=True)
-            ]
-            candidates = {0.0, 1.0} | {c / (s * a) for a, c in coefs if a and c / (s * a) < 1}
-            for j in self.group:  # where two grouped terms' coefficients cross
-                for k in self.group:
-                    (aj, cj), (ak, ck) = coefs[j], coefs[k]
-                    if aj != ak and (cj - ck) / (s * (aj - ak)) < 1:
-                        candidates.add((cj - ck) / (s * (aj - ak)))
-            multipliers = []
-            for lam in candidates:
-                d = [c - lam * s * a for a, c in coefs]
-                multipliers.append(
-                    _Multiplier(
-                        shift=lam * s * self.beta,
-                        half=lam / 2,
-                        weights=[max(d[k], 0.0) for k in range(len(d)) if k not in grouped],
-                        nus=[
-                            (nu, [max(d[k] - nu, 0.0) for k in self.group])
-                            for nu in {0.0, *(max(d[k], 0.0) for k in self.group)}
-                        ],
-                        size=abs(lam),
-                    )
-                )
-            sides[s] = _Side(
-                reach=[max(s * a, 0.0) for k, (a, _) in enumerate(coefs) if k not in grouped],
-                group_reach=max((max(s * coefs[k][0], 0.0) for k in grouped), default=0.0),
-                multipliers=multipliers,
-            )
-        return sides
+        for lam in candidates:
+            d = [c - lam * s * a for a, c in coefs]
+            free = [max(x, 0.0) for k, x in enumerate(d) if k not in grouped]
+            nus = {0.0, *(max(d[k], 0.0) for k in self.group)}
+            yield lam * s * self.beta, lam / 2, free, d, nus, abs(lam)
 
     def side_ok(self, s: int, t: int) -> bool:
         """The side ``sZ ≥ 1/2`` is decided right at position t (or cannot occur): the
         module docstring's condition at the best λ (0, 1 or a ratio ``c_k/(sα_k)``) and,
         for grouped terms, the best multiplier ν ≥ 0 on ``Σ X_k ≤ t``."""
-        side = self._sides[s]
         grouped = set(self.group)
         mags = [m(t) for _, _, m in self.terms]
-        free = [mag for k, mag in enumerate(mags) if k not in grouped]
-        group = [mags[k] for k in self.group]
         signed = sum(abs(a) * m(t) for a, m in self.signed)
-        reach = s * self.beta + sum(w * mag for w, mag in zip(side.reach, free, strict=True))
+        reach = s * self.beta + sum(
+            max(s * a, 0.0) * m
+            for k, ((a, _, _), m) in enumerate(zip(self.terms, mags, strict=True))
+            if k not in grouped
+        )
         if grouped:
-            reach += side.group_reach * t
+            reach += max(max(s * self.terms[k][0], 0.0) for k in grouped) * t
         if reach + signed < 0.5:
             return True  # sZ < 1/2 everywhere: this side never happens
         base = self.const(t)
         best = math.inf
-        for lam in side.multipliers:
-            value = base - lam.shift + lam.half
-            value += sum(w * mag for w, mag in zip(lam.weights, free, strict=True))
-            if grouped:
+        free = [m for k, m in enumerate(mags) if k not in grouped]
+        for shift, half, weights, d, nus, size in self.multipliers(s):
+            value = base - shift + half
+            value += sum(w * m for w, m in zip(weights, free, strict=True))
+            if grouped:  # a multiplier ν ≥ 0 on Σ X_k ≤ t
                 value += min(
-                    nu * t + sum(w * mag for w, mag in zip(weights, group, strict=True))
-                    for nu, weights in lam.nus
+                    nu * t + sum(max(d[k] - nu, 0.0) * mags[k] for k in self.group) for nu in nus
                 )
-            value += lam.size * signed
+            value += size * signed
             best = min(best, value)
         return best < 0.5
-
-
-@dataclass(frozen=True)
-class _Multiplier:
-    """One λ of :meth:`Decision.side_ok`: ``λsβ``, ``λ/2``, the weights
-    ``max(c_k − λsα_k, 0)`` of the ungrouped terms, per ν those of the grouped ones
-    (``max(d_k − ν, 0)``), and ``|λ|``."""
-
-    shift: float
-    half: float
-    weights: list[float]
-    nus: list[tuple[float, list[float]]]
-    size: float
-
-
-@dataclass(frozen=True)
-class _Side:
-    """One side of :meth:`Decision.side_ok`: the reach weights ``max(sα_k, 0)`` of the
-    ungrouped terms, the largest of the grouped ones and the candidate λs."""
-
-    reach: list[float]
-    group_reach: float
-    multipliers: list[_Multiplier]
 
 
 def horizon(
