@@ -196,3 +196,23 @@ def test_a_table_the_script_does_not_make_is_an_error():
     report = _report()
     with pytest.raises(SystemExit, match="no table named 'x'"):
         report.regenerate("<!-- table: x -->\nold\n<!-- end table -->\n", {})
+
+
+def test_every_committed_training_record_says_where_it_was_made():
+    """Every run behind docs/length-generalization.md (sweep records, fine-tuning runs,
+    kernel fits, V-only fine-tuning) carries provenance that fits the schema, with the
+    commit of the code that made it."""
+    from crasp_compiler.experiments.train.records import PROVENANCE
+
+    folder = ROOT / "docs" / "results" / "length-generalization"
+    records = []
+    for path in sorted(folder.rglob("*.json")):
+        data = json.loads(path.read_text())
+        records += [(path, r) for r in (data if isinstance(data, list) else [data])]
+    assert len(records) > 1500
+    for path, record in records:
+        name = path.relative_to(folder)
+        assert "provenance" in record, f"{name}: no provenance"
+        assert PROVENANCE(record["provenance"], "provenance") is None, name
+        commit = record["provenance"]["commit"]
+        assert isinstance(commit, str) and len(commit) == 40, f"{name}: commit {commit!r}"

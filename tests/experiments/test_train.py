@@ -709,8 +709,9 @@ def test_provenance_of_a_sent_tree_takes_the_senders_commit(monkeypatch, tmp_pat
 @pytest.mark.parametrize("causal", [True, False])
 def test_relative_attention_is_transformer_xl(causal):
     """Head h scores query i on key j as ((q_i + u)·k_j + (q_i + v)·W_R r(p_i − p_j)) / √d
-    (Dai et al. 2019), computed here head by head from the weights; u, v and W_R learn,
-    u and v without weight decay; positions that differ across a batch are refused."""
+    (Dai et al. 2019), computed here head by head from the weights with the T × T table of
+    distances the model avoids; u, v and W_R learn, u and v without weight decay; each
+    sequence of a batch may have its own positions."""
     model = small_model("relative", causal=causal)
     attn = model.blocks[0].attn
     with torch.no_grad():
@@ -745,5 +746,10 @@ def test_relative_attention_is_transformer_xl(causal):
     no_decay = {id(p) for p in groups[1]["params"]}
     assert id(attn.content_bias) in no_decay and id(attn.position_bias) in no_decay
     assert id(attn.relative.weight) not in no_decay
-    with pytest.raises(CraspError, match="same for every sequence"):
-        model(tokens, torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 5]]))
+    model.eval()
+    apart = torch.tensor([[0, 1, 2, 3, 4], [5, 9, 10, 30, 31]])  # each row its own positions
+    with torch.no_grad():
+        together = model(tokens, apart)
+        for row in range(2):
+            alone = model(tokens[row : row + 1], apart[row : row + 1])
+            torch.testing.assert_close(together[row : row + 1], alone)

@@ -762,9 +762,8 @@ def test_train_a_randomized_base_and_its_position_range(tmp_path, monkeypatch):
     """--random-base picks what reads the randomized positions (every base the models
     know) and --max-positions their range; both are recorded, the default folder names
     the base, and --random-base without --pe random is refused in one line."""
-    from crasp_compiler.experiments.train.models import RANDOM_BASES
-
     from crasp_compiler.experiments.cli import train_command
+    from crasp_compiler.experiments.train.models import RANDOM_BASES
 
     choices = next(p for p in train_command.params if p.name == "random_base")
     assert tuple(choices.type.choices) == RANDOM_BASES

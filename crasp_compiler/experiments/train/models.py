@@ -162,6 +162,7 @@ class SelfAttention(nn.Module):
     ) -> None:
         super().__init__()
         self.n_heads = n_heads
+        self.d_head = d_model // n_heads
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.out = nn.Linear(d_model, d_model)
         self.dropout = dropout
@@ -201,42 +202,45 @@ class SelfAttention(nn.Module):
         self, x: Tensor, causal: bool, key_mask: Tensor | None, positions: Tensor | None
     ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
         """Queries, keys, values and the mask of the scores (:meth:`_mask`); relative
-        attention's queries carry its content bias ``u``."""
+        attention's queries and keys extended so that their dot product is its score
+        (:meth:`_relative`)."""
         q, k, v = self._split(x, positions)
-        mask = self._mask(q, causal, key_mask, positions)
-        if self.content_bias is not None:
-            q = q + self.content_bias
+        mask = self._mask(q.shape[2], causal, key_mask, positions)
+        if self.relative is not None:
+            q, k = self._relative(q, k, self._need(positions))
         return q, k, v, mask
 
-    def _position_bias(self, q: Tensor, positions: Tensor | None) -> Tensor:
-        """ALiBi's ``−m_h·|p_i − p_j|``, or Transformer-XL's
-        ``(q_i + v)·W_R r(p_i − p_j) / √d_head`` (``(batch, heads, T, T)``)."""
-        if self.slopes is not None:
-            slopes = cast(Tensor, self.slopes)
-            p = self._need(positions).to(slopes.dtype)
-            distance = (p[:, None, :, None] - p[:, None, None, :]).abs()
-            return -slopes[None, :, None, None] * distance
-        relative, v = cast(nn.Linear, self.relative), cast(Tensor, self.position_bias)
-        p = self._need(positions)
-        _check(
-            bool((p == p[:1]).all()),
-            "relative positions must be the same for every sequence of a batch",
-        )
-        width, heads, d_head = p.shape[1], q.shape[1], q.shape[-1]
-        distances = sinusoid(p[0, :, None] - p[0, None, :], relative.in_features).to(q.dtype)
-        keys = relative(distances).view(width, width, heads, d_head)
-        return torch.einsum("bhid,ijhd->bhij", q + v, keys) / math.sqrt(d_head)
+    def _relative(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """Transformer-XL's score as one dot product, with nothing of size T × T:
+        ``(q_i + u)·k_j + (q_i + v)·W_R r(p_i − p_j) = [q_i + u ‖ f_i]·[k_j ‖ g_j]``, where
+        ``a_i = W_Rᵀ(q_i + v)`` (the head's rows of W_R) splits into the halves ``a_s``,
+        ``a_c`` that meet the sines and cosines of r at frequencies ω, and by the
+        angle-difference identities ``f_i = [a_s sin ωp_i + a_c cos ωp_i ‖
+        a_c sin ωp_i − a_s cos ωp_i]`` and ``g_j = [cos ωp_j ‖ sin ωp_j]``."""
+        relative = cast(nn.Linear, self.relative)
+        u, v = cast(Tensor, self.content_bias), cast(Tensor, self.position_bias)
+        d_model, half = relative.in_features, relative.in_features // 2
+        rows = relative.weight.view(self.n_heads, self.d_head, d_model)
+        a = torch.einsum("bhtd,hdf->bhtf", q + v, rows)
+        a_s, a_c = a[..., :half], a[..., half:]
+        angles = sinusoid(positions, d_model).to(q.dtype)[:, None]  # (batch, 1, T, d)
+        sin, cos = angles[..., :half], angles[..., half:]
+        f = torch.cat([a_s * sin + a_c * cos, a_c * sin - a_s * cos], dim=-1)
+        g = torch.cat([cos, sin], dim=-1).expand(-1, self.n_heads, -1, -1)
+        return torch.cat([q + u, f], dim=-1), torch.cat([k, g], dim=-1)
 
     def _mask(
-        self, q: Tensor, causal: bool, key_mask: Tensor | None, positions: Tensor | None
+        self, width: int, causal: bool, key_mask: Tensor | None, positions: Tensor | None
     ) -> Tensor | None:
-        """The additive or boolean mask of the scores: ALiBi's or the relative encoding's
-        biases (:meth:`_position_bias`) with the causal or padding mask folded in as −inf,
-        else the padding mask of an encoder (None where ``is_causal`` does it)."""
-        if self.positions not in ("alibi", "relative"):
+        """The additive or boolean mask of the scores: ALiBi's biases ``−m_h·|p_i − p_j|``
+        with the causal or padding mask folded in as −inf, else the padding mask of an
+        encoder (None where ``is_causal`` does it)."""
+        if self.positions != "alibi":
             return None if causal or key_mask is None else key_mask[:, None, None, :]
-        bias = self._position_bias(q, positions)
-        width = q.shape[2]
+        slopes = cast(Tensor, self.slopes)
+        p = self._need(positions).to(slopes.dtype)
+        distance = (p[:, None, :, None] - p[:, None, None, :]).abs()
+        bias = -slopes[None, :, None, None] * distance
         if causal:
             future = torch.ones(width, width, dtype=torch.bool, device=bias.device).triu(1)
             bias = bias.masked_fill(future, -math.inf)
@@ -251,7 +255,7 @@ class SelfAttention(nn.Module):
         (``softmax(q kᵀ / √d_head)`` under the same mask and biases), for reading the
         model."""
         q, k, _, mask = self._inputs(x, causal, key_mask, positions)
-        scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+        scores = q @ k.transpose(-1, -2) / math.sqrt(self.d_head)
         width = x.shape[1]
         if mask is not None and mask.dtype != torch.bool:
             scores = scores + mask
@@ -274,6 +278,7 @@ class SelfAttention(nn.Module):
             attn_mask=mask,
             dropout_p=self.dropout if self.training else 0.0,
             is_causal=causal and mask is None,
+            scale=1 / math.sqrt(self.d_head),
         )
         out: Tensor = self.out(y.transpose(1, 2).reshape(batch, width, d_model))
         return out
