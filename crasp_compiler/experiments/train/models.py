@@ -172,14 +172,13 @@ class SelfAttention(nn.Module):
         relative = positions == "relative"
         # Transformer-XL: W_R (distance encodings to keys), u (content_bias), v (position_bias)
         self.relative = nn.Linear(d_model, d_model, bias=False) if relative else None
-        d_head = d_model // n_heads
         # u and v drawn from N(0, 0.02) as in Ruoss et al.'s code (only here: the random
         # stream of the other encodings' initialisation stays as it was)
         self.content_bias: nn.Parameter | None = None
         self.position_bias: nn.Parameter | None = None
         if relative:
-            self.content_bias = nn.Parameter(0.02 * torch.randn(n_heads, 1, d_head))
-            self.position_bias = nn.Parameter(0.02 * torch.randn(n_heads, 1, d_head))
+            self.content_bias = nn.Parameter(0.02 * torch.randn(n_heads, 1, self.d_head))
+            self.position_bias = nn.Parameter(0.02 * torch.randn(n_heads, 1, self.d_head))
 
     def _split(self, x: Tensor, positions: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """Queries, keys and values ``(batch, heads, T, d_head)``; rotary queries and keys
