@@ -35,7 +35,9 @@ into the next chunk as the first term of its sum, so that the float64 prefix sum
 those of one running sum over the sequence. A running sum of integers of known bound
 (a counting head's values: token tests, Heaviside units, integer combinations of them)
 runs in int64: its sums are those float64 sums exactly while they stay within 2^53,
-which the pass checks from the bound and the length.
+which the pass checks from the bound and the length. Traced by ``torch.compile`` (without
+gradients, not exported), the plan is one chunk of the whole length, and the compiler
+fuses its column operations.
 
 The fast paths drop the gradients of what they do not compute: the caller says whether
 they may be taken (``uniform_ok``, ``keyed_ok``: the torch module refuses them while
@@ -790,7 +792,8 @@ def _combine(
 def run_plan(ops: Backend[A, W], plan: Plan[A, W], ids: A) -> A:
     """Raw outputs ``(B, T, K)`` of the plan for BOS-prefixed ids ``(B, T)``, in chunks of
     equal length of at most :data:`PLAN_ROWS` positions in all
-    (:data:`ACCELERATOR_PLAN_ROWS` on a GPU). Each running sum carries
+    (:data:`ACCELERATOR_PLAN_ROWS` on a GPU; one chunk while traced by ``torch.compile``,
+    which fuses the column operations instead). Each running sum carries
     its last value into the next chunk: a float64 sum as the first term of the next
     chunk's sum, so that the sums are those of one running sum over the whole sequence;
     and the sum of a value row that is an integer everywhere (``exact``, with a bound that
@@ -799,9 +802,13 @@ def run_plan(ops: Backend[A, W], plan: Plan[A, W], ids: A) -> A:
     most 2^53 are exact in float64, so no addition rounds), at a fraction of the cost."""
     batch, size = ids.shape[0], ids.shape[1]
     like = plan.like
-    rows = ACCELERATOR_PLAN_ROWS if ops.accelerated(like) else PLAN_ROWS
-    count = -(-size // max(1, rows // batch))
-    chunk = -(-size // count)
+    if ops.tracing():  # one chunk, no loop over the length: one graph for every length
+        chunks = [(0, size)]
+    else:
+        rows = ACCELERATOR_PLAN_ROWS if ops.accelerated(like) else PLAN_ROWS
+        count = -(-size // max(1, rows // batch))
+        chunk = -(-size // count)
+        chunks = [(start, min(chunk, size - start)) for start in range(0, size, chunk)]
     bits = PRECISION.get(ops.dtype_name(like))
     exact = [
         [
@@ -816,8 +823,7 @@ def run_plan(ops: Backend[A, W], plan: Plan[A, W], ids: A) -> A:
     out = ops.zeros((len(plan.readout), batch, size), like=like)
     carries: list[list[A | None]] = [[None] * len(layer.values) for layer in plan.layers]
     every = ops.to_float64(ops.arange(size, like=ids) + 1)  # t + 1
-    for start in range(0, size, chunk):
-        width = min(chunk, size - start)
+    for start, width in chunks:
         part = ids[:, start : start + width]
         x: list[A | None] = [None] * plan.width
         for column, entries in plan.embed:

@@ -69,8 +69,9 @@ are checked again from the weights, once per update and never per ``forward``:
   ``p.copy_()`` increments) with those of the last check, and refreshes when one moved.
   Updates that bypass the counter (``p.data = …``, ``p.data.add_(…)``) need an explicit
   ``refresh_kinds()``; while compiling or exporting the counters are not read (the
-  compiled graph keeps the kinds it was traced with: call ``refresh_kinds()`` after
-  changing weights, and the changed attribute makes torch.compile retrace).
+  compiled graph keeps the kinds it was traced with, and a graph traced without
+  gradients keeps the plan's weights as constants: call ``refresh_kinds()`` after
+  changing weights, and the changed attributes make torch.compile retrace).
 
 A head whose weights leave its kind thus falls back to a path that is right for any
 weights. The fast paths also drop gradients: while gradients flow, a uniform head runs on
@@ -315,6 +316,13 @@ def _nonzero_columns(w: Weight) -> Tensor:
 def _any_nonzero(w: Weight) -> Tensor:
     """Whether ``w`` has a nonzero entry, as a 1-element tensor."""
     return ((w if isinstance(w, Tensor) else w.values) != 0).any()[None]
+
+
+def _exporting() -> bool:
+    """Whether ``torch.export`` (or an exporter built on it) is tracing the module; a torch
+    that cannot tell export from compile (before 2.5) counts every trace as one."""
+    exporting = getattr(torch.compiler, "is_exporting", torch.compiler.is_compiling)
+    return bool(exporting())
 
 
 def _wants_grad(w: Weight) -> bool:
@@ -887,6 +895,8 @@ class TorchTransformer(nn.Module):
         if self._lowered is None:
             return None
         w_e = self.embed.w_e
+        if torch.compiler.is_compiling():  # no cache: a trace that filled it would retrace
+            return self._lowered.embedded(w_e.detach())
         key = (w_e.dtype, w_e.device)
         if key not in self._plans:
             self._plans[key] = self._lowered.embedded(w_e.detach())
@@ -942,9 +952,11 @@ class TorchTransformer(nn.Module):
             )
 
     def fast_path_ok(self) -> bool:
-        """Whether the blocks may take the column path: gradients off, not compiling or
-        exporting, no forward hooks on any submodule (whose calls it skips)."""
-        if torch.is_grad_enabled() or torch.compiler.is_compiling():
+        """Whether the blocks may take the column path and the plan: gradients off, not
+        exporting (an export keeps the weights as parameters), no forward hooks on any
+        submodule (whose calls it skips). ``torch.compile`` takes it: the plan's column
+        operations are what its code generator fuses."""
+        if torch.is_grad_enabled() or _exporting():
             return False
         return not any(m._forward_hooks or m._forward_pre_hooks for m in self._submodules)
 

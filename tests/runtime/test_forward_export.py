@@ -30,6 +30,15 @@ from crasp_compiler.runtime.torch_module import TorchTransformer  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    """Each test traces from an empty dynamo cache: torch.compile traces the module's
+    forward again for every model (and gradient mode), and one process stops at 8 traces
+    of one function (``recompile_limit``), which a worker running many tests would pass."""
+    torch._dynamo.reset()
+
+
 ROOT = Path(__file__).resolve().parents[2]
 TRACED_LEN = 9
 LONG = 10_001
@@ -230,6 +239,78 @@ def test_compiled_module_follows_refreshed_kinds():
         got = compiled(*args)
     assert torch.equal(got, eager(module, args))
     assert_decides_like_numpy(module, module.to_model(), got, args)
+
+
+MATMULS = {"matmul", "mm", "bmm", "linear", "scaled_dot_product_attention"}
+
+
+def traced_graphs(module, args_by_length, grad: bool = False):
+    """The FX graphs ``torch.compile(dynamic=True)`` traces for ``module`` over the inputs
+    given (a backend that keeps them and runs them as traced), and its outputs."""
+    graphs = []
+
+    def keep(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    compiled = torch.compile(module, fullgraph=True, backend=keep, dynamic=True)
+    with torch.set_grad_enabled(grad):
+        outs = [compiled(*args) for args in args_by_length]
+    return graphs, outs
+
+
+def called(graph) -> set[str]:
+    """The names of the functions and methods a traced graph calls."""
+    return {
+        getattr(node.target, "__name__", str(node.target))
+        for node in graph.graph.nodes
+        if node.op in ("call_function", "call_method")
+    }
+
+
+def test_torch_compile_traces_the_plan_once_for_every_length():
+    """Without gradients, torch.compile traces the lowered plan (column operations and
+    running sums, no matrix product) as one graph for every length, whose outputs equal
+    the eager module's bit for bit; with gradients it traces the layers."""
+    model = model_of("dyck1.cr")
+    module = TorchTransformer(model).eval()
+    runs = [inputs(module, model, length, seed=length) for length in (5, 40, 300)]
+    graphs, outs = traced_graphs(module, runs)
+    assert len(graphs) == 1
+    assert "cumsum" in called(graphs[0]) and not called(graphs[0]) & MATMULS
+    for args, got in zip(runs, outs, strict=True):
+        assert torch.equal(got, eager(module, args))
+    graphs, _ = traced_graphs(module, runs[:1], grad=True)
+    assert called(graphs[0]) & MATMULS
+
+
+def test_compiled_plan_follows_refreshed_weights():
+    """The traced plan holds the weights as constants: after an edit and
+    ``refresh_kinds()`` the compiled module retraces and computes with the new weights."""
+    model = model_of("dyck1.cr")
+    module = TorchTransformer(model).eval()
+    compiled = torch.compile(module, fullgraph=True, backend="aot_eager", dynamic=True)
+    args = inputs(module, model, 40, seed=5)
+    with torch.no_grad():
+        before = compiled(*args)
+        module.readout.weight.mul_(2.0)
+    module.refresh_kinds()
+    with torch.no_grad():
+        got = compiled(*args)
+    assert torch.equal(got, eager(module, args))
+    assert torch.equal(got, 2.0 * before)
+
+
+def test_torch_export_keeps_the_weights_as_parameters():
+    """An export traces the layers, not the plan: its weights stay parameters of the
+    exported program."""
+    model = model_of("dyck1.cr")
+    module = TorchTransformer(model).eval()
+    traced = inputs(module, model, TRACED_LEN, seed=1)
+    with torch.no_grad():
+        program = torch.export.export(module, traced, dynamic_shapes=dynamic_shapes(traced))
+    assert "readout.weight" in program.graph_signature.parameters
+    assert called(program.graph_module) & {"mm.default", "matmul.default", "linear.default"}
 
 
 @pytest.mark.slow
